@@ -1,0 +1,315 @@
+// Package bus is xmsg's message routing: who is addressable, how a ref resolves, delivery per
+// harness, replies and their pushes, idempotency, queues and long-poll wakeups. It performs no
+// socket serving of its own; the servers (httpapi, agentsock, registersock) translate their
+// wire formats into calls here, so every socket applies the same rules.
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+// Config is what the bus needs; it is not changed after New.
+type Config struct {
+	Host         string
+	MaxBody      int
+	ReplyTTL     time.Duration
+	IdemTTL      time.Duration
+	SvcExe       map[string]string // service name → trusted executable path
+	Store        *store.Store
+	Claude       *claude.Scanner
+	Proc         peercred.Proc
+	Log          *slog.Logger
+	InboxTimeout time.Duration
+	MaxWaiters   int // concurrent reply long-polls (HTTP), 128
+}
+
+// Bus is the router. Safe for concurrent use.
+type Bus struct {
+	cfg     Config
+	mu      sync.Mutex
+	regs    map[string]*Registration
+	replies signals // keyed by message id
+	queues  signals // keyed by session id
+	waiters chan struct{}
+	keys    keyLocks
+	stop    chan struct{}
+	stopped sync.WaitGroup
+}
+
+// New builds a bus and starts its retention loop.
+func New(cfg Config) *Bus {
+	if cfg.InboxTimeout == 0 {
+		cfg.InboxTimeout = claude.InboxTimeout
+	}
+	if cfg.MaxWaiters == 0 {
+		cfg.MaxWaiters = 128
+	}
+	b := &Bus{cfg: cfg, regs: map[string]*Registration{}, waiters: make(chan struct{}, cfg.MaxWaiters), stop: make(chan struct{})}
+	b.stopped.Add(1)
+	go b.retention()
+	return b
+}
+
+// Close stops background work. The store is closed by its owner.
+func (b *Bus) Close() {
+	close(b.stop)
+	b.stopped.Wait()
+}
+
+// Host is the host label.
+func (b *Bus) Host() string { return b.cfg.Host }
+
+// retention purges old rows at start and then every minute. The protocol purges on every
+// send; doing it on a timer keeps full scans off the send path, and lookups ignore expired
+// rows anyway, so the observable rules are the same.
+func (b *Bus) retention() {
+	defer b.stopped.Done()
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		b.Purge(time.Now())
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Purge applies the retention rules as of now.
+func (b *Bus) Purge(now time.Time) {
+	var p store.Purged
+	err := b.cfg.Store.Update(func(tx *store.Tx) (err error) {
+		p, err = tx.Purge(now.Add(-b.cfg.ReplyTTL).Unix(), now.Add(-b.cfg.IdemTTL).Unix())
+		return err
+	})
+	if err != nil {
+		b.cfg.Log.Error("purge failed", "err", err)
+	} else if p != (store.Purged{}) {
+		b.cfg.Log.Info("purged", "messages", p.Messages, "replies", p.Replies, "queued", p.Queued, "idempotency_keys", p.IdempotencyKeys)
+	}
+}
+
+// Caller is an attested identity: derived from the kernel and /proc, never from a request.
+type Caller struct {
+	Harness   string
+	SessionID string
+	Name      string // display name; the session id when the session has none
+}
+
+// Actor is the caller's audit name, e.g. "claude:alice".
+func (c Caller) Actor() string { return c.Harness + ":" + c.Name }
+
+// SessionView is a Session object of PROTOCOL.md §3.3.
+type SessionView struct {
+	SessionID  string          `json:"sessionId"`
+	Name       *string         `json:"name"`
+	PID        int             `json:"pid"`
+	Cwd        string          `json:"cwd"`
+	Status     string          `json:"status"`
+	Kind       string          `json:"kind"`
+	Entrypoint *string         `json:"entrypoint"`
+	Version    *string         `json:"version"`
+	StartedAt  json.RawMessage `json:"startedAt"`
+	UpdatedAt  json.RawMessage `json:"updatedAt"`
+	Harness    string          `json:"harness"`
+	Registered *bool           `json:"registered,omitempty"`
+}
+
+func rawOrNull(r json.RawMessage) json.RawMessage {
+	if len(r) == 0 {
+		return json.RawMessage("null")
+	}
+	return r
+}
+
+func claudeView(s claude.Session) SessionView {
+	return SessionView{SessionID: s.ID, Name: s.Name, PID: s.PID, Cwd: s.Cwd, Status: s.Status, Kind: s.Kind,
+		Entrypoint: s.Entrypoint, Version: s.Version, StartedAt: rawOrNull(s.StartedAt), UpdatedAt: rawOrNull(s.UpdatedAt), Harness: "claude"}
+}
+
+func regView(r *Registration) SessionView {
+	name, t, yes := r.Name, json.RawMessage(strconv.FormatInt(r.RegisteredAt, 10)), true
+	kind := "interactive"
+	if r.Harness == "svc" {
+		kind = "daemon"
+	}
+	return SessionView{SessionID: r.SessionID, Name: &name, PID: r.PID, Cwd: r.Cwd, Status: "idle", Kind: kind,
+		StartedAt: t, UpdatedAt: t, Harness: r.Harness, Registered: &yes}
+}
+
+// Sessions lists live sessions: claude first, then registered sessions, then services.
+// cwd keeps entries whose cwd equals or is under it; status keeps an exact match.
+func (b *Bus) Sessions(cwd, status string) []SessionView {
+	out := []SessionView{}
+	keep := func(v SessionView) {
+		if cwd != "" && v.Cwd != cwd && !strings.HasPrefix(v.Cwd, strings.TrimSuffix(cwd, "/")+"/") {
+			return
+		}
+		if status != "" && v.Status != status {
+			return
+		}
+		out = append(out, v)
+	}
+	for _, s := range b.cfg.Claude.Scan() {
+		if s.Live {
+			keep(claudeView(s))
+		}
+	}
+	for _, r := range b.liveRegistrations() {
+		keep(regView(r))
+	}
+	return out
+}
+
+// SessionDirsPresent reports whether any Claude session directory exists (for /healthz).
+func (b *Bus) SessionDirsPresent() bool { return b.cfg.Claude.AnyDir() }
+
+// Target is a resolved local recipient.
+type Target struct {
+	Harness   string
+	SessionID string
+	Claude    *claude.Session // for claude targets
+	View      SessionView
+}
+
+// Resolve finds the one live local session ref names (PROTOCOL.md §5.2).
+func (b *Bus) Resolve(ref string) (Target, error) {
+	ref = strings.TrimSpace(ref)
+	if ref == "" {
+		return Target{}, notFound(ref)
+	}
+	bare := ref
+	for _, p := range []string{"claude:", "session:"} {
+		if len(bare) > len(p) && strings.EqualFold(bare[:len(p)], p) {
+			bare = bare[len(p):]
+		}
+	}
+	pid, numErr := strconv.Atoi(bare)
+	isPID := numErr == nil && pid > 0
+	var live, dead []claude.Session
+	for _, s := range b.cfg.Claude.Scan() {
+		if strings.EqualFold(s.ID, bare) || (isPID && s.PID == pid) || (s.Name != nil && *s.Name == bare) {
+			if s.Live {
+				live = append(live, s)
+			} else {
+				dead = append(dead, s)
+			}
+		}
+	}
+	switch {
+	case len(live) == 1:
+		s := live[0]
+		return Target{Harness: "claude", SessionID: s.ID, Claude: &s, View: claudeView(s)}, nil
+	case len(live) > 1:
+		ids := make([]string, len(live))
+		for i, s := range live {
+			ids[i] = s.ID
+		}
+		return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ","))
+	}
+	if t, err, ok := b.resolveRegistered(ref); ok {
+		return t, err
+	}
+	if len(dead) > 0 {
+		d := dead[0]
+		if _, err := b.cfg.Proc.StartTime(d.PID); err == nil {
+			return Target{}, errorf(http.StatusBadRequest, "unregistered", "process %d has no attested agent session", d.PID)
+		}
+		return Target{}, errorf(http.StatusGone, "gone", "session %s process %d exited", d.ID, d.PID)
+	}
+	if isPID {
+		if _, err := b.cfg.Proc.StartTime(pid); err == nil {
+			return Target{}, errorf(http.StatusBadRequest, "unregistered", "process %d has no attested agent session", pid)
+		}
+	}
+	return Target{}, notFound(ref)
+}
+
+// resolveRegistered matches registered sessions, then services: by session id, by bare name
+// (services) or registered name, or by pid; case-insensitive. ok is false when nothing matched.
+func (b *Bus) resolveRegistered(ref string) (Target, error, bool) {
+	regs := b.liveRegistrations()
+	for _, svc := range []bool{false, true} {
+		var hits []*Registration
+		for _, r := range regs {
+			if (r.Harness == "svc") != svc {
+				continue
+			}
+			bare := strings.TrimPrefix(strings.ToLower(ref), strings.ToLower(r.Harness)+":")
+			if strings.EqualFold(r.SessionID, ref) || strings.EqualFold(r.Name, bare) || strconv.Itoa(r.PID) == ref {
+				hits = append(hits, r)
+			}
+		}
+		if len(hits) == 1 {
+			r := hits[0]
+			return Target{Harness: r.Harness, SessionID: r.SessionID, View: regView(r)}, nil, true
+		}
+		if len(hits) > 1 {
+			ids := make([]string, len(hits))
+			for i, r := range hits {
+				ids[i] = r.SessionID
+			}
+			return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ",")), true
+		}
+	}
+	// A service queues durably, so it stays addressable by its stable id while it reconnects.
+	if name, ok := strings.CutPrefix(strings.ToLower(ref), "svc:"); ok {
+		for n := range b.cfg.SvcExe {
+			if strings.EqualFold(n, name) {
+				return Target{Harness: "svc", SessionID: "svc:" + n}, nil, true
+			}
+		}
+	}
+	return Target{}, nil, false
+}
+
+// Identify attributes a peer pid to a session by walking its ancestors (at most 32): a live
+// Claude session whose pid and procStart match, or a registration whose pid and start time
+// match (PROTOCOL.md §4.1).
+func (b *Bus) Identify(pid int) (Caller, error) {
+	chain, err := b.cfg.Proc.Ancestors(pid, 32)
+	if err == nil {
+		sessions := b.cfg.Claude.Scan()
+		regs := b.liveRegistrations()
+		for _, st := range chain {
+			for _, s := range sessions {
+				if s.Live && s.PID == st.PID {
+					name := s.ID
+					if s.Name != nil && *s.Name != "" {
+						name = *s.Name
+					}
+					return Caller{Harness: "claude", SessionID: s.ID, Name: name}, nil
+				}
+			}
+			for _, r := range regs {
+				if r.PID == st.PID && r.Start == st.StartTime {
+					return r.Caller(), nil
+				}
+			}
+		}
+	}
+	return Caller{}, errorf(http.StatusForbidden, "not_recipient", "peer PID %d does not descend from an active agent session", pid)
+}
+
+func nowUnix() int64 { return time.Now().Unix() }
+
+func fmtOrigin(kind string, c *Caller) json.RawMessage {
+	if c == nil {
+		return json.RawMessage(fmt.Sprintf(`{"kind":%q}`, kind))
+	}
+	raw, _ := json.Marshal(map[string]string{"kind": kind, "harness": c.Harness, "sessionId": c.SessionID})
+	return raw
+}

@@ -1,0 +1,294 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+// ReplyResult is the answer to an accepted reply (PROTOCOL.md §4.1 `reply`).
+type ReplyResult struct {
+	MessageID        string  `json:"messageId"` // the ORIGINAL message
+	Seq              uint64  `json:"seq"`
+	SessionRef       string  `json:"sessionRef"`
+	ReplierSessionID string  `json:"replierSessionId"`
+	CreatedAt        int64   `json:"createdAt"`
+	Text             string  `json:"text"`
+	PushOutcome      *string `json:"pushOutcome"`
+	PushedMessageID  *string `json:"pushedMessageId"`
+}
+
+// ReplyView is a Reply object of PROTOCOL.md §3.7.
+type ReplyView struct {
+	Seq              uint64  `json:"seq"`
+	MessageID        string  `json:"messageId"`
+	CreatedAt        int64   `json:"createdAt"`
+	ReplierSessionID string  `json:"replierSessionId"`
+	Text             string  `json:"text"`
+	PushOutcome      *string `json:"pushOutcome"`
+	PushedMessageID  *string `json:"pushedMessageId"`
+}
+
+func strOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func replyView(r store.Reply) ReplyView {
+	return ReplyView{Seq: r.Seq, MessageID: r.MessageID, CreatedAt: r.CreatedAt, ReplierSessionID: r.ReplierSessionID,
+		Text: r.Text, PushOutcome: strOrNil(r.PushOutcome), PushedMessageID: strOrNil(r.PushedMessageID)}
+}
+
+// Reply records caller's reply to messageID and pushes it to the original sender when the
+// message has a return address and asked for pushes. Only the recipient may reply.
+func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket string) (res ReplyResult, err error) {
+	defer func() { b.audit(socket, caller.Actor(), "reply", messageID, res.MessageID, err) }()
+	if messageID == "" || text == "" {
+		return res, badRequest("messageId and text are required")
+	}
+	if len(text) > b.cfg.MaxBody {
+		return res, errorf(http.StatusRequestEntityTooLarge, "body_too_large", "text %d exceeds limit %d", len(text), b.cfg.MaxBody)
+	}
+	msg, found, err := b.message(messageID)
+	if err != nil {
+		return res, err
+	}
+	if !found {
+		return res, errorf(http.StatusNotFound, "not_found", "message '%s'", messageID)
+	}
+	if caller.Harness != msg.RecipientHarness || caller.SessionID != msg.SessionID {
+		return res, errorf(http.StatusForbidden, "not_recipient", "caller session '%s:%s' is not recipient of message '%s' (expected '%s:%s')",
+			caller.Harness, caller.SessionID, messageID, msg.RecipientHarness, msg.SessionID)
+	}
+	now := nowUnix()
+	reply := store.Reply{MessageID: messageID, CreatedAt: now, ReplierSessionID: caller.SessionID, Text: text}
+	var pushed *store.Message
+	var pending *store.Pending
+	if msg.ReturnHarness != "" && msg.ReturnSessionID != "" {
+		reply.PushOutcome, pushed, pending = b.push(caller, msg, text, now)
+	}
+	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+		r := reply
+		if pending != nil {
+			switch err := tx.Enqueue(*pending); {
+			case errors.Is(err, store.ErrQueueFull):
+				// The reply itself is kept; only the push failed.
+				r.PushOutcome = "push_failed"
+			case err != nil:
+				return err
+			}
+		}
+		if r.PushOutcome == "pushed" && pushed != nil {
+			r.PushedMessageID = pushed.ID
+			if err := tx.PutMessage(*pushed); err != nil {
+				return err
+			}
+		}
+		seq, err := tx.AddReply(r)
+		r.Seq = seq
+		reply = r
+		return err
+	})
+	if err != nil {
+		return ReplyResult{}, err
+	}
+	b.replies.fire(messageID)
+	if pending != nil && reply.PushOutcome == "pushed" {
+		b.queues.fire(pending.SessionID)
+	}
+	return ReplyResult{MessageID: messageID, Seq: reply.Seq, SessionRef: caller.SessionID, ReplierSessionID: caller.SessionID,
+		CreatedAt: now, Text: text, PushOutcome: strOrNil(reply.PushOutcome), PushedMessageID: strOrNil(reply.PushedMessageID)}, nil
+}
+
+// push delivers a reply to the original sender. Claude inboxes are written now; queued
+// harnesses get a pending entry that the caller commits together with the reply.
+func (b *Bus) push(caller Caller, msg store.Message, text string, now int64) (outcome string, pushed *store.Message, pending *store.Pending) {
+	if !msg.PushReplies {
+		return "disabled", nil, nil
+	}
+	if msg.ReturnHost != "" && msg.ReturnHost != b.cfg.Host {
+		// Federation is not configured in this build, so a remote sender cannot be reached.
+		return "push_failed", nil, nil
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "push_failed", nil, nil
+	}
+	badge := envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name)
+	body := envelope.ReplyBody(msg.ID, id.String(), text)
+	pushed = &store.Message{ID: id.String(), CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: badge, Bytes: len(text),
+		Outcome: "delivered", RecipientHarness: msg.ReturnHarness, ReturnHarness: caller.Harness,
+		ReturnSessionID: caller.SessionID, PushReplies: true, ThreadID: msg.ThreadID}
+	switch msg.ReturnHarness {
+	case "claude":
+		var target *claude.Session
+		for _, s := range b.cfg.Claude.Scan() {
+			if s.Live && s.ID == msg.ReturnSessionID {
+				target = &s
+				break
+			}
+		}
+		if target == nil {
+			return "sender_gone", nil, nil
+		}
+		line, err := envelope.ClaudeLine(badge, body)
+		if err != nil {
+			return "push_failed", nil, nil
+		}
+		if err := claude.Deliver(target.MessagingSocketPath, line, b.cfg.InboxTimeout); err != nil {
+			if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+				return "sender_gone", nil, nil
+			}
+			return "push_failed", nil, nil
+		}
+		return "pushed", pushed, nil
+	case "svc":
+		// A service's queue is durable and its id stable: queue even while it reconnects.
+	default:
+		if !b.registered(msg.ReturnSessionID) {
+			return "sender_gone", nil, nil
+		}
+	}
+	pending = &store.Pending{ID: pushed.ID, SessionID: msg.ReturnSessionID, CreatedAt: now, FromName: badge, Bytes: len(text), Text: text, Envelope: body}
+	if msg.ReturnHarness == "svc" {
+		pending.Origin = fmtOrigin("local", &caller)
+	}
+	return "pushed", pushed, pending
+}
+
+func (b *Bus) registered(sessionID string) bool {
+	for _, r := range b.liveRegistrations() {
+		if r.SessionID == sessionID {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *Bus) message(id string) (store.Message, bool, error) {
+	var m store.Message
+	var found bool
+	err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+		m, found, err = tx.Message(id)
+		return err
+	})
+	return m, found, err
+}
+
+// MessageView is the answer of GET /v1/messages/{id}.
+type MessageView struct {
+	ID               string      `json:"id"`
+	CreatedAt        int64       `json:"createdAt"`
+	SessionID        string      `json:"sessionId"`
+	FromName         string      `json:"fromName"`
+	Bytes            int         `json:"bytes"`
+	Outcome          string      `json:"outcome"`
+	RecipientHarness string      `json:"recipientHarness"`
+	ReturnHarness    *string     `json:"returnHarness"`
+	ReturnSessionID  *string     `json:"returnSessionId"`
+	PushReplies      bool        `json:"pushReplies"`
+	ThreadID         string      `json:"threadId"`
+	Replies          []ReplyView `json:"replies"`
+}
+
+func messageNotFound(id string) *Error { return notFound("message '" + id + "'") }
+
+// Message returns a stored message with its replies.
+func (b *Bus) Message(id string) (MessageView, error) {
+	var m store.Message
+	var found bool
+	var replies []store.Reply
+	err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+		if m, found, err = tx.Message(id); err != nil || !found {
+			return err
+		}
+		replies, err = tx.Replies(id, 0)
+		return err
+	})
+	if err != nil {
+		return MessageView{}, err
+	}
+	if !found {
+		return MessageView{}, messageNotFound(id)
+	}
+	v := MessageView{ID: m.ID, CreatedAt: m.CreatedAt, SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, Outcome: m.Outcome,
+		RecipientHarness: m.RecipientHarness, ReturnHarness: strOrNil(m.ReturnHarness), ReturnSessionID: strOrNil(m.ReturnSessionID),
+		PushReplies: m.PushReplies, ThreadID: m.ThreadID, Replies: []ReplyView{}}
+	for _, r := range replies {
+		v.Replies = append(v.Replies, replyView(r))
+	}
+	return v, nil
+}
+
+// MaxWait caps a long-poll.
+const MaxWait = 60 * time.Second
+
+// Replies returns replies to id with seq > after; when there are none and wait > 0 it waits
+// (at most MaxWait) for one. At most MaxWaiters callers wait at once; the next gets 503.
+func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Duration) ([]ReplyView, error) {
+	if wait > MaxWait {
+		wait = MaxWait
+	}
+	list := func() ([]ReplyView, bool, error) {
+		var rs []store.Reply
+		var found bool
+		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+			if _, found, err = tx.Message(id); err != nil || !found {
+				return err
+			}
+			rs, err = tx.Replies(id, after)
+			return err
+		})
+		out := make([]ReplyView, 0, len(rs))
+		for _, r := range rs {
+			out = append(out, replyView(r))
+		}
+		return out, found, err
+	}
+	out, found, err := list()
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, messageNotFound(id)
+	}
+	if len(out) > 0 || wait <= 0 {
+		return out, nil
+	}
+	select {
+	case b.waiters <- struct{}{}:
+		defer func() { <-b.waiters }()
+	default:
+		return nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "too many waiting reply polls")
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		ch, cancel := b.replies.subscribe(id)
+		out, _, err = list()
+		if err != nil || len(out) > 0 {
+			cancel()
+			return out, err
+		}
+		select {
+		case <-ch:
+			cancel()
+		case <-timer.C:
+			cancel()
+			return out, nil
+		case <-ctx.Done():
+			cancel()
+			return out, nil
+		}
+	}
+}

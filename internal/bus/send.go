@@ -1,0 +1,214 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"syscall"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+// Send is one message to deliver. The servers fill it from attested facts only: FromName,
+// Principal and Caller come from the socket and the kernel, never from request fields.
+type Send struct {
+	Ref         string
+	Text        string
+	Bytes       int     // the protocol's `bytes`: whole HTTP body for HTTP sends, text length elsewhere
+	FromName    string  // sender badge
+	Principal   string  // idempotency scope
+	Caller      *Caller // attested sender; nil for anonymous HTTP (then no return address)
+	PushReplies bool
+	Key         string // idempotency key, optional
+	Socket      string // for the audit log
+	Actor       string
+}
+
+// Delivery is the answer to an accepted send.
+type Delivery struct {
+	SessionID string `json:"sessionId"`
+	FromName  string `json:"fromName"`
+	Bytes     int    `json:"bytes"`
+	MessageID string `json:"messageId"`
+	Outcome   string `json:"outcome"`
+}
+
+// keyLocks serializes sends that share an idempotency key, so two concurrent retries cannot
+// both miss the record and deliver twice.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	n int
+}
+
+func (k *keyLocks) lock(key string) func() {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyLock{}
+	}
+	l := k.m[key]
+	if l == nil {
+		l = &keyLock{}
+		k.m[key] = l
+	}
+	l.n++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.n--; l.n == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// Send delivers a message and records it. It returns only after the record is committed
+// and fsynced; a refused send changes nothing.
+func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
+	defer func() { b.audit(s.Socket, s.Actor, "send", s.Ref, d.MessageID, err) }()
+	if s.Text == "" {
+		return d, badRequest("text must not be empty")
+	}
+	if len(s.Text) > b.cfg.MaxBody {
+		return d, errorf(http.StatusRequestEntityTooLarge, "body_too_large", "text %d exceeds limit %d", len(s.Text), b.cfg.MaxBody)
+	}
+	if s.Key != "" {
+		if err := envelope.ValidIdempotencyKey(s.Key); err != nil {
+			return d, badRequest("invalid idempotency key: %v", err)
+		}
+		defer b.keys.lock(s.Principal + "\x00" + s.Key)()
+		rec, found, err := b.idem(s.Principal, s.Key)
+		if err != nil {
+			return d, err
+		}
+		if found {
+			if rec.Body != s.Text {
+				return d, errorf(http.StatusConflict, "conflict", "idempotency key reused with a different body")
+			}
+			return Delivery{SessionID: rec.SessionID, FromName: rec.FromName, Bytes: rec.Bytes, MessageID: rec.MessageID, Outcome: rec.Outcome}, nil
+		}
+	}
+	ref := s.Ref
+	if target, host, ok := envelope.SplitRemote(ref); ok {
+		if host != b.cfg.Host {
+			// Federation is not configured in this build: every remote host is unknown.
+			return d, errorf(http.StatusBadRequest, "unknown_peer", "unknown peer '%s'", host)
+		}
+		ref = target
+	}
+	t, err := b.Resolve(ref)
+	if err != nil {
+		return d, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return d, err
+	}
+	msg := store.Message{ID: id.String(), CreatedAt: nowUnix(), SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes,
+		Outcome: "delivered", RecipientHarness: t.Harness, ThreadID: id.String()}
+	if s.Caller != nil {
+		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
+	}
+	d = Delivery{SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: "delivered"}
+	var pending *store.Pending
+	if t.Harness == "claude" {
+		line, err := envelope.ClaudeLine(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
+		if err != nil {
+			return Delivery{}, err
+		}
+		if err := claude.Deliver(t.Claude.MessagingSocketPath, line, b.cfg.InboxTimeout); err != nil {
+			return Delivery{}, inboxError(err)
+		}
+	} else {
+		kind := "anonymous"
+		if s.Caller != nil {
+			kind = "local"
+		}
+		pending = &store.Pending{ID: msg.ID, SessionID: t.SessionID, CreatedAt: msg.CreatedAt, FromName: s.FromName, Bytes: s.Bytes,
+			Text: s.Text, Envelope: envelope.Plain(s.FromName, msg.ID, s.Text)}
+		if t.Harness == "svc" {
+			pending.Origin = fmtOrigin(kind, s.Caller)
+		}
+	}
+	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+		if pending != nil {
+			if err := tx.Enqueue(*pending); err != nil {
+				return err
+			}
+		}
+		if err := tx.PutMessage(msg); err != nil {
+			return err
+		}
+		if s.Key == "" {
+			return nil
+		}
+		return tx.PutIdem(store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
+			SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: msg.CreatedAt})
+	})
+	if errors.Is(err, store.ErrQueueFull) {
+		return Delivery{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "%s session message queue is full", t.Harness)
+	}
+	if err != nil {
+		return Delivery{}, err
+	}
+	if pending != nil {
+		b.queues.fire(t.SessionID)
+	}
+	return d, nil
+}
+
+func (b *Bus) idem(principal, key string) (store.Idem, bool, error) {
+	var rec store.Idem
+	var found bool
+	err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+		rec, found, err = tx.Idem(principal, key)
+		return err
+	})
+	// Records older than the TTL are ignored even before the purge removes them.
+	if found && rec.CreatedAt < nowUnix()-int64(b.cfg.IdemTTL.Seconds()) {
+		found = false
+	}
+	return rec, found, err
+}
+
+func inboxError(err error) *Error {
+	if errors.Is(err, claude.ErrInboxTimeout) {
+		return errorf(http.StatusGatewayTimeout, "inbox_timeout", "session inbox did not accept the message within the timeout")
+	}
+	return errorf(http.StatusBadGateway, "inbox_unavailable", "session inbox unavailable: %s", errText(err))
+}
+
+// errText names the failing syscall condition without echoing paths of other users.
+func errText(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return "connection failed"
+}
+
+// audit logs one state-changing request: actor, socket, kind, target, outcome; never a body.
+func (b *Bus) audit(socket, actor, kind, target, messageID string, err error) {
+	if err != nil {
+		e := AsError(err)
+		lvl := b.cfg.Log.Warn
+		if e.Code == "internal" {
+			lvl = b.cfg.Log.Error
+			b.cfg.Log.Error("internal error", "socket", socket, "actor", actor, "request", kind, "err", err)
+		}
+		lvl("refused", "socket", socket, "actor", actor, "request", kind, "target", target, "code", e.Code, "reason", e.Detail)
+		return
+	}
+	b.cfg.Log.Info("accepted", "socket", socket, "actor", actor, "request", kind, "target", target, "message_id", messageID)
+}

@@ -1,0 +1,218 @@
+// Package httpapi serves the HTTP API of PROTOCOL.md §3 on http.sock (and the optional TCP
+// listener). Anonymous senders can send and read replies; replying is socket-only.
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/envelope"
+)
+
+// Config of the API.
+type Config struct {
+	Bus     *bus.Bus
+	MaxBody int
+	Log     *slog.Logger
+	Socket  string // "http" or "tcp", for the audit log
+}
+
+// Handler returns the API router.
+func Handler(cfg Config) http.Handler {
+	h := &handler{cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", h.healthz)
+	mux.HandleFunc("GET /v1/sessions", h.sessions)
+	mux.HandleFunc("GET /v1/sessions/{ref}", h.session)
+	mux.HandleFunc("POST /v1/sessions/{ref}/messages", h.send)
+	mux.HandleFunc("GET /v1/messages/{id}", h.message)
+	mux.HandleFunc("GET /v1/messages/{id}/replies", h.replies)
+	// Replying is attested (agent.sock / register.sock); HTTP callers are anonymous.
+	mux.HandleFunc("/v1/messages/{id}/replies", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, &bus.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Detail: "replies are sent over agent.sock"})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
+	})
+	return mux
+}
+
+// NewServer wraps Handler with the socket limits of DESIGN.md §3: a 5 s header deadline and
+// 64 KiB of headers, and a write timeout that leaves room for a 60 s long-poll.
+func NewServer(cfg Config) *http.Server {
+	return &http.Server{
+		Handler:           Handler(cfg),
+		ReadHeaderTimeout: 5 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		WriteTimeout:      bus.MaxWait + 15*time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
+	}
+}
+
+type handler struct{ cfg Config }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":"internal","detail":"encoding failed"}` + "\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	e := bus.AsError(err)
+	writeJSON(w, e.Status, map[string]string{"error": e.Code, "detail": e.Detail})
+}
+
+func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
+	dirs := "ok"
+	if !h.cfg.Bus.SessionDirsPresent() {
+		dirs = "sessions_dir_missing"
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "sessions_dir": dirs})
+}
+
+func (h *handler) sessions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("peer") != "" {
+		writeError(w, &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "unknown peer '" + q.Get("peer") + "' (federation is not configured)"})
+		return
+	}
+	writeJSON(w, http.StatusOK, h.cfg.Bus.Sessions(q.Get("cwd"), q.Get("status")))
+}
+
+func (h *handler) session(w http.ResponseWriter, r *http.Request) {
+	t, err := h.cfg.Bus.Resolve(r.PathValue("ref"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t.View)
+}
+
+// SendRequest is the body of POST /v1/sessions/{ref}/messages.
+type SendRequest struct {
+	From                string `json:"from"`
+	Text                string `json:"text"`
+	IdempotencyKey      string `json:"idempotency_key"`
+	IdempotencyKeyAlias string `json:"idempotencyKey"`
+}
+
+// DecodeSend parses a send body strictly: valid UTF-8, one JSON object, no unknown fields.
+// (encoding/json would silently turn invalid UTF-8 into U+FFFD, so it is checked first.)
+func DecodeSend(body []byte) (SendRequest, error) {
+	var req SendRequest
+	if !utf8.Valid(body) {
+		return req, errors.New("body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, fmt.Errorf("invalid JSON: %v", err)
+	}
+	if dec.More() {
+		return req, errors.New("invalid JSON: trailing data after the object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return req, errors.New("invalid JSON: trailing data after the object")
+	}
+	if req.IdempotencyKey == "" {
+		req.IdempotencyKey = req.IdempotencyKeyAlias
+	}
+	return req, nil
+}
+
+func (h *handler) send(w http.ResponseWriter, r *http.Request) {
+	max := h.cfg.MaxBody
+	// The size limit applies to the raw body, before any parsing (PROTOCOL.md §3.5 step 1).
+	if r.ContentLength > int64(max) {
+		writeError(w, &bus.Error{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Detail: fmt.Sprintf("body %d exceeds limit %d", r.ContentLength, max)})
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
+	if err != nil {
+		writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: "could not read body"})
+		return
+	}
+	if len(body) > max {
+		writeError(w, &bus.Error{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Detail: fmt.Sprintf("body %d exceeds limit %d", len(body), max)})
+		return
+	}
+	req, err := DecodeSend(body)
+	if err != nil {
+		writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: err.Error()})
+		return
+	}
+	if req.Text == "" {
+		writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: "text must not be empty"})
+		return
+	}
+	clean, err := envelope.Anonymous(req.From)
+	if err != nil {
+		h.cfg.Log.Warn("refused", "socket", h.cfg.Socket, "actor", "anon", "request", "send", "code", "bad_sender")
+		writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_sender", Detail: err.Error()})
+		return
+	}
+	from := envelope.AnonymousBadge(h.cfg.Bus.Host(), clean)
+	d, err := h.cfg.Bus.Send(r.Context(), bus.Send{
+		Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from,
+		Principal: "http:" + from, Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: "anon:" + clean,
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, d)
+}
+
+func (h *handler) message(w http.ResponseWriter, r *http.Request) {
+	m, err := h.cfg.Bus.Message(r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (h *handler) replies(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var after uint64
+	var wait int
+	var err error
+	if s := q.Get("after"); s != "" {
+		if after, err = strconv.ParseUint(s, 10, 64); err != nil {
+			writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: "after must be a non-negative integer"})
+			return
+		}
+	}
+	if s := q.Get("wait"); s != "" {
+		if wait, err = strconv.Atoi(s); err != nil || wait < 0 {
+			writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: "wait must be a non-negative integer (seconds)"})
+			return
+		}
+	}
+	out, err := h.cfg.Bus.Replies(r.Context(), r.PathValue("id"), after, time.Duration(min(wait, 60))*time.Second)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,410 @@
+// Package store keeps xmsg's durable state in one bbolt file: messages (metadata), replies,
+// the per-session delivery queues of registered harnesses, and idempotency keys.
+//
+// Every write goes through Update, which commits and fsyncs before it returns, so an answer
+// given after Update is never lost. Concurrent writers share commits: a single goroutine takes
+// the first waiting write, adds whatever else is already waiting, and commits them in one
+// transaction (group commit). A lone writer therefore pays exactly one commit and never waits
+// for a batch timer, while many writers pay one fsync between them.
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Bucket names. Keys are chosen so that iteration order is time order:
+//   - messages: UUID v7 id (canonical lowercase text sorts by creation time);
+//   - replies: 8-byte big-endian global sequence (NextSequence), the protocol's `seq`;
+//   - replyIndex: message id + seq, for one message's replies in order;
+//   - queue: session id + 0x00 + 8-byte big-endian sequence, FIFO per session;
+//   - idem: principal + 0x00 + key.
+var (
+	bucketMessages   = []byte("messages")
+	bucketReplies    = []byte("replies")
+	bucketReplyIndex = []byte("reply_index")
+	bucketQueue      = []byte("queue")
+	bucketIdem       = []byte("idempotency")
+)
+
+// MaxQueue is the number of undelivered messages one registered session may hold.
+const MaxQueue = 100
+
+// ErrQueueFull is returned by Tx.Enqueue when a session already holds MaxQueue messages.
+var ErrQueueFull = errors.New("store: queue is full")
+
+// ErrClosed is returned by writes after Close.
+var ErrClosed = errors.New("store: closed")
+
+// Message is the metadata of one accepted message (bodies of Claude deliveries are not kept).
+type Message struct {
+	ID               string `json:"id"`
+	CreatedAt        int64  `json:"createdAt"`
+	SessionID        string `json:"sessionId"`
+	FromName         string `json:"fromName"`
+	Bytes            int    `json:"bytes"`
+	Outcome          string `json:"outcome"`
+	RecipientHarness string `json:"recipientHarness"`
+	ReturnHarness    string `json:"returnHarness,omitempty"`
+	ReturnSessionID  string `json:"returnSessionId,omitempty"`
+	ReturnHost       string `json:"returnHost,omitempty"`
+	PushReplies      bool   `json:"pushReplies"`
+	ThreadID         string `json:"threadId"`
+}
+
+// Reply is a reply attached to a stored message by its recipient.
+type Reply struct {
+	Seq              uint64 `json:"seq"`
+	MessageID        string `json:"messageId"`
+	CreatedAt        int64  `json:"createdAt"`
+	ReplierSessionID string `json:"replierSessionId"`
+	Text             string `json:"text"`
+	PushOutcome      string `json:"pushOutcome,omitempty"`
+	PushedMessageID  string `json:"pushedMessageId,omitempty"`
+}
+
+// Pending is a message waiting in a registered session's queue until the session acks it.
+type Pending struct {
+	ID        string          `json:"id"`
+	SessionID string          `json:"sessionId"`
+	CreatedAt int64           `json:"createdAt"`
+	FromName  string          `json:"fromName"`
+	Bytes     int             `json:"bytes"`
+	Text      string          `json:"text"`
+	Envelope  string          `json:"envelope"`
+	Origin    json.RawMessage `json:"origin,omitempty"`
+}
+
+// Idem is a remembered idempotent send: the same (principal, key) with the same body answers
+// with the stored delivery; with another body it is a conflict.
+type Idem struct {
+	Principal string `json:"principal"`
+	Key       string `json:"key"`
+	Body      string `json:"body"`
+	MessageID string `json:"messageId"`
+	SessionID string `json:"sessionId"`
+	FromName  string `json:"fromName"`
+	Bytes     int    `json:"bytes"`
+	Outcome   string `json:"outcome"`
+	CreatedAt int64  `json:"createdAt"`
+}
+
+// Store is the open database.
+type Store struct {
+	db   *bolt.DB
+	reqs chan *op
+	done chan struct{}
+
+	mu     sync.RWMutex // guards closed against Update racing Close
+	closed bool
+}
+
+type op struct {
+	fn  func(*Tx) error
+	err chan error
+}
+
+// maxBatch bounds one group commit so a flood of writers cannot make one transaction huge.
+const maxBatch = 256
+
+// Open opens (creating if needed) the database at path. The parent directory is created 0700
+// and the file 0600. A second daemon on the same file fails after timeout with a message that
+// says so, instead of hanging: bbolt holds an exclusive flock for the life of the DB.
+func Open(path string, timeout time.Duration) (*Store, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: create %s: %w", dir, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("store: %s is locked by another process (is another xmsg serve running on this database?)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	// bolt.Open honours the umask only at creation; an existing file may be wider.
+	if err := os.Chmod(path, 0o600); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: chmod %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMessages, bucketReplies, bucketReplyIndex, bucketQueue, bucketIdem} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: create buckets: %w", err)
+	}
+	s := &Store{db: db, reqs: make(chan *op), done: make(chan struct{})}
+	go s.commitLoop()
+	return s, nil
+}
+
+// Close waits for queued writes, then closes the file.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.reqs)
+	s.mu.Unlock()
+	<-s.done
+	return s.db.Close()
+}
+
+// Update runs fn in a read-write transaction and returns once that transaction is committed
+// and fsynced (or failed). fn may run more than once (see commitLoop) and must derive
+// everything it writes from the transaction and its captured inputs. If fn returns an error,
+// none of its writes are kept.
+func (s *Store) Update(fn func(*Tx) error) error {
+	o := &op{fn: fn, err: make(chan error, 1)}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	s.reqs <- o
+	s.mu.RUnlock()
+	return <-o.err
+}
+
+// View runs fn in a read-only transaction. Values returned by Tx methods are copies and stay
+// valid after View returns.
+func (s *Store) View(fn func(*Tx) error) error {
+	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{btx: btx}) })
+}
+
+// errRetryAlone aborts a shared transaction when one of its writes fails, so that the others
+// can be committed without the failed one's partial writes.
+var errRetryAlone = errors.New("store: retry alone")
+
+func (s *Store) commitLoop() {
+	defer close(s.done)
+	for first := range s.reqs {
+		batch := []*op{first}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case o, ok := <-s.reqs:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		errs := make([]error, len(batch))
+		err := s.db.Update(func(btx *bolt.Tx) error {
+			tx := &Tx{btx: btx}
+			for i, o := range batch {
+				if errs[i] = o.fn(tx); errs[i] != nil {
+					return errRetryAlone
+				}
+			}
+			return nil
+		})
+		if errors.Is(err, errRetryAlone) {
+			// One write failed: the whole transaction rolled back. Run each write in its own
+			// transaction so that one bad write never takes its neighbours down with it.
+			for i, o := range batch {
+				errs[i] = s.db.Update(func(btx *bolt.Tx) error { return o.fn(&Tx{btx: btx}) })
+			}
+		} else if err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+		}
+		for i, o := range batch {
+			o.err <- errs[i]
+		}
+	}
+}
+
+// Tx is a transaction with xmsg's typed operations.
+type Tx struct{ btx *bolt.Tx }
+
+func u64(n uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n)
+	return b[:]
+}
+
+func get[T any](b *bolt.Bucket, key []byte) (T, bool, error) {
+	var v T
+	raw := b.Get(key)
+	if raw == nil {
+		return v, false, nil
+	}
+	// json.Unmarshal copies, so nothing returned points into the mmap after the tx ends.
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return v, false, fmt.Errorf("store: decode %s/%x: %w", b.Tx().DB().Path(), key, err)
+	}
+	return v, true, nil
+}
+
+func put(b *bolt.Bucket, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("store: encode: %w", err)
+	}
+	return b.Put(key, raw)
+}
+
+// Message returns the message with id.
+func (t *Tx) Message(id string) (Message, bool, error) {
+	return get[Message](t.btx.Bucket(bucketMessages), []byte(id))
+}
+
+// PutMessage inserts or replaces a message.
+func (t *Tx) PutMessage(m Message) error {
+	return put(t.btx.Bucket(bucketMessages), []byte(m.ID), m)
+}
+
+// AddReply stores r with the next global sequence number and returns that number.
+func (t *Tx) AddReply(r Reply) (uint64, error) {
+	b := t.btx.Bucket(bucketReplies)
+	seq, err := b.NextSequence()
+	if err != nil {
+		return 0, fmt.Errorf("store: reply sequence: %w", err)
+	}
+	r.Seq = seq
+	if err := put(b, u64(seq), r); err != nil {
+		return 0, err
+	}
+	return seq, t.btx.Bucket(bucketReplyIndex).Put(replyIndexKey(r.MessageID, seq), nil)
+}
+
+func replyIndexKey(messageID string, seq uint64) []byte {
+	k := make([]byte, 0, len(messageID)+1+8)
+	k = append(k, messageID...)
+	k = append(k, 0)
+	return append(k, u64(seq)...)
+}
+
+// Replies returns the replies to messageID with seq > after, in seq order.
+func (t *Tx) Replies(messageID string, after uint64) ([]Reply, error) {
+	idx := t.btx.Bucket(bucketReplyIndex).Cursor()
+	replies := t.btx.Bucket(bucketReplies)
+	prefix := append([]byte(messageID), 0)
+	out := []Reply{}
+	for k, _ := idx.Seek(replyIndexKey(messageID, after+1)); k != nil && hasPrefix(k, prefix); k, _ = idx.Next() {
+		r, ok, err := get[Reply](replies, k[len(prefix):])
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func hasPrefix(k, prefix []byte) bool {
+	return len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix)
+}
+
+func queuePrefix(sessionID string) []byte { return append([]byte(sessionID), 0) }
+
+// Enqueue appends p to its session's queue, or returns ErrQueueFull when the session already
+// holds MaxQueue undelivered messages.
+func (t *Tx) Enqueue(p Pending) error {
+	b := t.btx.Bucket(bucketQueue)
+	prefix := queuePrefix(p.SessionID)
+	n := 0
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
+		if n++; n >= MaxQueue {
+			return ErrQueueFull
+		}
+	}
+	seq, err := b.NextSequence()
+	if err != nil {
+		return fmt.Errorf("store: queue sequence: %w", err)
+	}
+	return put(b, append(prefix, u64(seq)...), p)
+}
+
+// Head returns the oldest unacknowledged message of a session.
+func (t *Tx) Head(sessionID string) (Pending, bool, error) {
+	prefix := queuePrefix(sessionID)
+	c := t.btx.Bucket(bucketQueue).Cursor()
+	k, _ := c.Seek(prefix)
+	if k == nil || !hasPrefix(k, prefix) {
+		return Pending{}, false, nil
+	}
+	return get[Pending](t.btx.Bucket(bucketQueue), k)
+}
+
+// QueueLen returns how many messages wait for a session.
+func (t *Tx) QueueLen(sessionID string) int {
+	prefix := queuePrefix(sessionID)
+	n := 0
+	c := t.btx.Bucket(bucketQueue).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
+		n++
+	}
+	return n
+}
+
+// Ack removes messageID from the session's queue. It reports whether it was there; acking
+// a message of another session, or one already acked, changes nothing.
+func (t *Tx) Ack(sessionID, messageID string) (bool, error) {
+	b := t.btx.Bucket(bucketQueue)
+	prefix := queuePrefix(sessionID)
+	c := b.Cursor()
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+		var p Pending
+		if err := json.Unmarshal(v, &p); err != nil {
+			return false, fmt.Errorf("store: decode queue entry: %w", err)
+		}
+		if p.ID == messageID {
+			return true, c.Delete()
+		}
+	}
+	return false, nil
+}
+
+func idemKey(principal, key string) []byte {
+	k := make([]byte, 0, len(principal)+1+len(key))
+	k = append(k, principal...)
+	k = append(k, 0)
+	return append(k, key...)
+}
+
+// Idem returns the idempotency record for (principal, key).
+func (t *Tx) Idem(principal, key string) (Idem, bool, error) {
+	return get[Idem](t.btx.Bucket(bucketIdem), idemKey(principal, key))
+}
+
+// PutIdem stores an idempotency record.
+func (t *Tx) PutIdem(r Idem) error {
+	return put(t.btx.Bucket(bucketIdem), idemKey(r.Principal, r.Key), r)
+}
+
+// Counts is a summary for STATUS= and doctor.
+type Counts struct{ Messages, Replies, Queued, IdempotencyKeys int }
+
+// Counts returns how many records each bucket holds.
+func (t *Tx) Counts() Counts {
+	return Counts{
+		Messages:        t.btx.Bucket(bucketMessages).Stats().KeyN,
+		Replies:         t.btx.Bucket(bucketReplies).Stats().KeyN,
+		Queued:          t.btx.Bucket(bucketQueue).Stats().KeyN,
+		IdempotencyKeys: t.btx.Bucket(bucketIdem).Stats().KeyN,
+	}
+}
