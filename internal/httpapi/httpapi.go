@@ -23,7 +23,8 @@ type Config struct {
 	Bus     *bus.Bus
 	MaxBody int
 	Log     *slog.Logger
-	Socket  string // "http" or "tcp", for the audit log
+	Socket  string          // "http" or "tcp", for the audit log
+	Doctor  func() []string // protections in force, for GET /v1/doctor (xmsg doctor)
 }
 
 // Handler returns the API router.
@@ -32,6 +33,8 @@ func Handler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /v1/sessions", h.sessions)
+	// Not in the original protocol: lets `xmsg doctor` show the running instance's protections.
+	mux.HandleFunc("GET /v1/doctor", h.doctor)
 	mux.HandleFunc("GET /v1/sessions/{ref}", h.session)
 	mux.HandleFunc("POST /v1/sessions/{ref}/messages", h.send)
 	mux.HandleFunc("GET /v1/messages/{id}", h.message)
@@ -88,6 +91,14 @@ func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 		dirs = "sessions_dir_missing"
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "sessions_dir": dirs})
+}
+
+func (h *handler) doctor(w http.ResponseWriter, r *http.Request) {
+	lines := []string{}
+	if h.cfg.Doctor != nil {
+		lines = h.cfg.Doctor()
+	}
+	writeJSON(w, http.StatusOK, map[string][]string{"lines": lines})
 }
 
 func (h *handler) sessions(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/xmsg/xmsg/internal/mcp"
+)
+
+// mcpCmd runs the MCP bridge on stdin/stdout (PROTOCOL.md §2.8, §10.2).
+func mcpCmd(args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	httpSock := fs.String("http-sock", os.Getenv("XMSG_HTTP_SOCK"), "bus http.sock (env XMSG_HTTP_SOCK)")
+	agentSock := fs.String("agent-sock", os.Getenv("XMSG_AGENT_SOCK"), "bus agent.sock (env XMSG_AGENT_SOCK)")
+	replyOnlyEnv, _ := strconv.ParseBool(os.Getenv("XMSG_REPLY_ONLY"))
+	replyOnly := fs.Bool("reply-only", replyOnlyEnv, "offer only the reply tool (env XMSG_REPLY_ONLY)")
+	fs.String("sessions-dir", "", "accepted for compatibility; the bus discovers sessions")
+	fs.String("xmsg-url", "", "accepted for compatibility; the bridge uses the sockets")
+	if err := fs.Parse(args); err != nil {
+		return usageError{fmt.Sprintf("mcp: %v", err)}
+	}
+	if *httpSock == "" || *agentSock == "" {
+		rt := os.Getenv("XDG_RUNTIME_DIR")
+		if rt == "" {
+			return fmt.Errorf("mcp: XDG_RUNTIME_DIR is not set; pass --http-sock and --agent-sock")
+		}
+		if *httpSock == "" {
+			*httpSock = rt + "/xmsg/http.sock"
+		}
+		if *agentSock == "" {
+			*agentSock = rt + "/xmsg/agent.sock"
+		}
+	}
+	return mcp.Run(context.Background(), mcp.Config{AgentSock: *agentSock, HTTPSock: *httpSock, ReplyOnly: *replyOnly,
+		In: stdin, Out: stdout, Log: newLogger("warn", os.Stderr)})
+}
