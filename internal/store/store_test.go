@@ -1,0 +1,260 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+func open(t testing.TB, path string) *Store {
+	t.Helper()
+	s, err := Open(path, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newID(t testing.TB) string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.String()
+}
+
+func TestSecondOpenFailsClearly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.db")
+	s := open(t, path)
+	defer s.Close()
+	_, err := Open(path, 100*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "locked by another process") {
+		t.Fatalf("second Open: got %v, want a 'locked by another process' error", err)
+	}
+}
+
+func TestWritesSurviveReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.db")
+	s := open(t, path)
+	id := newID(t)
+	err := s.Update(func(tx *Tx) error {
+		if err := tx.PutMessage(Message{ID: id, CreatedAt: 10, SessionID: "svc:a"}); err != nil {
+			return err
+		}
+		if err := tx.Enqueue(Pending{ID: id, SessionID: "svc:a", CreatedAt: 10, Text: "hi"}); err != nil {
+			return err
+		}
+		if _, err := tx.AddReply(Reply{MessageID: id, CreatedAt: 10, Text: "r1"}); err != nil {
+			return err
+		}
+		return tx.PutIdem(Idem{Principal: "p", Key: "k", MessageID: id, CreatedAt: 10})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, path)
+	defer s.Close()
+	s.View(func(tx *Tx) error {
+		if _, ok, _ := tx.Message(id); !ok {
+			t.Error("message lost across reopen")
+		}
+		if p, ok, _ := tx.Head("svc:a"); !ok || p.Text != "hi" {
+			t.Errorf("queue head = %+v, %v; want the queued message", p, ok)
+		}
+		if rs, _ := tx.Replies(id, 0); len(rs) != 1 || rs[0].Seq != 1 {
+			t.Errorf("replies = %+v, want one with seq 1", rs)
+		}
+		if _, ok, _ := tx.Idem("p", "k"); !ok {
+			t.Error("idempotency key lost across reopen")
+		}
+		return nil
+	})
+}
+
+func TestFailedWriteDoesNotTakeNeighboursDown(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	defer s.Close()
+	boom := errors.New("boom")
+	var wg sync.WaitGroup
+	errs := make([]error, 64)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Update(func(tx *Tx) error {
+				if err := tx.PutMessage(Message{ID: fmt.Sprintf("m%03d", i)}); err != nil {
+					return err
+				}
+				if i%7 == 0 {
+					return boom // after a write: that write must not survive
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	s.View(func(tx *Tx) error {
+		for i, err := range errs {
+			_, ok, _ := tx.Message(fmt.Sprintf("m%03d", i))
+			if i%7 == 0 {
+				if !errors.Is(err, boom) || ok {
+					t.Errorf("write %d: err=%v stored=%v; want boom and nothing stored", i, err, ok)
+				}
+			} else if err != nil || !ok {
+				t.Errorf("write %d: err=%v stored=%v; want stored", i, err, ok)
+			}
+		}
+		return nil
+	})
+}
+
+func TestQueueFIFOLimitAndAck(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	defer s.Close()
+	ids := make([]string, MaxQueue)
+	for i := range ids {
+		ids[i] = newID(t)
+		if err := s.Update(func(tx *Tx) error { return tx.Enqueue(Pending{ID: ids[i], SessionID: "svc:a"}) }); err != nil {
+			t.Fatalf("enqueue %d: %v", i, err)
+		}
+	}
+	err := s.Update(func(tx *Tx) error { return tx.Enqueue(Pending{ID: newID(t), SessionID: "svc:a"}) })
+	if !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("enqueue past the limit: got %v, want ErrQueueFull", err)
+	}
+	// Another session's queue is independent, and its ack cannot touch ours.
+	if err := s.Update(func(tx *Tx) error { return tx.Enqueue(Pending{ID: "other", SessionID: "svc:b"}) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Update(func(tx *Tx) error {
+		if ok, _ := tx.Ack("svc:b", ids[0]); ok {
+			t.Error("svc:b acked a message of svc:a")
+		}
+		return nil
+	})
+	for i := range ids {
+		var head Pending
+		s.View(func(tx *Tx) error { head, _, _ = tx.Head("svc:a"); return nil })
+		if head.ID != ids[i] {
+			t.Fatalf("head %d = %s, want %s (FIFO)", i, head.ID, ids[i])
+		}
+		var acked bool
+		s.Update(func(tx *Tx) (err error) { acked, err = tx.Ack("svc:a", ids[i]); return err })
+		if !acked {
+			t.Fatalf("ack %d reported false", i)
+		}
+	}
+	s.View(func(tx *Tx) error {
+		if n := tx.QueueLen("svc:a"); n != 0 {
+			t.Errorf("queue length after acking all = %d, want 0", n)
+		}
+		return nil
+	})
+}
+
+// TestPurgeManyPages deletes across many bbolt pages: a purge that advanced its cursor after
+// a delete would skip keys and leave old rows behind.
+func TestPurgeManyPages(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	defer s.Close()
+	const n = 3000
+	var keep []string
+	err := s.Update(func(tx *Tx) error {
+		for i := range n {
+			id := newID(t)
+			at := int64(100)
+			if i%10 == 0 {
+				at = 1000 // young
+			}
+			if err := tx.PutMessage(Message{ID: id, CreatedAt: at}); err != nil {
+				return err
+			}
+			if _, err := tx.AddReply(Reply{MessageID: id, CreatedAt: at, Text: strings.Repeat("x", 50)}); err != nil {
+				return err
+			}
+			if err := tx.PutIdem(Idem{Principal: "p", Key: fmt.Sprint(i), CreatedAt: at}); err != nil {
+				return err
+			}
+			if err := tx.Enqueue(Pending{ID: id, SessionID: fmt.Sprintf("s%d", i%40), CreatedAt: at}); err != nil {
+				return err
+			}
+			if at == 1000 {
+				keep = append(keep, id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Purged
+	if err := s.Update(func(tx *Tx) (err error) { p, err = tx.Purge(500, 500); return err }); err != nil {
+		t.Fatal(err)
+	}
+	// Messages are keyed by time-ordered ids: the purge stops at the first young one, so the
+	// old ones after it stay until the next purge; the queue and idempotency scans are exact.
+	if p.IdempotencyKeys != n-len(keep) || p.Queued != n-len(keep) {
+		t.Errorf("purged %+v, want %d idempotency keys and queue entries", p, n-len(keep))
+	}
+	s.View(func(tx *Tx) error {
+		for _, id := range keep {
+			if _, ok, _ := tx.Message(id); !ok {
+				t.Fatalf("young message %s purged", id)
+			}
+			if rs, _ := tx.Replies(id, 0); len(rs) != 1 {
+				t.Fatalf("young reply of %s purged", id)
+			}
+		}
+		c := tx.Counts()
+		if c.IdempotencyKeys != len(keep) || c.Queued != len(keep) {
+			t.Errorf("after purge: %+v, want %d idempotency keys and queued", c, len(keep))
+		}
+		return nil
+	})
+}
+
+func TestPurgeOrderedRemovesAllOld(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	defer s.Close()
+	err := s.Update(func(tx *Tx) error {
+		for i := range 2000 {
+			id := newID(t)
+			if err := tx.PutMessage(Message{ID: id, CreatedAt: int64(i)}); err != nil {
+				return err
+			}
+			if _, err := tx.AddReply(Reply{MessageID: id, CreatedAt: int64(i)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Purged
+	s.Update(func(tx *Tx) (err error) { p, err = tx.Purge(1500, 0); return err })
+	if p.Messages != 1500 || p.Replies != 1500 {
+		t.Errorf("purged %+v, want 1500 messages and replies", p)
+	}
+	s.View(func(tx *Tx) error {
+		if c := tx.Counts(); c.Messages != 500 || c.Replies != 500 {
+			t.Errorf("left %+v, want 500 each", c)
+		}
+		return nil
+	})
+}
+
+func TestUpdateAfterClose(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	s.Close()
+	if err := s.Update(func(*Tx) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Update after Close: got %v, want ErrClosed", err)
+	}
+}
