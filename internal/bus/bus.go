@@ -5,7 +5,6 @@
 package bus
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
