@@ -1,0 +1,64 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestPrecedenceFlagEnvDefault(t *testing.T) {
+	e := env(map[string]string{"HOME": "/home/u", "XMSG_MAX_BODY": "100", "XMSG_REPLY_TTL": "60", "XMSG_HOST_LABEL": "envhost",
+		"XMSG_SESSIONS_DIR": "/a:/b", "XMSG_SVC_EXE": "matrix=/bin/m,svc:genie=/bin/g,noequals", "STATE_DIRECTORY": "/var/lib/xmsg-public"})
+	c, err := Parse([]string{"--max-body", "200", "--agent-idle-timeout", "5s"}, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxBody != 200 || c.ReplyTTL != time.Minute || c.HostLabel != "envhost" || c.AgentIdleTimeout != 5*time.Second || c.AgentMaxConns != 32 {
+		t.Errorf("got %+v", c)
+	}
+	if strings.Join(c.SessionsDirs, ",") != "/a,/b" {
+		t.Errorf("sessions dirs = %v", c.SessionsDirs)
+	}
+	if c.SvcExe["matrix"] != "/bin/m" || c.SvcExe["genie"] != "/bin/g" || len(c.SvcExe) != 2 {
+		t.Errorf("svc exe = %v", c.SvcExe)
+	}
+	if c.DBPath != "/var/lib/xmsg-public/xmsg.db" {
+		t.Errorf("db path = %s", c.DBPath)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse(nil, env(map[string]string{"HOME": "/home/u"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DBPath != "/home/u/.local/state/xmsg/xmsg.db" || c.SessionsDirs[0] != "/home/u/.claude/sessions" || c.Listen != "" ||
+		c.MaxBody != 65536 || c.IdempotencyTTL != 24*time.Hour || c.AgentMaxLine != 1<<20 || c.RequireLandlock {
+		t.Errorf("defaults = %+v", c)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	for _, args := range [][]string{
+		{"--max-body", "0"}, {"--max-body", "x"}, {"--reply-ttl", "-1"}, {"--agent-idle-timeout", "soon"},
+		{"--svc-exe", "name=relative/path"}, {"--listen", "nope"}, {"--fed-listen", "10.0.0.1:7788"},
+		{"--sessions-dir", "relative"}, {"--log-level", "loud"}, {"--bogus"}, {"stray"},
+	} {
+		if _, err := Parse(args, env(map[string]string{"HOME": "/h"})); err == nil {
+			t.Errorf("Parse(%v) accepted", args)
+		}
+	}
+}
+
+func TestRequireLandlockFromEnvAndFlag(t *testing.T) {
+	c, _ := Parse(nil, env(map[string]string{"HOME": "/h", "XMSG_REQUIRE_LANDLOCK": "true"}))
+	if !c.RequireLandlock {
+		t.Error("env XMSG_REQUIRE_LANDLOCK=true ignored")
+	}
+	c, _ = Parse([]string{"--require-landlock"}, env(map[string]string{"HOME": "/h"}))
+	if !c.RequireLandlock {
+		t.Error("--require-landlock ignored")
+	}
+}
