@@ -1,0 +1,511 @@
+// Package agentsock serves agent.sock: newline-delimited JSON requests from processes of our own
+// uid, each attested by the kernel and /proc (PROTOCOL.md §2.4, §4.1).
+//
+// Who the caller is never comes from the request. The listener (a gate.Listener) has already
+// refused other uids; here the peer's pid comes from SO_PEERCRED, its start time is read at
+// connect, and before every frame the pid must still be that same process. The session the
+// frame acts for is then found by the bus's ancestor walk from that pid. Fields a client writes
+// about itself (`from`, `return_to`, ...) are ignored.
+//
+// Each connection is bounded: a line longer than MaxLine is answered with one error and the
+// connection closed, a connection with no complete line for IdleTimeout is closed, a response
+// the client does not read within WriteTimeout is abandoned, and at most MaxConns connections
+// are served at once (the next is closed at accept).
+package agentsock
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/peercred"
+)
+
+// Defaults of the per-socket limits (DESIGN.md §3).
+const (
+	DefaultMaxLine      = 1 << 20
+	DefaultMaxConns     = 32
+	DefaultIdleTimeout  = 60 * time.Second
+	DefaultWriteTimeout = 10 * time.Second
+)
+
+// Config of the server. Zero limits take the defaults above.
+type Config struct {
+	Bus          *bus.Bus
+	Proc         peercred.Proc
+	Log          *slog.Logger
+	MaxLine      int           // bytes per request line, without the newline
+	MaxConns     int           // connections served at once; the next is closed at accept
+	IdleTimeout  time.Duration // no complete line for this long: close
+	WriteTimeout time.Duration // a response not read by the client for this long: close
+	Host         string        // host label for sender badges; "" = Bus.Host()
+}
+
+// Server serves agent.sock. Safe for concurrent use.
+type Server struct {
+	cfg Config
+
+	// ctx is passed to the bus; it is cancelled only when Shutdown's deadline expires.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	closing   bool
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{}
+	wg        sync.WaitGroup
+}
+
+// New returns a server; it serves once Serve is called.
+func New(cfg Config) *Server {
+	if cfg.MaxLine <= 0 {
+		cfg.MaxLine = DefaultMaxLine
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.Host == "" && cfg.Bus != nil {
+		cfg.Host = cfg.Bus.Host()
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, ctx: ctx, cancel: cancel, listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+}
+
+// Conns is the number of connections being served now.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Serve accepts connections on l until Shutdown, then returns net.ErrClosed. l must be a
+// gate.Listener: a connection without gate credentials is closed unread.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		l.Close()
+		return net.ErrClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing || errors.Is(err, net.ErrClosed) {
+				return net.ErrClosed
+			}
+			if !retryable(err) {
+				return fmt.Errorf("agentsock: accept: %w", err)
+			}
+			// Out of descriptors or an aborted handshake: wait and retry rather than stop
+			// serving, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.cfg.Log.Warn("accept failed", "socket", "agent", "err", err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.mu.Lock()
+		switch {
+		case s.closing:
+			s.mu.Unlock()
+			c.Close()
+			return net.ErrClosed
+		case len(s.conns) >= s.cfg.MaxConns:
+			s.mu.Unlock()
+			// Closed before reading a byte: a flood of connections from one uid cannot grow
+			// the daemon's goroutines and buffers without bound.
+			c.Close()
+			s.cfg.Log.Warn("refused", "socket", "agent", "actor", actorOf(c), "request", "connect", "reason", "too many connections", "limit", s.cfg.MaxConns)
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+func retryable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// Shutdown stops accepting, lets frames being processed finish and closes every connection.
+// When ctx ends first, the remaining connections are closed at once and ctx's error returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	// A connection waiting for its next line wakes up now and sees closing; one processing a
+	// frame finishes it, answers, and then sees closing (armRead checks it under mu).
+	for c := range s.conns {
+		c.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		s.cancel()
+		return nil
+	case <-ctx.Done():
+		s.cancel()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		<-done
+		return fmt.Errorf("agentsock: shutdown: %w", ctx.Err())
+	}
+}
+
+// armRead sets the idle deadline for the next line, unless the server is closing. Holding mu
+// orders it with Shutdown: either Shutdown's immediate deadline comes after this one, or this
+// sees closing.
+func (s *Server) armRead(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
+	return true
+}
+
+func actorOf(c net.Conn) string {
+	if cred, ok := gate.CredOf(c); ok {
+		return "pid:" + strconv.Itoa(cred.PID)
+	}
+	return "unknown"
+}
+
+func (s *Server) refuse(actor, request, code, reason string) {
+	s.cfg.Log.Warn("refused", "socket", "agent", "actor", actor, "request", request, "code", code, "reason", reason)
+}
+
+func (s *Server) serveConn(c net.Conn) {
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	cred, ok := gate.CredOf(c)
+	if !ok {
+		// Not from a gate.Listener: nobody vouched for the peer's uid. Fail closed.
+		s.refuse("unknown", "connect", "", "no peer credentials")
+		return
+	}
+	actor := "pid:" + strconv.Itoa(cred.PID)
+	// The start time names the process that connected. A later frame from a different process
+	// with the same pid (recycled pid, or this fd passed on after the connector exited) is
+	// refused by the check before each frame.
+	start, err := s.cfg.Proc.StartTime(cred.PID)
+	if err != nil {
+		s.refuse(actor, "connect", "", "peer start time unreadable")
+		return
+	}
+	r := bufio.NewReaderSize(c, 64<<10)
+	for {
+		if !s.armRead(c) {
+			return
+		}
+		line, err := readLine(r, s.cfg.MaxLine)
+		if errors.Is(err, errTooLong) {
+			// The rest of the line is not read: the connection ends here, so the frame
+			// boundary is lost anyway.
+			s.refuse(actor, "frame", "payload_too_large", "line too long")
+			s.write(c, errorLine("payload_too_large", fmt.Sprintf("line exceeds %d bytes", s.cfg.MaxLine)))
+			return
+		}
+		if err != nil && len(line) == 0 {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				s.cfg.Log.Debug("idle connection closed", "socket", "agent", "actor", actor)
+			}
+			return
+		}
+		last := err != nil // an unterminated line before EOF is still a request
+		if len(bytes.TrimSpace(line)) == 0 {
+			if last {
+				return
+			}
+			continue
+		}
+		if !s.cfg.Proc.Alive(cred.PID, start) {
+			s.refuse(actor, "frame", "", "peer process exited or its pid was reused")
+			return
+		}
+		if !utf8.Valid(line) {
+			s.refuse(actor, "frame", "bad_request", "invalid UTF-8")
+			s.write(c, errorLine("bad_request", "frame is not valid UTF-8"))
+			return
+		}
+		if !s.write(c, s.frame(cred, start, line)) || last {
+			return
+		}
+	}
+}
+
+// write sends one response line; false means the connection must end.
+func (s *Server) write(c net.Conn, resp []byte) bool {
+	c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	if _, err := c.Write(resp); err != nil {
+		s.cfg.Log.Debug("write abandoned", "socket", "agent", "actor", actorOf(c), "err", err)
+		return false
+	}
+	return true
+}
+
+var errTooLong = errors.New("line too long")
+
+// readLine returns the next line without its '\n'. A line of more than max bytes is
+// errTooLong (not consumed further). At EOF a final unterminated line is returned together
+// with the error.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		n := len(chunk)
+		if err == nil {
+			n--
+		}
+		if len(line)+n > max {
+			return nil, errTooLong
+		}
+		line = append(line, chunk[:n]...)
+		switch {
+		case err == nil:
+			return line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(line) > 0:
+			return line, io.ErrUnexpectedEOF
+		default:
+			return line, err
+		}
+	}
+}
+
+// request is every field of every agent.sock frame. Pointers tell "absent" from "zero".
+type request struct {
+	Action         string  `json:"action"`
+	Ref            *string `json:"ref"`
+	Text           *string `json:"text"`
+	PushReplies    *bool   `json:"push_replies"`
+	PushRepliesAlt *bool   `json:"pushReplies"`
+	Key            *string `json:"idempotency_key"`
+	KeyAlt         *string `json:"idempotencyKey"`
+	MessageID      *string `json:"messageId"`
+	MessageIDAlt   *string `json:"message_id"`
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// decodeRequest parses one frame: a single JSON object. Unknown fields are ignored (the
+// protocol lets clients send extras such as `return_to`; none of them is ever used).
+func decodeRequest(line []byte) (request, error) {
+	var req request
+	if !utf8.Valid(line) {
+		return req, errors.New("frame is not valid UTF-8")
+	}
+	trimmed := bytes.TrimSpace(line)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return req, errors.New("invalid json: frame must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if err := dec.Decode(&req); err != nil {
+		return request{}, fmt.Errorf("invalid json: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return request{}, errors.New("invalid json: trailing data after the object")
+	}
+	if req.PushReplies == nil {
+		req.PushReplies = req.PushRepliesAlt
+	}
+	if req.Key == nil {
+		req.Key = req.KeyAlt
+	}
+	if req.MessageID == nil {
+		req.MessageID = req.MessageIDAlt
+	}
+	return req, nil
+}
+
+type errorResp struct {
+	Status string `json:"status"`
+	Error  string `json:"error"`
+	Detail string `json:"detail"`
+}
+
+func errorLine(code, detail string) []byte {
+	return encode(errorResp{Status: "error", Error: code, Detail: detail})
+}
+
+// encode renders one response line. HTML escaping is off so the bytes match the original
+// server's; the content is the same either way.
+func encode(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return []byte(`{"status":"error","error":"internal","detail":"encoding failed"}` + "\n")
+	}
+	return buf.Bytes()
+}
+
+// frame answers one valid-UTF-8, non-blank line.
+func (s *Server) frame(cred peercred.Cred, start string, line []byte) []byte {
+	actor := "pid:" + strconv.Itoa(cred.PID)
+	req, err := decodeRequest(line)
+	if err != nil {
+		s.refuse(actor, "frame", "bad_request", "invalid json")
+		return errorLine("bad_request", err.Error())
+	}
+	switch req.Action {
+	case "send", "reply":
+	case "mcp_start":
+		// agy attestation (presence lock + trusted exe) is later work: without it nothing
+		// may be attested, so the answer is the protocol's refusal.
+		s.refuse(actor, "mcp_start", "unattested", "agy attestation is not available")
+		return errorLine("unattested", "agy attestation is not available")
+	default:
+		detail := fmt.Sprintf("unknown action: '%s'", req.Action)
+		s.refuse(actor, "frame", "bad_request", "unknown action")
+		return errorLine("bad_request", detail)
+	}
+	caller, err := s.cfg.Bus.Identify(cred.PID)
+	// The walk read /proc/<pid> again. If the pid was recycled between the check before this
+	// frame and the walk, the walk may have found the new process's session; re-checking the
+	// start time afterwards rules that out (a pid cannot come back with the same start time).
+	if err == nil && !s.cfg.Proc.Alive(cred.PID, start) {
+		err = &bus.Error{Code: "not_recipient", Detail: fmt.Sprintf("peer PID %d exited", cred.PID)}
+	}
+	if err != nil {
+		e := bus.AsError(err)
+		s.refuse(actor, req.Action, e.Code, e.Detail)
+		return errorLine(e.Code, e.Detail)
+	}
+	if req.Action == "send" {
+		return s.send(caller, req)
+	}
+	return s.reply(caller, req)
+}
+
+type sendResp struct {
+	Status   string       `json:"status"`
+	Delivery bus.Delivery `json:"delivery"`
+}
+
+func (s *Server) send(caller bus.Caller, req request) []byte {
+	ref, text := str(req.Ref), str(req.Text)
+	if ref == "" || text == "" {
+		s.refuse(caller.Actor(), "send", "bad_request", "ref and text are required")
+		return errorLine("bad_request", "ref and text are required")
+	}
+	push := true
+	if req.PushReplies != nil {
+		push = *req.PushReplies
+	}
+	// Every identity field comes from attestation: the badge, the idempotency principal and
+	// the return address (Caller). Nothing in req can name another sender.
+	d, err := s.cfg.Bus.Send(s.ctx, bus.Send{
+		Ref: ref, Text: text, Bytes: len(text),
+		FromName:    envelope.AttestedBadge(s.cfg.Host, caller.Harness, caller.Name),
+		Principal:   "session:" + caller.SessionID,
+		Caller:      &caller,
+		PushReplies: push,
+		Key:         str(req.Key),
+		Socket:      "agent",
+		Actor:       caller.Actor(),
+	})
+	if err != nil {
+		e := sendError(err, ref)
+		return errorLine(e.Code, e.Detail)
+	}
+	return encode(sendResp{Status: "ok", Delivery: d})
+}
+
+// sendError maps bus refusals to agent.sock's codes (PROTOCOL.md §4.1 send).
+func sendError(err error, ref string) *bus.Error {
+	e := bus.AsError(err)
+	switch e.Code {
+	case "not_found", "ambiguous", "gone":
+		return &bus.Error{Status: e.Status, Code: "not_found", Detail: e.Detail}
+	case "unregistered":
+		var pid int
+		if _, err := fmt.Sscanf(e.Detail, "process %d has no attested agent session", &pid); err != nil {
+			return &bus.Error{Status: e.Status, Code: "unregistered", Detail: fmt.Sprintf("pid %s is unregistered", ref)}
+		}
+		return &bus.Error{Status: e.Status, Code: "unregistered", Detail: fmt.Sprintf("pid %d is unregistered", pid)}
+	case "inbox_unavailable", "inbox_timeout":
+		return &bus.Error{Status: e.Status, Code: "delivery_failed", Detail: e.Detail}
+	}
+	return e
+}
+
+type replyResp struct {
+	Status string          `json:"status"`
+	Reply  bus.ReplyResult `json:"reply"`
+}
+
+func (s *Server) reply(caller bus.Caller, req request) []byte {
+	id, text := str(req.MessageID), str(req.Text)
+	if id == "" || text == "" {
+		s.refuse(caller.Actor(), "reply", "bad_request", "messageId and text are required")
+		return errorLine("bad_request", "messageId and text are required")
+	}
+	res, err := s.cfg.Bus.Reply(s.ctx, caller, id, text, "agent")
+	if err != nil {
+		e := bus.AsError(err)
+		return errorLine(e.Code, e.Detail)
+	}
+	return encode(replyResp{Status: "ok", Reply: res})
+}

@@ -1,0 +1,574 @@
+// Package mcp is `xmsg mcp`: a Model Context Protocol server on stdin/stdout that gives an agent
+// session the xmsg tools list, send and reply (PROTOCOL.md §2.8).
+//
+// The bridge holds no identity of its own. send and reply go to agent.sock, where the daemon
+// attests the caller from this process's pid by walking its ancestors up to the agent session
+// that started it; list reads GET /v1/sessions over http.sock. A `from` argument is refused
+// rather than ignored, so an agent is told plainly that it cannot choose its sender name.
+//
+// Wire format: JSON-RPC 2.0, one JSON object per line. Requests are answered in arrival order
+// except tool calls, which run concurrently (a slow delivery does not hold up a ping).
+package mcp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Protocol versions this server speaks; the first is the default.
+var versions = []string{"2025-06-18", "2024-11-05"}
+
+const (
+	// maxLine bounds one request line. A send carries at most max_body (64 KiB) of text, at
+	// most 6 bytes per byte once JSON-escaped, plus the envelope.
+	maxLine = 4 << 20
+	// maxResponse bounds one agent.sock answer line (a reply echoes its text).
+	maxResponse = 4 << 20
+	// callTimeout bounds one tool call: a send may wait up to 5 s for a Claude inbox.
+	callTimeout = 30 * time.Second
+	// maxConcurrent tool calls in flight.
+	maxConcurrent = 8
+)
+
+// JSON-RPC error codes.
+const (
+	codeParse          = -32700
+	codeInvalidRequest = -32600
+	codeMethodNotFound = -32601
+	codeInvalidParams  = -32602
+)
+
+// Config of the bridge.
+type Config struct {
+	AgentSock string // the daemon's agent.sock (send, reply)
+	HTTPSock  string // the daemon's http.sock (list)
+	ReplyOnly bool   // offer only the reply tool
+	In        io.Reader
+	Out       io.Writer
+	Log       *slog.Logger
+	Version   string // serverInfo.version; "" = the module version of the binary
+}
+
+type bridge struct {
+	cfg  Config
+	outM sync.Mutex
+	http *http.Client
+}
+
+// Run serves requests from cfg.In until it reaches EOF (then nil, after in-flight calls have
+// answered) or ctx ends (then ctx's error).
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			cfg.Version = bi.Main.Version
+		}
+	}
+	b := &bridge{cfg: cfg}
+	b.http = &http.Client{
+		Timeout: callTimeout,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", cfg.HTTPSock)
+			},
+			DisableKeepAlives: true,
+		},
+	}
+	type item struct {
+		line []byte
+		err  error
+	}
+	lines := make(chan item)
+	go func() {
+		r := bufio.NewReaderSize(cfg.In, 64<<10)
+		for {
+			line, err := readLine(r, maxLine)
+			select {
+			case lines <- item{line, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil && !errors.Is(err, errTooLong) {
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, maxConcurrent)
+	for {
+		var it item
+		select {
+		case it = <-lines:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		switch {
+		case errors.Is(it.err, errTooLong):
+			b.write(errorResponse(nil, codeParse, "Parse error: line too long"))
+			continue
+		case it.err != nil && len(it.line) == 0:
+			if errors.Is(it.err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("mcp: read: %w", it.err)
+		}
+		if len(bytes.TrimSpace(it.line)) > 0 {
+			req, resp := parse(it.line)
+			switch {
+			case resp != nil:
+				b.write(resp)
+			case req.method == "tools/call" && req.id != nil:
+				sem <- struct{}{}
+				wg.Add(1)
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					b.write(b.handle(ctx, req))
+				}()
+			default:
+				if out := b.handle(ctx, req); out != nil {
+					b.write(out)
+				}
+			}
+		}
+		if it.err != nil { // a last line without newline, then EOF
+			return nil
+		}
+	}
+}
+
+func (b *bridge) write(v any) {
+	line, err := json.Marshal(v)
+	if err != nil {
+		b.cfg.Log.Error("mcp: encode failed", "err", err)
+		return
+	}
+	b.outM.Lock()
+	defer b.outM.Unlock()
+	if _, err := b.cfg.Out.Write(append(line, '\n')); err != nil {
+		b.cfg.Log.Debug("mcp: write failed", "err", err)
+	}
+}
+
+var errTooLong = errors.New("line too long")
+
+// readLine returns the next line without its '\n'. A line longer than max is skipped through
+// its newline and reported as errTooLong, so the stream stays in step.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	tooLong := false
+	for {
+		chunk, err := r.ReadSlice('\n')
+		n := len(chunk)
+		if err == nil {
+			n--
+		}
+		if !tooLong {
+			if len(line)+n > max {
+				tooLong, line = true, nil
+			} else {
+				line = append(line, chunk[:n]...)
+			}
+		}
+		switch {
+		case err == nil:
+			if tooLong {
+				return nil, errTooLong
+			}
+			return line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case tooLong:
+			return nil, errTooLong
+		case errors.Is(err, io.EOF) && len(line) > 0:
+			return line, io.ErrUnexpectedEOF
+		default:
+			return line, err
+		}
+	}
+}
+
+// request is a parsed JSON-RPC request or notification. id is nil for a notification and the
+// raw JSON value (a string, a number or null) otherwise.
+type request struct {
+	id     json.RawMessage
+	method string
+	params json.RawMessage
+}
+
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+type response struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  any             `json:"result,omitempty"`
+	Error   *rpcError       `json:"error,omitempty"`
+}
+
+var null = json.RawMessage("null")
+
+func errorResponse(id json.RawMessage, code int, msg string) *response {
+	if id == nil {
+		id = null
+	}
+	return &response{JSONRPC: "2.0", ID: id, Error: &rpcError{Code: code, Message: msg}}
+}
+
+func result(id json.RawMessage, v any) *response {
+	return &response{JSONRPC: "2.0", ID: id, Result: v}
+}
+
+// parse decodes one line. Exactly one of the results is set: a request to handle, a response
+// to send at once (an error), or neither (a message that needs no answer, such as a client's
+// response to us).
+func parse(line []byte) (request, *response) {
+	if !utf8.Valid(line) || !json.Valid(line) {
+		return request{}, errorResponse(nil, codeParse, "Parse error")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(line, &obj); err != nil || obj == nil {
+		// Valid JSON that is not an object: a batch array or a scalar. Batches are not part
+		// of the MCP versions spoken here.
+		return request{}, errorResponse(nil, codeInvalidRequest, "Invalid Request")
+	}
+	id, hasID := obj["id"]
+	if hasID && !validID(id) {
+		return request{}, errorResponse(nil, codeInvalidRequest, "Invalid Request: bad id")
+	}
+	raw, ok := obj["method"]
+	if !ok {
+		if _, isResult := obj["result"]; isResult {
+			return request{}, nil
+		}
+		if _, isError := obj["error"]; isError {
+			return request{}, nil
+		}
+		if !hasID {
+			return request{}, nil
+		}
+		return request{}, errorResponse(id, codeInvalidRequest, "Invalid Request: no method")
+	}
+	var method string
+	if err := json.Unmarshal(raw, &method); err != nil {
+		if !hasID {
+			return request{}, nil
+		}
+		return request{}, errorResponse(id, codeInvalidRequest, "Invalid Request: method must be a string")
+	}
+	req := request{method: method, params: obj["params"]}
+	if hasID {
+		req.id = id
+	}
+	return req, nil
+}
+
+func validID(raw json.RawMessage) bool {
+	if string(raw) == "null" {
+		return true
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return false
+	}
+	switch v.(type) {
+	case string, float64:
+		return true
+	}
+	return false
+}
+
+// handle answers one request; nil for a notification.
+func (b *bridge) handle(ctx context.Context, req request) *response {
+	if req.id == nil {
+		// Notifications (notifications/initialized, notifications/cancelled, ...) get no
+		// answer, known or not (JSON-RPC 2.0 §4.1).
+		return nil
+	}
+	switch req.method {
+	case "initialize":
+		return result(req.id, b.initialize(req.params))
+	case "ping":
+		return result(req.id, struct{}{})
+	case "tools/list":
+		return result(req.id, map[string]any{"tools": b.tools()})
+	case "tools/call":
+		var p struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		}
+		if err := json.Unmarshal(orEmpty(req.params), &p); err != nil || p.Name == "" {
+			return errorResponse(req.id, codeInvalidParams, "Invalid params: tools/call needs a tool name")
+		}
+		args := map[string]json.RawMessage{}
+		if len(p.Arguments) > 0 && string(p.Arguments) != "null" {
+			if err := json.Unmarshal(p.Arguments, &args); err != nil || args == nil {
+				return errorResponse(req.id, codeInvalidParams, "Invalid params: arguments must be an object")
+			}
+		}
+		switch p.Name {
+		case "list", "send", "reply":
+		default:
+			return errorResponse(req.id, codeInvalidParams, "Unknown tool: "+p.Name)
+		}
+		return result(req.id, b.call(ctx, p.Name, args))
+	}
+	return errorResponse(req.id, codeMethodNotFound, "Method not found: "+req.method)
+}
+
+func orEmpty(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || string(raw) == "null" {
+		return json.RawMessage("{}")
+	}
+	return raw
+}
+
+func (b *bridge) initialize(params json.RawMessage) map[string]any {
+	var p struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	json.Unmarshal(orEmpty(params), &p)
+	version := versions[0]
+	for _, v := range versions {
+		if p.ProtocolVersion == v {
+			version = v
+		}
+	}
+	return map[string]any{
+		"protocolVersion": version,
+		"capabilities":    map[string]any{"tools": map[string]any{"listChanged": false}},
+		"serverInfo":      map[string]any{"name": "xmsg", "version": b.cfg.Version},
+	}
+}
+
+type tool struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	InputSchema map[string]any `json:"inputSchema"`
+}
+
+func schema(props map[string]any, required ...string) map[string]any {
+	s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	return s
+}
+
+var allTools = []tool{
+	{
+		Name:        "list",
+		Description: "List the live agent sessions and services on the xmsg bus.",
+		InputSchema: schema(map[string]any{
+			"host": map[string]any{"type": "string", "description": "list the sessions of this federated peer host instead of the local ones"},
+		}),
+	},
+	{
+		Name: "send",
+		Description: "Send a message to another agent session or service. The sender is attested by xmsg " +
+			"from this session; replies come back as messages with 'reply to message_id=<id>'.",
+		InputSchema: schema(map[string]any{
+			"ref":          map[string]any{"type": "string", "description": "target: a session id, pid, name, svc:<name>, or <target>@<host>"},
+			"text":         map[string]any{"type": "string", "description": "message text"},
+			"push_replies": map[string]any{"type": "boolean", "description": "push replies back to this session (default true)", "default": true},
+		}, "ref", "text"),
+	},
+	{
+		Name:        "reply",
+		Description: "Reply to a message you received (its message_id is in the message).",
+		InputSchema: schema(map[string]any{
+			"message_id": map[string]any{"type": "string", "description": "id of the message being answered"},
+			"text":       map[string]any{"type": "string", "description": "reply text"},
+		}, "message_id", "text"),
+	},
+}
+
+func (b *bridge) tools() []tool {
+	if b.cfg.ReplyOnly {
+		return []tool{allTools[2]}
+	}
+	return allTools
+}
+
+type content struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type toolResult struct {
+	Content []content `json:"content"`
+	IsError bool      `json:"isError"`
+}
+
+func text(s string, isError bool) toolResult {
+	return toolResult{Content: []content{{Type: "text", Text: s}}, IsError: isError}
+}
+
+// call runs one tool. Failures are tool results with isError (visible to the model), not
+// JSON-RPC errors.
+func (b *bridge) call(ctx context.Context, name string, args map[string]json.RawMessage) toolResult {
+	if _, ok := args["from"]; ok {
+		// The sender is whoever the daemon attests; accepting a claimed name here (even to
+		// ignore it) would suggest to the agent that it can choose one.
+		return text("the 'from' argument is not accepted: xmsg attests the sender from this session", true)
+	}
+	if b.cfg.ReplyOnly && name != "reply" {
+		return text(fmt.Sprintf("the %s tool is not available: this bridge is reply-only", name), true)
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	switch name {
+	case "list":
+		host, err := argString(args, "host")
+		if err != nil {
+			return text(err.Error(), true)
+		}
+		return b.list(ctx, host)
+	case "send":
+		ref, err1 := argString(args, "ref")
+		msg, err2 := argString(args, "text")
+		push := true
+		var err3 error
+		if raw, ok := present(args, "push_replies", "pushReplies"); ok {
+			if err3 = json.Unmarshal(raw, &push); err3 != nil {
+				err3 = errors.New("push_replies must be a boolean")
+			}
+		}
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return text(err.Error(), true)
+		}
+		if ref == "" || msg == "" {
+			return text("ref and text are required", true)
+		}
+		return b.agent(ctx, map[string]any{"action": "send", "ref": ref, "text": msg, "push_replies": push}, "delivery")
+	default: // reply
+		id, err1 := argString(args, "message_id", "messageId")
+		msg, err2 := argString(args, "text")
+		if err := errors.Join(err1, err2); err != nil {
+			return text(err.Error(), true)
+		}
+		if id == "" || msg == "" {
+			return text("message_id and text are required", true)
+		}
+		return b.agent(ctx, map[string]any{"action": "reply", "messageId": id, "text": msg}, "reply")
+	}
+}
+
+func present(args map[string]json.RawMessage, names ...string) (json.RawMessage, bool) {
+	for _, n := range names {
+		if raw, ok := args[n]; ok && string(raw) != "null" {
+			return raw, true
+		}
+	}
+	return nil, false
+}
+
+func argString(args map[string]json.RawMessage, names ...string) (string, error) {
+	raw, ok := present(args, names...)
+	if !ok {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", fmt.Errorf("%s must be a string", names[0])
+	}
+	return s, nil
+}
+
+// agent sends one request line to agent.sock on a fresh connection and turns the answer into
+// a tool result: the `key` object of an ok answer as JSON text, or the error code and detail.
+func (b *bridge) agent(ctx context.Context, req map[string]any, key string) toolResult {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", b.cfg.AgentSock)
+	if err != nil {
+		b.cfg.Log.Debug("mcp: agent.sock dial failed", "err", err)
+		return text("xmsg is not reachable: "+errText(err), true)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	line, _ := json.Marshal(req)
+	if _, err := c.Write(append(line, '\n')); err != nil {
+		return text("xmsg request failed: "+errText(err), true)
+	}
+	resp, err := readLine(bufio.NewReader(c), maxResponse)
+	if err != nil && len(resp) == 0 {
+		return text("xmsg closed the connection without an answer", true)
+	}
+	var ans map[string]json.RawMessage
+	if err := json.Unmarshal(resp, &ans); err != nil {
+		return text("xmsg sent an unreadable answer", true)
+	}
+	var status, code, detail string
+	json.Unmarshal(ans["status"], &status)
+	if status != "ok" {
+		json.Unmarshal(ans["error"], &code)
+		json.Unmarshal(ans["detail"], &detail)
+		return text(fmt.Sprintf("error %s: %s", code, detail), true)
+	}
+	body, ok := ans[key]
+	if !ok {
+		body, _ = json.Marshal(ans)
+	}
+	return text(string(body), false)
+}
+
+// list asks http.sock for the session list (or a peer's, with host).
+func (b *bridge) list(ctx context.Context, host string) toolResult {
+	u := "http://localhost/v1/sessions"
+	if host != "" {
+		u += "?peer=" + url.QueryEscape(host)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return text("bad request: "+err.Error(), true)
+	}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		b.cfg.Log.Debug("mcp: http.sock request failed", "err", err)
+		return text("xmsg is not reachable: "+errText(err), true)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return text("xmsg answer unreadable: "+errText(err), true)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return text(fmt.Sprintf("error %d: %s", resp.StatusCode, strings.TrimSpace(string(body))), true)
+	}
+	return text(strings.TrimSpace(string(body)), false)
+}
+
+// errText names a connection failure without the socket path.
+func errText(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return errText(ue.Err)
+	}
+	return err.Error()
+}

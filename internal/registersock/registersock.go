@@ -1,0 +1,624 @@
+// Package registersock serves register.sock: a service (svc) or a uid-admitted session (pi,
+// opencode, hermes) registers with its first frame and then long-polls its queue on the same
+// connection (PROTOCOL.md §2.5, §4.2, §7).
+//
+// A registration belongs to its connection. It is made from the kernel's peer credentials (and
+// for svc the peer's executable), never from ids in the request; every later frame acts on that
+// registration only, and closing the connection ends it. Before each frame the registered
+// process must still be alive with the start time it registered with, so a descriptor passed on
+// to another process (or outliving its process) cannot keep acting for it.
+package registersock
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+// Defaults (PROTOCOL.md §2.5, §5.6).
+const (
+	DefaultFirstFrameTimeout = 30 * time.Second
+	DefaultMaxFirstFrame     = 65536
+	DefaultMaxFrame          = 65536*6 + 4096
+	// writeTimeout abandons a response the client does not read. A deliver frame that is not
+	// written stays queued and is delivered again.
+	writeTimeout = 10 * time.Second
+	defaultWait  = 30 // seconds, when a poll names none
+)
+
+// Config of the server. Zero values take the defaults above.
+type Config struct {
+	Bus               *bus.Bus
+	Proc              peercred.Proc
+	Log               *slog.Logger
+	FirstFrameTimeout time.Duration
+	MaxFirstFrame     int
+	MaxFrame          int
+}
+
+// Server serves register.sock. Safe for concurrent use.
+type Server struct {
+	cfg Config
+
+	// ctx ends long-polls at Shutdown; frames that change state ignore it and finish.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	closing   bool
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{}
+	wg        sync.WaitGroup
+}
+
+// New returns a server; it serves once Serve is called.
+func New(cfg Config) *Server {
+	if cfg.FirstFrameTimeout <= 0 {
+		cfg.FirstFrameTimeout = DefaultFirstFrameTimeout
+	}
+	if cfg.MaxFirstFrame <= 0 {
+		cfg.MaxFirstFrame = DefaultMaxFirstFrame
+	}
+	if cfg.MaxFrame <= 0 {
+		cfg.MaxFrame = DefaultMaxFrame
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, ctx: ctx, cancel: cancel, listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+}
+
+// Conns is the number of connections being served now.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Serve accepts connections on l until Shutdown, then returns net.ErrClosed. l must be a
+// gate.Listener: a connection without gate credentials is closed unread.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		l.Close()
+		return net.ErrClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing || errors.Is(err, net.ErrClosed) {
+				return net.ErrClosed
+			}
+			if !retryable(err) {
+				return fmt.Errorf("registersock: accept: %w", err)
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.cfg.Log.Warn("accept failed", "socket", "register", "err", err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			c.Close()
+			return net.ErrClosed
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+func retryable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// Shutdown stops accepting, ends long-polls (their messages stay queued), lets other frames
+// being processed finish, and closes every connection, which ends its registration. When ctx
+// ends first, the remaining connections are closed at once and ctx's error returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	s.cancel()
+	// Wakes every reader (first frame or loop); a frame already read is still answered.
+	for c := range s.conns {
+		c.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		<-done
+		return fmt.Errorf("registersock: shutdown: %w", ctx.Err())
+	}
+}
+
+func (s *Server) refuse(actor, request, reason string) {
+	s.cfg.Log.Warn("refused", "socket", "register", "actor", actor, "request", request, "reason", reason)
+}
+
+// write sends one response line; false means the connection must end.
+func (s *Server) write(c net.Conn, resp []byte) bool {
+	c.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := c.Write(resp); err != nil {
+		s.cfg.Log.Debug("write abandoned", "socket", "register", "err", err)
+		return false
+	}
+	return true
+}
+
+func (s *Server) serveConn(c net.Conn) {
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	cred, ok := gate.CredOf(c)
+	if !ok {
+		// Not from a gate.Listener: nobody vouched for the peer's uid. Fail closed.
+		s.refuse("unknown", "connect", "no peer credentials")
+		return
+	}
+	actor := "pid:" + strconv.Itoa(cred.PID)
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return
+	}
+	c.SetReadDeadline(time.Now().Add(s.cfg.FirstFrameTimeout))
+	s.mu.Unlock()
+	r := bufio.NewReaderSize(c, 64<<10)
+	line, err := readLine(r, s.cfg.MaxFirstFrame)
+	switch {
+	case errors.Is(err, errTooLong):
+		s.refuse(actor, "register", "first frame too long")
+		s.write(c, errorLine(fmt.Sprintf("first frame exceeds %d bytes", s.cfg.MaxFirstFrame)))
+		return
+	case err != nil:
+		// Timeout, EOF, or a frame without its newline: nothing was asked, nothing answered.
+		s.cfg.Log.Debug("no first frame", "socket", "register", "actor", actor, "err", err)
+		return
+	case !utf8.Valid(line):
+		s.refuse(actor, "register", "invalid UTF-8")
+		s.write(c, errorLine("frame is not valid UTF-8"))
+		return
+	}
+	// Later frames have no deadline: a registered client may stay quiet between polls.
+	c.SetReadDeadline(time.Time{})
+	first, err := decodeFirst(line)
+	if err != nil {
+		s.refuse(actor, "register", "invalid json")
+		s.write(c, errorLine(err.Error()))
+		return
+	}
+	var reg *bus.Registration
+	switch first.Kind {
+	case kindCheck:
+		// No agy credentials are ever held in this build.
+		s.write(c, encode(checkResp{Status: "ok", HasCredentials: false, HasCredentialsSnake: false}))
+		return
+	case kindAgy:
+		s.refuse(actor, "register", "agy registration is not available")
+		s.write(c, errorLine("agy registration is not available"))
+		return
+	case kindService:
+		reg, err = s.cfg.Bus.RegisterService(first.Name, first.Cwd, cred)
+	case kindSession:
+		reg, err = s.cfg.Bus.RegisterSession(first.Harness, first.Name, first.Cwd, cred)
+	}
+	if err != nil {
+		e := bus.AsError(err)
+		s.refuse(actor, "register", e.Detail)
+		s.write(c, errorLine(e.Detail))
+		return
+	}
+	defer s.cfg.Bus.Unregister(reg)
+	s.cfg.Log.Info("registered", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID, "peer_pid", reg.PID)
+	if !s.write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID})) {
+		return
+	}
+	s.loop(c, r, reg)
+	s.cfg.Log.Info("unregistered", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID)
+}
+
+type frame struct {
+	line []byte
+	err  error
+}
+
+// loop answers poll/ack(/reply) frames for reg until the connection ends. A separate reader
+// goroutine notices the peer hanging up even while a poll is waiting, so the poll ends at once
+// instead of holding a dead registration for up to a minute.
+func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	frames := make(chan frame)
+	var reader sync.WaitGroup
+	reader.Add(1)
+	go func() {
+		defer reader.Done()
+		for {
+			line, err := readLine(r, s.cfg.MaxFrame)
+			if err != nil && !errors.Is(err, errTooLong) {
+				cancel()
+				return
+			}
+			select {
+			case frames <- frame{line, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// The reader is blocked in Read until the connection is closed; close it here (the outer
+	// defer closes it again, harmlessly) so the reader is gone before this returns.
+	defer func() { c.Close(); reader.Wait() }()
+	actor := reg.Caller().Actor()
+	for {
+		var f frame
+		select {
+		case f = <-frames:
+		case <-ctx.Done():
+			return
+		}
+		if errors.Is(f.err, errTooLong) {
+			s.refuse(actor, "frame", "frame too long")
+			s.write(c, errorLine(fmt.Sprintf("frame exceeds %d bytes", s.cfg.MaxFrame)))
+			return
+		}
+		if isBlank(f.line) {
+			continue
+		}
+		// The registration is the process that registered; if it is gone (or its pid now
+		// names another process) nobody may act for it on this descriptor.
+		if !s.cfg.Proc.Alive(reg.PID, reg.Start) {
+			s.refuse(actor, "frame", "registered process exited or its pid was reused")
+			return
+		}
+		if !utf8.Valid(f.line) {
+			s.refuse(actor, "frame", "invalid UTF-8")
+			s.write(c, errorLine("frame is not valid UTF-8"))
+			return
+		}
+		resp, ok := s.frame(ctx, reg, f.line)
+		if !ok {
+			return
+		}
+		if !s.write(c, resp) {
+			return
+		}
+	}
+}
+
+// frame answers one loop frame. ok is false when the connection must end without an answer
+// (a poll interrupted by hang-up or shutdown).
+func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) (resp []byte, ok bool) {
+	actor := reg.Caller().Actor()
+	req, err := decodeLoop(line)
+	if err != nil {
+		s.refuse(actor, "frame", "invalid json")
+		return errorLine(err.Error()), true
+	}
+	switch {
+	case req.Action == "poll":
+		p, err := s.cfg.Bus.Poll(ctx, reg, time.Duration(req.WaitSecs)*time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, false
+			}
+			s.cfg.Log.Error("poll failed", "socket", "register", "actor", actor, "err", err)
+			return errorLine("poll failed"), true
+		}
+		if p == nil {
+			return encode(timeoutResp{Action: "timeout"}), true
+		}
+		return encode(deliverFrame(reg, p)), true
+	case req.Action == "ack":
+		// Always ok, as in the original: acking an id that is not this session's pending
+		// message changes nothing (the bus scopes it to reg), and says nothing about it.
+		if err := s.cfg.Bus.Ack(reg, req.MessageID); err != nil {
+			s.cfg.Log.Error("ack failed", "socket", "register", "actor", actor, "err", err)
+		}
+		return encode(okResp{Status: "ok"}), true
+	case req.Action == "reply" && reg.Harness == "svc":
+		if req.MessageID == "" || req.Text == "" {
+			s.refuse(actor, "reply", "messageId and text are required")
+			return errorLine("messageId and text are required"), true
+		}
+		// Unlike the original (which recorded `pushed` without pushing), a local reply here
+		// is pushed like an agent.sock reply (decisions table).
+		res, err := s.cfg.Bus.Reply(context.WithoutCancel(ctx), reg.Caller(), req.MessageID, req.Text, "register")
+		if err != nil {
+			e := bus.AsError(err)
+			detail := e.Detail
+			if e.Code == "not_found" {
+				detail += " not found"
+			}
+			return errorLine(detail), true
+		}
+		// The pushed message is the reply's new message id; with no push (no return address,
+		// pushes disabled, sender gone) there is none, and the original id is returned.
+		id := res.MessageID
+		if res.PushedMessageID != nil {
+			id = *res.PushedMessageID
+		}
+		return encode(replyResp{Status: "ok", MessageID: id}), true
+	default:
+		s.refuse(actor, "frame", "unknown action")
+		return errorLine("unknown action: " + req.Action), true
+	}
+}
+
+func deliverFrame(reg *bus.Registration, p *store.Pending) deliverResp {
+	d := deliverResp{Action: "deliver", MessageID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope}
+	if reg.Harness == "svc" {
+		d.Origin = p.Origin
+		if len(d.Origin) == 0 {
+			d.Origin = json.RawMessage(`{"kind":"anonymous"}`)
+		}
+	}
+	return d
+}
+
+type (
+	okResp struct {
+		Status string `json:"status"`
+	}
+	errorResp struct {
+		Status string `json:"status"`
+		Detail string `json:"detail"`
+	}
+	checkResp struct {
+		Status              string `json:"status"`
+		HasCredentials      bool   `json:"hasCredentials"`
+		HasCredentialsSnake bool   `json:"has_credentials"`
+	}
+	registeredResp struct {
+		Status    string `json:"status"`
+		SessionID string `json:"sessionId"`
+	}
+	timeoutResp struct {
+		Action string `json:"action"`
+	}
+	deliverResp struct {
+		Action    string          `json:"action"`
+		MessageID string          `json:"messageId"`
+		FromName  string          `json:"fromName"`
+		Text      string          `json:"text"`
+		Envelope  string          `json:"envelope"`
+		Origin    json.RawMessage `json:"origin,omitempty"`
+	}
+	replyResp struct {
+		Status    string `json:"status"`
+		MessageID string `json:"messageId"`
+	}
+)
+
+// errorLine is register.sock's error shape: no code field (PROTOCOL.md §4.2).
+func errorLine(detail string) []byte { return encode(errorResp{Status: "error", Detail: detail}) }
+
+func encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return []byte(`{"status":"error","detail":"encoding failed"}` + "\n")
+	}
+	return append(b, '\n')
+}
+
+var errTooLong = errors.New("line too long")
+
+// readLine returns the next '\n'-terminated line without its '\n'. A line of more than max
+// bytes is errTooLong (not consumed further). An unterminated line at EOF is an error: a frame
+// is only complete with its newline.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		n := len(chunk)
+		if err == nil {
+			n--
+		}
+		if len(line)+n > max {
+			return nil, errTooLong
+		}
+		line = append(line, chunk[:n]...)
+		switch {
+		case err == nil:
+			return line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(line) > 0:
+			return nil, io.ErrUnexpectedEOF
+		default:
+			return nil, err
+		}
+	}
+}
+
+func isBlank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}
+
+// Kinds of first frame (PROTOCOL.md §4.2 dispatch order).
+const (
+	kindCheck   = "check"
+	kindSession = "session"
+	kindService = "svc"
+	kindAgy     = "agy"
+)
+
+type first struct {
+	Kind    string
+	Harness string // for kindSession: pi, opencode, hermes
+	Name    string // service name, or session name
+	Cwd     string
+}
+
+// decodeFirst classifies a first frame. Any caller-supplied session id is ignored: ids are
+// minted by the bus.
+func decodeFirst(line []byte) (first, error) {
+	obj, err := object(line)
+	if err != nil {
+		return first{}, err
+	}
+	field := func(names ...string) (string, error) { return stringField(obj, names...) }
+	action, err := field("action")
+	if err != nil {
+		return first{}, err
+	}
+	if action == "check" || action == "has_credentials" {
+		return first{Kind: kindCheck}, nil
+	}
+	harness, err := field("harness")
+	if err != nil {
+		return first{}, err
+	}
+	cwd, err := field("cwd")
+	if err != nil {
+		return first{}, err
+	}
+	switch {
+	case harness == "svc":
+		name, err := field("name")
+		if err != nil {
+			return first{}, err
+		}
+		return first{Kind: kindService, Name: name, Cwd: cwd}, nil
+	case bus.SessionHarnesses[harness]:
+		name, err := field("sessionName", "session_name")
+		if err != nil {
+			return first{}, err
+		}
+		return first{Kind: kindSession, Harness: harness, Name: name, Cwd: cwd}, nil
+	}
+	return first{Kind: kindAgy}, nil
+}
+
+// stringField returns the first present, non-null field of names (the canonical name first,
+// then its alias); "" when none is present.
+func stringField(obj map[string]json.RawMessage, names ...string) (string, error) {
+	for _, n := range names {
+		raw, ok := obj[n]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return "", fmt.Errorf("invalid json: field '%s' must be a string", n)
+		}
+		return v, nil
+	}
+	return "", nil
+}
+
+// object parses line as exactly one JSON object.
+func object(line []byte) (map[string]json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if err := dec.Decode(&obj); err != nil || obj == nil {
+		return nil, errors.New("invalid json")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("invalid json")
+	}
+	return obj, nil
+}
+
+type loopReq struct {
+	Action    string
+	MessageID string
+	Text      string
+	WaitSecs  int
+}
+
+// decodeLoop parses a poll/ack/reply frame. waitSecs defaults to 30 and is clamped to 0..60;
+// messageId also accepts message_id.
+func decodeLoop(line []byte) (loopReq, error) {
+	obj, err := object(line)
+	if err != nil {
+		return loopReq{}, err
+	}
+	str := func(names ...string) (string, error) { return stringField(obj, names...) }
+	var req loopReq
+	if req.Action, err = str("action"); err != nil {
+		return loopReq{}, err
+	}
+	if req.MessageID, err = str("messageId", "message_id"); err != nil {
+		return loopReq{}, err
+	}
+	if req.Text, err = str("text"); err != nil {
+		return loopReq{}, err
+	}
+	req.WaitSecs = defaultWait
+	for _, n := range []string{"waitSecs", "wait_secs"} {
+		raw, ok := obj[n]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		var w float64
+		if err := json.Unmarshal(raw, &w); err != nil || math.IsNaN(w) {
+			return loopReq{}, fmt.Errorf("invalid json: field '%s' must be a number", n)
+		}
+		req.WaitSecs = int(math.Ceil(min(max(w, 0), float64(bus.MaxWait/time.Second))))
+		break
+	}
+	return req, nil
+}
