@@ -5,6 +5,7 @@ package activation
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -119,7 +120,7 @@ func mkdirMode(d string, mode os.FileMode) error {
 // would report IN_ATTRIB), so it is never wider, not even for an instant.
 func TestEnsureDirCreatesWithoutWindow(t *testing.T) {
 	for _, mask := range []int{0, 0o022, 0o277} {
-		t.Run(strings.TrimLeft(os.FileMode(mask).String(), "-"), func(t *testing.T) {
+		t.Run(fmt.Sprintf("umask_%04o", mask), func(t *testing.T) {
 			parent := mkdir0700(t, "run")
 			w := newWatch(t, parent)
 			setUmask(t, mask)
@@ -144,7 +145,7 @@ func TestEnsureDirCreatesWithoutWindow(t *testing.T) {
 // creation and no attribute change, so there was no wider-then-chmod window.
 func TestBindMode(t *testing.T) {
 	for _, mask := range []int{0, 0o022, 0o077} {
-		t.Run(strings.TrimLeft(os.FileMode(mask).String(), "-"), func(t *testing.T) {
+		t.Run(fmt.Sprintf("umask_%04o", mask), func(t *testing.T) {
 			dir := mkdir0700(t, "xmsg")
 			w := newWatch(t, dir)
 			setUmask(t, mask)
