@@ -45,6 +45,12 @@
 //	probe drain --dir DIR --ids FILE [--name NAME] [--timeout DUR]
 //	    Re-registers as svc NAME and polls until every message listed in FILE has been
 //	    delivered with its text; acks each one.
+//
+//	probe sandbox [--readonly DIR]... [--writable DIR]...
+//	    Run INSIDE a unit (as the ExecStart= of a copy of xmsg@.service): its sandbox is in
+//	    force. Creating AF_INET and AF_INET6 sockets fails while AF_UNIX works; creating a file
+//	    in each --readonly DIR fails with EROFS while each --writable DIR accepts one;
+//	    /proc/self/status shows NoNewPrivs 1, Seccomp 2 (filter) and no effective capability.
 package main
 
 import (
@@ -129,6 +135,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fset.Var(&creds, "cred", "credential file that must be unreadable (repeatable)")
 	fset.Var(&pids, "pid", "also check the network namespace of this process (repeatable)")
 	fset.Var(&ports, "port", "TCP port on which nothing may listen (repeatable)")
+	var readonly, writable multiFlag
+	fset.Var(&readonly, "readonly", "directory that must be read-only (repeatable)")
+	fset.Var(&writable, "writable", "directory that must be writable (repeatable)")
 	if err := fset.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -171,6 +180,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		drain(ctx, r, *dir, *name, *ids)
+	case "sandbox":
+		sandbox(r, readonly, writable)
 	default:
 		fmt.Fprintf(stderr, "probe: unknown command %q\n", args[0])
 		return 2
@@ -731,4 +742,74 @@ func drain(ctx context.Context, r *report, dir, name, idsFile string) {
 		delete(pending, d.MessageID)
 	}
 	r.pass(fmt.Sprintf("drain-all:%d", len(want)))
+}
+
+// ---------------------------------------------------------------- sandbox
+
+func sandbox(r *report, readonly, writable []string) {
+	for _, fam := range []struct {
+		name string
+		af   int
+	}{{"inet", syscall.AF_INET}, {"inet6", syscall.AF_INET6}} {
+		fd, err := syscall.Socket(fam.af, syscall.SOCK_STREAM, 0)
+		if err == nil {
+			syscall.Close(fd)
+			r.fail("socket-"+fam.name, "socket() succeeded, want it refused")
+		} else {
+			r.pass("socket-" + fam.name)
+			r.info("socket-%s: %v", fam.name, err)
+		}
+	}
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if r.check("socket-unix", err) {
+		syscall.Close(fd)
+	}
+	for _, d := range readonly {
+		err := createFile(d)
+		switch {
+		case err == nil:
+			err = errors.New("file created, want EROFS")
+		case errors.Is(err, syscall.EROFS):
+			err = nil
+		default:
+			err = fmt.Errorf("%v: want EROFS (a read-only mount, not a permission check)", err)
+		}
+		r.check("readonly:"+d, err)
+	}
+	for _, d := range writable {
+		r.check("writable:"+d, createFile(d))
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if !r.check("proc-status", err) {
+		return
+	}
+	for _, want := range []struct{ key, value string }{
+		{"NoNewPrivs", "1"}, {"Seccomp", "2"}, {"CapEff", "0000000000000000"},
+	} {
+		got := statusField(status, want.key)
+		if got != want.value {
+			r.fail("status-"+want.key, "got %q, want %q", got, want.value)
+		} else {
+			r.pass("status-" + want.key)
+		}
+	}
+}
+
+func createFile(dir string) error {
+	f, err := os.CreateTemp(dir, ".xmsg-probe-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// statusField returns the value of "Key:\tvalue" in /proc/<pid>/status, "" when absent.
+func statusField(status []byte, key string) string {
+	for _, line := range strings.Split(string(status), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }

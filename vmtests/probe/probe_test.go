@@ -310,3 +310,32 @@ func skipOrFail(t *testing.T, why string) {
 	}
 	t.Skip(why)
 }
+
+func TestStatusField(t *testing.T) {
+	status := []byte("Name:\tprobe\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t3\n")
+	tests := []struct{ key, want string }{
+		{"NoNewPrivs", "1"}, {"Seccomp", "2"}, {"Seccomp_filters", "3"}, {"CapEff", ""},
+	}
+	for _, tt := range tests {
+		if got := statusField(status, tt.key); got != tt.want {
+			t.Errorf("statusField(%q): got %q, want %q", tt.key, got, tt.want)
+		}
+	}
+}
+
+// TestSandboxOutsideUnit: run where no sandbox is in force, `probe sandbox` must fail every
+// check that only a sandbox can make pass, and pass its positive controls.
+func TestSandboxOutsideUnit(t *testing.T) {
+	dir := t.TempDir()
+	out, code := runProbe(t, self(t), nil, "sandbox", "--readonly", dir, "--writable", dir)
+	for _, want := range []string{
+		"FAIL socket-inet:", "FAIL readonly:" + dir, "PASS writable:" + dir, "PASS socket-unix", "FAIL status-Seccomp",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 1 {
+		t.Errorf("exit: got %d, want 1", code)
+	}
+}
