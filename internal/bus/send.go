@@ -122,15 +122,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	}
 	d = Delivery{SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: "delivered"}
 	var pending *store.Pending
-	if t.Harness == "claude" {
-		line, err := envelope.ClaudeLine(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
-		if err != nil {
-			return Delivery{}, err
-		}
-		if err := claude.Deliver(t.Claude.MessagingSocketPath, line, b.cfg.InboxTimeout); err != nil {
-			return Delivery{}, inboxError(err)
-		}
-	} else {
+	if t.Harness != "claude" {
 		kind := "anonymous"
 		if s.Caller != nil {
 			kind = "local"
@@ -141,6 +133,12 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 			pending.Origin = fmtOrigin(kind, s.Caller)
 		}
 	}
+	idem := store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
+		SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: msg.CreatedAt}
+	// The record is committed BEFORE a Claude inbox sees the message: a session may reply the
+	// instant the line arrives, and its reply must find the message. If the delivery then
+	// fails, a second commit marks the message failed and forgets the key, so a retry with
+	// the same key delivers again.
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		if pending != nil {
 			if err := tx.Enqueue(*pending); err != nil {
@@ -153,14 +151,33 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		if s.Key == "" {
 			return nil
 		}
-		return tx.PutIdem(store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
-			SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: msg.CreatedAt})
+		return tx.PutIdem(idem)
 	})
 	if errors.Is(err, store.ErrQueueFull) {
 		return Delivery{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "%s session message queue is full", t.Harness)
 	}
 	if err != nil {
 		return Delivery{}, err
+	}
+	if t.Harness == "claude" {
+		line, err := envelope.ClaudeLine(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
+		if err == nil {
+			err = claude.Deliver(t.Claude.MessagingSocketPath, line, b.cfg.InboxTimeout)
+		}
+		if err != nil {
+			msg.Outcome = "delivery_failed"
+			if uerr := b.cfg.Store.Update(func(tx *store.Tx) error {
+				if s.Key != "" {
+					if err := tx.DeleteIdem(s.Principal, s.Key); err != nil {
+						return err
+					}
+				}
+				return tx.PutMessage(msg)
+			}); uerr != nil {
+				b.cfg.Log.Error("recording failed delivery", "message_id", msg.ID, "err", uerr)
+			}
+			return Delivery{}, inboxError(err)
+		}
 	}
 	if pending != nil {
 		b.queues.fire(t.SessionID)

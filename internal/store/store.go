@@ -123,7 +123,9 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: create %s: %w", dir, err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+	// NoFreelistSync: the freelist is rebuilt from the pages at open instead of being written on
+	// every commit (as etcd does). Each commit still fsyncs its data and meta pages.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("store: %s is locked by another process (is another xmsg serve running on this database?)", path)
 	}
@@ -394,6 +396,11 @@ func (t *Tx) Idem(principal, key string) (Idem, bool, error) {
 // PutIdem stores an idempotency record.
 func (t *Tx) PutIdem(r Idem) error {
 	return put(t.btx.Bucket(bucketIdem), idemKey(r.Principal, r.Key), r)
+}
+
+// DeleteIdem forgets an idempotency record.
+func (t *Tx) DeleteIdem(principal, key string) error {
+	return t.btx.Bucket(bucketIdem).Delete(idemKey(principal, key))
 }
 
 // Counts is a summary for STATUS= and doctor.

@@ -1,0 +1,733 @@
+// Package socktest runs the socket servers' tests against the real thing: a real bus on a real
+// bbolt file, agent.sock/register.sock/http.sock on real Unix sockets behind the real peer gate,
+// and clients that are real child processes (re-executions of the test binary), so that the
+// daemon attests them from the kernel and /proc exactly as in production.
+//
+// A test binary that uses it calls Main from its TestMain. A child in "puppet" mode obeys JSON
+// commands on stdin (dial a socket, write bytes, read a line, hand its socket to a child of its
+// own and exit) and answers on stdout. A fake Claude session is a puppet plus a real session
+// file naming its pid and real start time, and a real listening inbox socket.
+package socktest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/agentsock"
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/httpapi"
+	"github.com/xmsg/xmsg/internal/mcp"
+	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/registersock"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+const (
+	helperEnv  = "XMSG_SOCKTEST_HELPER"  // mode of a re-executed test binary
+	inheritEnv = "XMSG_SOCKTEST_INHERIT" // conn number of an inherited socket (fd 3)
+	childEnv   = "XMSG_SOCKTEST_CHILD"   // mode of the child a "parent" helper starts
+	// Wait bounds every wait of a test for something that must happen. It is a safety net
+	// against hangs, not a measurement: nothing asserts on how long things take.
+	Wait = 20 * time.Second
+)
+
+// Host is the host label of every test bus.
+const Host = "testhost"
+
+// Main runs a helper mode when this binary was re-executed as one, and the tests otherwise.
+func Main(m *testing.M) {
+	switch os.Getenv(helperEnv) {
+	case "":
+		os.Exit(m.Run())
+	case "puppet":
+		os.Exit(puppetMain())
+	case "mcp":
+		os.Exit(mcpMain())
+	case "parent":
+		os.Exit(parentMain())
+	default:
+		fmt.Fprintln(os.Stderr, "socktest: unknown helper mode")
+		os.Exit(2)
+	}
+}
+
+// Options of an Env.
+type Options struct {
+	SvcExe   map[string]string // trusted service executables
+	Agent    agentsock.Config  // limits; Bus, Proc, Log and Host are filled in
+	Register registersock.Config
+	MaxBody  int // 65536 when 0
+}
+
+// Env is one daemon: bus, store and the three sockets, in a fresh temporary directory.
+type Env struct {
+	T           testing.TB
+	Dir         string
+	SessionsDir string
+	Bus         *bus.Bus
+	Store       *store.Store
+	Agent       *agentsock.Server
+	Register    *registersock.Server
+	AgentPath   string
+	RegPath     string
+	HTTPPath    string
+	Logs        *LogBuffer
+	Log         *slog.Logger
+	served      sync.WaitGroup
+	serveErrs   chan error
+}
+
+// LogBuffer collects the daemon's log lines for assertions.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// String returns everything logged so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// New starts a daemon for t. Everything stops when t ends.
+func New(t testing.TB, opt Options) *Env {
+	t.Helper()
+	dir := t.TempDir()
+	e := &Env{T: t, Dir: dir, SessionsDir: filepath.Join(dir, "sessions"), Logs: &LogBuffer{}, serveErrs: make(chan error, 3)}
+	if err := os.Mkdir(e.SessionsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e.Log = slog.New(slog.NewTextHandler(e.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	st, err := store.Open(filepath.Join(dir, "x.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Store = st
+	proc := peercred.Proc{}
+	maxBody := opt.MaxBody
+	if maxBody == 0 {
+		maxBody = 65536
+	}
+	e.Bus = bus.New(bus.Config{
+		Host: Host, MaxBody: maxBody, ReplyTTL: 7 * 24 * time.Hour, IdemTTL: 24 * time.Hour,
+		SvcExe: opt.SvcExe, Store: st, Proc: proc, Log: e.Log,
+		Claude: &claude.Scanner{Dirs: []string{e.SessionsDir}, Proc: proc, UID: os.Geteuid(), Log: e.Log},
+	})
+	uid := uint32(os.Geteuid())
+	listen := func(name string) (string, net.Listener) {
+		path := filepath.Join(dir, name+".sock")
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return path, gate.Listener(l, uid, name, e.Log)
+	}
+	ac := opt.Agent
+	ac.Bus, ac.Proc, ac.Log, ac.Host = e.Bus, proc, e.Log, Host
+	e.Agent = agentsock.New(ac)
+	rc := opt.Register
+	rc.Bus, rc.Proc, rc.Log = e.Bus, proc, e.Log
+	e.Register = registersock.New(rc)
+	var al, rl, hl net.Listener
+	e.AgentPath, al = listen("agent")
+	e.RegPath, rl = listen("register")
+	e.HTTPPath, hl = listen("http")
+	hs := httpapi.NewServer(httpapi.Config{Bus: e.Bus, MaxBody: maxBody, Log: e.Log, Socket: "http"})
+	e.serve(func() error { return e.Agent.Serve(al) })
+	e.serve(func() error { return e.Register.Serve(rl) })
+	e.serve(func() error { return hs.Serve(hl) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), Wait)
+		defer cancel()
+		if err := e.Agent.Shutdown(ctx); err != nil {
+			t.Errorf("agent shutdown: %v", err)
+		}
+		if err := e.Register.Shutdown(ctx); err != nil {
+			t.Errorf("register shutdown: %v", err)
+		}
+		hs.Shutdown(ctx)
+		e.served.Wait()
+		close(e.serveErrs)
+		for err := range e.serveErrs {
+			if err != nil && err != net.ErrClosed && err != http.ErrServerClosed {
+				t.Errorf("serve returned %v, want net.ErrClosed", err)
+			}
+		}
+		e.Bus.Close()
+		st.Close()
+	})
+	return e
+}
+
+func (e *Env) serve(fn func() error) {
+	e.served.Add(1)
+	go func() {
+		defer e.served.Done()
+		e.serveErrs <- fn()
+	}()
+}
+
+// WaitFor polls cond until it holds, failing the test after Wait.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Cmd is a command of the puppet protocol; Reply its answer.
+type Cmd struct {
+	Op   string `json:"op"`
+	Conn int    `json:"conn,omitempty"`
+	Path string `json:"path,omitempty"`
+	Data []byte `json:"data,omitempty"`
+}
+
+type Reply struct {
+	OK   bool   `json:"ok"`
+	Conn int    `json:"conn,omitempty"`
+	Line string `json:"line,omitempty"`
+	EOF  bool   `json:"eof,omitempty"`
+	Err  string `json:"err,omitempty"`
+	PID  int    `json:"pid,omitempty"`
+}
+
+// Puppet is a child process that connects to sockets and exchanges bytes on command.
+type Puppet struct {
+	t   testing.TB
+	Cmd *exec.Cmd // nil for a puppet inherited by Handoff (not our child)
+	PID int
+	in  *os.File
+	out *bufio.Reader
+	raw *os.File
+}
+
+// Start starts a puppet running exe (the test binary when ""), with extra environment.
+func Start(t testing.TB, exe string, env ...string) *Puppet {
+	return start(t, exe, append([]string{helperEnv + "=puppet"}, env...))
+}
+
+func start(t testing.TB, exe string, env []string) *Puppet {
+	t.Helper()
+	if exe == "" {
+		exe = os.Args[0]
+	}
+	// Own pipes instead of StdinPipe/StdoutPipe: Wait must not close them, because a child the
+	// puppet hands its socket to keeps talking on the same pipes after the puppet is reaped.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+	// A copied executable can be briefly "text file busy" while another goroutine's fork still
+	// holds the writer's descriptor between fork and exec; that passes.
+	for i := 0; ; i++ {
+		err = cmd.Start()
+		if !errors.Is(err, syscall.ETXTBSY) || i == 50 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+		cmd = exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	outW.Close()
+	p := &Puppet{t: t, Cmd: cmd, PID: cmd.Process.Pid, in: inW, out: bufio.NewReader(outR), raw: outR}
+	t.Cleanup(func() {
+		p.Kill()
+		inW.Close()
+		outR.Close()
+	})
+	return p
+}
+
+// Kill ends the puppet (SIGKILL) and reaps it, so that its pid is gone from /proc.
+func (p *Puppet) Kill() {
+	if p.Cmd != nil {
+		p.Cmd.Process.Kill()
+		p.Cmd.Wait()
+		return
+	}
+	// Not our child: it was re-parented when its parent exited; whoever adopted it reaps it.
+	syscall.Kill(p.PID, syscall.SIGKILL)
+}
+
+// StartTime is the puppet's start time from /proc.
+func (p *Puppet) StartTime() string {
+	p.t.Helper()
+	st, err := peercred.Proc{}.StartTime(p.PID)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return st
+}
+
+func (p *Puppet) do(c Cmd) Reply {
+	p.t.Helper()
+	line, _ := json.Marshal(c)
+	if _, err := p.in.Write(append(line, '\n')); err != nil {
+		p.t.Fatalf("puppet %d: write command: %v", p.PID, err)
+	}
+	return p.read()
+}
+
+func (p *Puppet) read() Reply {
+	p.t.Helper()
+	p.raw.SetReadDeadline(time.Now().Add(Wait + 5*time.Second))
+	ans, err := p.out.ReadBytes('\n')
+	if err != nil {
+		p.t.Fatalf("puppet %d: read answer: %v", p.PID, err)
+	}
+	var r Reply
+	if err := json.Unmarshal(ans, &r); err != nil {
+		p.t.Fatalf("puppet %d: bad answer %q", p.PID, ans)
+	}
+	return r
+}
+
+// Dial connects to the socket at path and returns the connection's number.
+func (p *Puppet) Dial(path string) int {
+	p.t.Helper()
+	r := p.do(Cmd{Op: "dial", Path: path})
+	if !r.OK {
+		p.t.Fatalf("puppet %d: dial %s: %s", p.PID, path, r.Err)
+	}
+	return r.Conn
+}
+
+// Write writes raw bytes on conn.
+func (p *Puppet) Write(conn int, data []byte) {
+	p.t.Helper()
+	if r := p.do(Cmd{Op: "write", Conn: conn, Data: data}); !r.OK {
+		p.t.Fatalf("puppet %d: write: %s", p.PID, r.Err)
+	}
+}
+
+// Send writes v as one JSON line on conn.
+func (p *Puppet) Send(conn int, v any) {
+	p.t.Helper()
+	line, err := json.Marshal(v)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.Write(conn, append(line, '\n'))
+}
+
+// Recv reads one line from conn. eof is true when the server closed the connection instead.
+func (p *Puppet) Recv(conn int) (line string, eof bool) {
+	p.t.Helper()
+	r := p.do(Cmd{Op: "recv", Conn: conn})
+	if !r.OK {
+		p.t.Fatalf("puppet %d: recv: %s", p.PID, r.Err)
+	}
+	return r.Line, r.EOF
+}
+
+// RecvJSON reads one line and decodes it; the test fails on EOF.
+func (p *Puppet) RecvJSON(conn int) map[string]any {
+	p.t.Helper()
+	line, eof := p.Recv(conn)
+	if eof {
+		p.t.Fatalf("puppet %d: connection closed, want a line", p.PID)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		p.t.Fatalf("puppet %d: answer %q is not a JSON object", p.PID, line)
+	}
+	return m
+}
+
+// Call sends v on conn and returns the decoded answer.
+func (p *Puppet) Call(conn int, v any) map[string]any {
+	p.t.Helper()
+	p.Send(conn, v)
+	return p.RecvJSON(conn)
+}
+
+// Close closes conn.
+func (p *Puppet) Close(conn int) {
+	p.t.Helper()
+	p.do(Cmd{Op: "close", Conn: conn})
+}
+
+// Handoff makes the puppet pass conn to a new child of its own and exit; the puppet is reaped
+// before Handoff returns, so its pid no longer exists. The returned puppet (the child) has the
+// connection under the same number and answers on the same pipes.
+func (p *Puppet) Handoff(conn int) *Puppet {
+	p.t.Helper()
+	line, _ := json.Marshal(Cmd{Op: "handoff", Conn: conn})
+	if _, err := p.in.Write(append(line, '\n')); err != nil {
+		p.t.Fatal(err)
+	}
+	r := p.read()
+	if !r.OK || r.PID == 0 {
+		p.t.Fatalf("handoff: %+v", r)
+	}
+	p.Cmd.Wait()
+	child := &Puppet{t: p.t, PID: r.PID, in: p.in, out: p.out, raw: p.raw}
+	p.t.Cleanup(child.Kill)
+	return child
+}
+
+func puppetMain() int {
+	conns := map[int]net.Conn{}
+	readers := map[int]*bufio.Reader{}
+	next := 1
+	out := json.NewEncoder(os.Stdout)
+	if n, err := strconv.Atoi(os.Getenv(inheritEnv)); err == nil {
+		c, err := net.FileConn(os.NewFile(3, "inherited"))
+		if err != nil {
+			out.Encode(Reply{Err: err.Error()})
+			return 1
+		}
+		conns[n], readers[n], next = c, bufio.NewReader(c), n+1
+		out.Encode(Reply{OK: true, PID: os.Getpid()})
+	}
+	in := bufio.NewReader(os.Stdin)
+	for {
+		line, err := in.ReadBytes('\n')
+		if err != nil {
+			return 0
+		}
+		var c Cmd
+		if err := json.Unmarshal(line, &c); err != nil {
+			out.Encode(Reply{Err: "bad command"})
+			continue
+		}
+		conn := conns[c.Conn]
+		switch c.Op {
+		case "dial":
+			nc, err := net.Dial("unix", c.Path)
+			if err != nil {
+				out.Encode(Reply{Err: err.Error()})
+				continue
+			}
+			conns[next], readers[next] = nc, bufio.NewReaderSize(nc, 1<<20)
+			out.Encode(Reply{OK: true, Conn: next})
+			next++
+		case "write":
+			if conn == nil {
+				out.Encode(Reply{Err: "no such conn"})
+				continue
+			}
+			conn.SetWriteDeadline(time.Now().Add(Wait))
+			if _, err := conn.Write(c.Data); err != nil {
+				out.Encode(Reply{Err: err.Error()})
+				continue
+			}
+			out.Encode(Reply{OK: true})
+		case "recv":
+			if conn == nil {
+				out.Encode(Reply{Err: "no such conn"})
+				continue
+			}
+			conn.SetReadDeadline(time.Now().Add(Wait))
+			l, err := readers[c.Conn].ReadString('\n')
+			switch {
+			case err == nil:
+				out.Encode(Reply{OK: true, Line: strings.TrimSuffix(l, "\n")})
+			case err == io.EOF && l == "", isReset(err):
+				out.Encode(Reply{OK: true, EOF: true})
+			default:
+				out.Encode(Reply{Err: fmt.Sprintf("%v (partial %q)", err, l)})
+			}
+		case "close":
+			if conn != nil {
+				conn.Close()
+				delete(conns, c.Conn)
+			}
+			out.Encode(Reply{OK: true})
+		case "handoff":
+			f, err := conn.(*net.UnixConn).File()
+			if err != nil {
+				out.Encode(Reply{Err: err.Error()})
+				continue
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), helperEnv+"=puppet", inheritEnv+"="+strconv.Itoa(c.Conn))
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+			cmd.ExtraFiles = []*os.File{f}
+			if err := cmd.Start(); err != nil {
+				out.Encode(Reply{Err: err.Error()})
+				continue
+			}
+			// The child answers with its pid; this process must not read stdin any more.
+			return 0
+		default:
+			out.Encode(Reply{Err: "unknown op"})
+		}
+	}
+}
+
+func isReset(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "broken pipe"))
+}
+
+// mcpMain runs the MCP bridge on stdin/stdout with sockets from the environment.
+func mcpMain() int {
+	reply, _ := strconv.ParseBool(os.Getenv("XMSG_REPLY_ONLY"))
+	err := mcp.Run(context.Background(), mcp.Config{AgentSock: os.Getenv("XMSG_AGENT_SOCK"), HTTPSock: os.Getenv("XMSG_HTTP_SOCK"),
+		ReplyOnly: reply, In: os.Stdin, Out: os.Stdout, Version: "test"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// parentMain starts the mode in XMSG_SOCKTEST_CHILD as its own child on the same stdio and
+// waits for it: the child is then a grandchild of the test, one level below the process a
+// session file names.
+func parentMain() int {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+os.Getenv(childEnv))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// StartMCP starts the MCP bridge as a child of a session process: it returns the session
+// process (a "parent" helper, whose pid a session file should name) and the pipes of the
+// bridge.
+func StartMCP(t testing.TB, e *Env, replyOnly bool) (parent *exec.Cmd, in io.WriteCloser, out *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=parent", childEnv+"=mcp", "XMSG_AGENT_SOCK="+e.AgentPath,
+		"XMSG_HTTP_SOCK="+e.HTTPPath, "XMSG_REPLY_ONLY="+strconv.FormatBool(replyOnly))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, in, bufio.NewReader(stdout)
+}
+
+// Inbox is a Claude session's inbox socket: every connection delivers one line.
+type Inbox struct {
+	Path  string
+	lines chan string
+}
+
+// Next returns the next delivered line, failing the test after Wait.
+func (in *Inbox) Next(t testing.TB) string {
+	t.Helper()
+	select {
+	case l := <-in.lines:
+		return l
+	case <-time.After(Wait):
+		t.Fatal("no line reached the inbox")
+		return ""
+	}
+}
+
+// Len is the number of delivered lines not yet taken.
+func (in *Inbox) Len() int { return len(in.lines) }
+
+// InboxContent decodes an inbox line to the content string inside it.
+func InboxContent(t testing.TB, line string) string {
+	t.Helper()
+	var l struct {
+		Type    string `json:"type"`
+		Message struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal([]byte(line), &l); err != nil {
+		t.Fatalf("inbox line %q: %v", line, err)
+	}
+	return l.Message.Content
+}
+
+// Claude makes pid a live Claude session: a session file with its real start time and a real
+// inbox socket. name may be "".
+func (e *Env) Claude(pid int, sessionID, name string) *Inbox {
+	t := e.T
+	t.Helper()
+	start, err := peercred.Proc{}.StartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &Inbox{Path: filepath.Join(e.Dir, "inbox-"+sessionID[:8]+".sock"), lines: make(chan string, 100)}
+	l, err := net.Listen("unix", in.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetReadDeadline(time.Now().Add(Wait))
+				line, err := bufio.NewReader(c).ReadString('\n')
+				if err == nil {
+					in.lines <- strings.TrimSuffix(line, "\n")
+				}
+			}()
+		}
+	}()
+	f := map[string]any{
+		"pid": pid, "sessionId": sessionID, "cwd": e.Dir, "status": "idle", "kind": "interactive",
+		"startedAt": 1700000000000, "updatedAt": 1700000000000, "procStart": start, "messagingSocketPath": in.Path,
+	}
+	if name != "" {
+		f["name"] = name
+	}
+	raw, _ := json.Marshal(f)
+	if err := os.WriteFile(filepath.Join(e.SessionsDir, sessionID+".json"), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// Dial connects from the test process itself (for tests where the client's identity does not
+// matter, such as limits).
+func Dial(t testing.TB, path string) *Client {
+	t.Helper()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &Client{t: t, C: c.(*net.UnixConn), R: bufio.NewReaderSize(c, 1<<20)}
+}
+
+// Client is an in-process connection.
+type Client struct {
+	t testing.TB
+	C *net.UnixConn
+	R *bufio.Reader
+}
+
+// Write writes raw bytes.
+func (c *Client) Write(data []byte) {
+	c.t.Helper()
+	c.C.SetWriteDeadline(time.Now().Add(Wait))
+	if _, err := c.C.Write(data); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// Recv reads a line; eof when the server closed the connection.
+func (c *Client) Recv() (line string, eof bool) {
+	c.t.Helper()
+	c.C.SetReadDeadline(time.Now().Add(Wait))
+	l, err := c.R.ReadString('\n')
+	switch {
+	case err == nil:
+		return strings.TrimSuffix(l, "\n"), false
+	case err == io.EOF && l == "", isReset(err):
+		return "", true
+	}
+	c.t.Fatalf("recv: %v (partial %q)", err, l)
+	return "", false
+}
+
+// Call writes v as a JSON line and decodes the answer.
+func (c *Client) Call(v any) map[string]any {
+	c.t.Helper()
+	line, _ := json.Marshal(v)
+	c.Write(append(line, '\n'))
+	l, eof := c.Recv()
+	if eof {
+		c.t.Fatal("connection closed, want an answer")
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(l), &m); err != nil {
+		c.t.Fatalf("answer %q: %v", l, err)
+	}
+	return m
+}
+
+// StartNested starts a "parent" helper whose child is a puppet on the same pipes. The returned
+// Puppet's PID is the parent's: a session file naming it makes the puppet a descendant of the
+// session, one level down, as an MCP bridge started by an agent is.
+func StartNested(t testing.TB) *Puppet {
+	return start(t, "", []string{helperEnv + "=parent", childEnv + "=puppet"})
+}
+
+// Service starts a puppet running exe and registers it on register.sock as svc:name. It
+// returns the puppet and its register connection.
+func (e *Env) Service(exe, name string) (*Puppet, int) {
+	t := e.T
+	t.Helper()
+	p := Start(t, exe)
+	conn := p.Dial(e.RegPath)
+	got := p.Call(conn, map[string]any{"harness": "svc", "name": name, "cwd": "/"})
+	if got["status"] != "ok" || got["sessionId"] != "svc:"+name {
+		t.Fatalf("register svc:%s: got %v, want status ok", name, got)
+	}
+	return p, conn
+}
+
+// CopyExe copies the test binary to dir/name (a different file with the same content).
+func CopyExe(t testing.TB, dir, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, name)
+	if err := os.WriteFile(dst, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
