@@ -1,0 +1,944 @@
+# module.nix -- NixOS module: one hardened, socket-activated xmsg bus per tier.
+#
+#   services.xmsg.tiers.<name> = { ... };
+#
+# A tier is an OS user. Its bus runs as that user and only that user can reach it: the socket
+# directory /run/xmsg-<name>/xmsg is 0700, every socket is 0600, and the daemon closes any
+# connection whose SO_PEERCRED uid is not its own -- three independent layers. No tier has a
+# TCP listener except an explicitly configured federation port on a specific address.
+#
+# Per tier the module generates exactly what systemd/ ships for non-Nix hosts (keep the two in
+# sync; vmtests/nix_test.go compares them):
+#   xmsg-http@<name>.socket, xmsg-agent@<name>.socket, xmsg-register@<name>.socket
+#     ListenStream=/run/xmsg-<name>/xmsg/{http,agent,register}.sock, FileDescriptorName= the
+#     socket's name, 0600 owned by the tier user, Service=xmsg@<name>.service
+#   xmsg@<name>.service
+#     the daemon (`xmsg serve`), started on the first connection, with systemd/'s hardening
+#   tmpfiles: /run/xmsg-<name> and /run/xmsg-<name>/xmsg, 0700, owned by the tier user
+#   state:    /var/lib/xmsg-<name> (StateDirectory=, 0700)
+#   user:     xmsg-<name> (static system user and group) unless an existing user is chosen
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
+let
+  inherit (lib)
+    mkOption
+    mkEnableOption
+    mkIf
+    types
+    literalExpression
+    ;
+
+  topConfig = config;
+  cfg = config.services.xmsg;
+  enabledTiers = lib.filterAttrs (_: tier: tier.enable) cfg.tiers;
+
+  socketNames = [
+    "http"
+    "agent"
+    "register"
+  ];
+  runtimeDir = name: "/run/xmsg-${name}";
+  socketDir = name: "${runtimeDir name}/xmsg";
+  serviceUnit = name: "xmsg@${name}.service";
+  socketUnit = name: sock: "xmsg-${sock}@${name}";
+
+  # ---- federation helpers -------------------------------------------------------------------
+
+  fedEnabled =
+    tier:
+    tier.federation.listenAddress != null
+    || tier.federation.peers != { }
+    || tier.federation.peersFile != null;
+
+  # The peers JSON (PROTOCOL.md §8.2) holds addresses, pins and policy, no secrets, so it may
+  # live in the Nix store; it still travels as the credential "peers" like the rest.
+  peersJSON =
+    name: tier:
+    pkgs.writeText "xmsg-${name}-peers.json" (
+      builtins.toJSON (lib.mapAttrs (_: peer: lib.filterAttrs (_: v: v != null) peer) tier.federation.peers)
+    );
+  peersSource =
+    name: tier:
+    if tier.federation.peersFile != null then
+      tier.federation.peersFile
+    else if tier.federation.peers != { } then
+      peersJSON name tier
+    else
+      null;
+
+  # Credential name (as the daemon looks it up in $CREDENTIALS_DIRECTORY) -> source and flag.
+  credentials =
+    name: tier:
+    lib.filter (c: c.source != null) [
+      {
+        name = "fed-cert";
+        flag = "--fed-cert";
+        source = tier.federation.certFile;
+      }
+      {
+        name = "fed-key";
+        flag = "--fed-key";
+        source = tier.federation.keyFile;
+      }
+      {
+        name = "fed-ca";
+        flag = "--fed-ca";
+        source = tier.federation.caFile;
+      }
+      {
+        name = "peers";
+        flag = "--peers-file";
+        source = peersSource name tier;
+      }
+    ];
+
+  # toString never copies a path into the store (interpolation would: a key must never go there).
+  pathString = p: if builtins.isPath p then toString p else "${p}";
+
+  # "IP:PORT" with an IPv4 literal or a bracketed IPv6 literal.
+  listenMatch = builtins.match "(([0-9]{1,3}[.]){3}[0-9]{1,3}|\\[[0-9A-Fa-f:.]+]):([0-9]{1,5})";
+  listenHost = addr: builtins.head (listenMatch addr);
+  listenPort = addr: lib.toInt (lib.last (listenMatch addr));
+  # 0.0.0.0, ::, [0::0], ... : nothing but zeros and separators.
+  isUnspecified =
+    host:
+    lib.replaceStrings
+      [
+        "0"
+        "."
+        ":"
+        "["
+        "]"
+      ]
+      [
+        ""
+        ""
+        ""
+        ""
+        ""
+      ]
+      host == "";
+  validListen =
+    addr:
+    let
+      m = listenMatch addr;
+    in
+    m != null && !(isUnspecified (listenHost addr)) && listenPort addr >= 1 && listenPort addr <= 65535;
+
+  # IP literals among the peers' addresses and source ranges: the default IPAddressAllow=.
+  peerIPs =
+    tier:
+    lib.unique (
+      lib.concatLists (
+        lib.mapAttrsToList (
+          _: peer:
+          let
+            m = if peer.address == null then null else listenMatch peer.address;
+            host = if m == null then null else lib.removeSuffix "]" (lib.removePrefix "[" (builtins.head m));
+          in
+          lib.optional (host != null) host ++ (if peer.from == null then [ ] else peer.from)
+        ) tier.federation.peers
+      )
+    );
+
+  # ---- the daemon's command line -------------------------------------------------------------
+
+  # systemd's own quoting for ExecStart= (not a shell): a JSON string is a valid C-style quoted
+  # word; % and $ would otherwise be expanded by systemd.
+  escapeExecArg =
+    arg:
+    lib.replaceStrings
+      [
+        "%"
+        "$"
+      ]
+      [
+        "%%"
+        "$$"
+      ]
+      (builtins.toJSON arg);
+
+  limitArgs =
+    limits:
+    lib.concatLists (
+      lib.mapAttrsToList (flag: value: lib.optionals (value != null) [ flag (toString value) ]) {
+        "--max-body" = limits.maxBody;
+        "--reply-ttl" = limits.replyTTL;
+        "--idempotency-ttl" = limits.idempotencyTTL;
+        "--agent-max-line" = limits.agentMaxLine;
+        "--agent-max-conns" = limits.agentMaxConns;
+        "--agent-idle-timeout" = limits.agentIdleTimeout;
+        "--agent-write-timeout" = limits.agentWriteTimeout;
+      }
+    );
+
+  serveArgs =
+    name: tier:
+    [ "serve" ]
+    ++ lib.optional tier.requireLandlock "--require-landlock"
+    ++ lib.optionals (tier.hostLabel != null) [
+      "--host-label"
+      tier.hostLabel
+    ]
+    ++ lib.concatMap (dir: [
+      "--sessions-dir"
+      dir
+    ]) tier.sessionDirs
+    ++ lib.concatLists (
+      lib.mapAttrsToList (svc: exe: [
+        "--svc-exe"
+        "${svc}=${pathString exe}"
+      ]) tier.svcExecutables
+    )
+    ++ limitArgs tier.limits
+    ++ lib.optionals (tier.logLevel != null) [
+      "--log-level"
+      tier.logLevel
+    ]
+    ++ lib.optionals (tier.federation.listenAddress != null) [
+      "--fed-listen"
+      tier.federation.listenAddress
+    ]
+    # loadCredential = false: the daemon opens the files itself (paths only, never contents).
+    ++ lib.optionals (!tier.federation.loadCredential) (
+      lib.concatMap (c: [
+        c.flag
+        (pathString c.source)
+      ]) (credentials name tier)
+    )
+    ++ tier.extraArgs;
+
+  # Session dirs under a hidden tree are bind-mounted back read-only (see ProtectHome= below).
+  homeTrees = [
+    "/home/"
+    "/root/"
+    "/run/user/"
+  ];
+  underHome = dir: lib.any (prefix: lib.hasPrefix prefix (dir + "/")) homeTrees;
+
+  # ---- units -------------------------------------------------------------------------------
+
+  # The same keys and values as systemd/xmsg@.service. Every value is the strictest one unless
+  # a comment says why not.
+  hardening = {
+    # identity and privileges
+    NoNewPrivileges = true;
+    CapabilityBoundingSet = "";
+    AmbientCapabilities = "";
+    # Only root and the tier user are mapped into the unit's user namespace: SO_PEERCRED then
+    # reports any other uid as the overflow uid, which the peer check refuses either way.
+    PrivateUsers = true;
+    RestrictSUIDSGID = true;
+    LockPersonality = true;
+    RemoveIPC = true;
+
+    # filesystem: everything read-only except the state directory
+    ProtectSystem = "strict";
+    PrivateMounts = true;
+    ProtectHome = true;
+    PrivateTmp = true;
+    PrivateDevices = true;
+    ProtectKernelTunables = true;
+    ProtectKernelModules = true;
+    ProtectKernelLogs = true;
+    ProtectControlGroups = true;
+    ProtectClock = true;
+    ProtectHostname = true;
+    # Attestation reads /proc/<pid>/{stat,exe} of clients that run OUTSIDE this unit as the same
+    # uid: "invisible" hides only what we may not ptrace-read (other uids); ProcSubset=pid drops
+    # the rest of /proc.
+    ProtectProc = "invisible";
+    ProcSubset = "pid";
+
+    # network: Unix sockets only, no IP at all
+    PrivateNetwork = true;
+    RestrictAddressFamilies = [ "AF_UNIX" ];
+    IPAddressDeny = "any";
+    DevicePolicy = "closed";
+
+    # kernel interfaces
+    RestrictNamespaces = true;
+    RestrictRealtime = true;
+    MemoryDenyWriteExecute = true;
+    SystemCallArchitectures = "native";
+    SystemCallFilter = [
+      "@system-service"
+      # Not in @system-service on every systemd: without them the daemon could not apply
+      # Landlock and --require-landlock would refuse to start.
+      "landlock_create_ruleset landlock_add_rule landlock_restrict_self"
+      "~@privileged @resources"
+    ];
+    SystemCallErrorNumber = "EPERM";
+  };
+
+  tierService =
+    name: tier:
+    let
+      sockets = map (sock: "${socketUnit name sock}.socket") socketNames;
+      fed = fedEnabled tier;
+      homeDirs = lib.filter underHome tier.sessionDirs;
+    in
+    {
+      description = "xmsg message bus, tier ${name}";
+      # Socket activated: no wantedBy, the first connection to any of the three sockets starts it.
+      requires = sockets;
+      after = sockets;
+      # The daemon derives its default socket paths from this and checks the socket directory.
+      environment.XDG_RUNTIME_DIR = runtimeDir name;
+
+      serviceConfig =
+        hardening
+        // {
+          # READY=1 is sent once every socket accepts; only the main process may notify.
+          Type = "notify";
+          NotifyAccess = "main";
+          ExecStart = lib.concatMapStringsSep " " escapeExecArg (
+            [ (lib.getExe tier.package) ] ++ serveArgs name tier
+          );
+          User = tier.user;
+          Group = tier.group;
+          # /var/lib/xmsg-<name>: the bbolt store ($STATE_DIRECTORY/xmsg.db), private to the tier.
+          StateDirectory = "xmsg-${name}";
+          StateDirectoryMode = "0700";
+          UMask = "0077";
+          # A crash restarts the daemon; queued messages are on disk (fsynced before any
+          # answer) and the sockets stay open in systemd meanwhile, so no connection is refused.
+          Restart = "on-failure";
+          RestartSec = "1s";
+          KillSignal = "SIGTERM";
+          TimeoutStopSec = "15s";
+        }
+        // lib.optionalAttrs (tier.federation.loadCredential && credentials name tier != [ ]) {
+          # Source files stay root-owned 0400; systemd copies them into $CREDENTIALS_DIRECTORY,
+          # readable by this service alone, and the daemon reads them once before sandboxing.
+          LoadCredential = map (c: "${c.name}:${pathString c.source}") (credentials name tier);
+        }
+        // lib.optionalAttrs (homeDirs != [ ]) {
+          # Relaxed for sessionDirs: the home trees become empty read-only tmpfs instead of
+          # inaccessible, and only the configured Claude session directories are bound back,
+          # read-only ("-": a missing one is skipped; the daemon reports it as sessions_dir_missing).
+          ProtectHome = "tmpfs";
+          BindReadOnlyPaths = map (dir: "-${dir}") homeDirs;
+        }
+        // lib.optionalAttrs fed {
+          # Relaxed for federation: the mTLS listener and the connections to peers need the
+          # host's network namespace and IP sockets. IPAddressDeny=any stays; only the peers'
+          # addresses are allowed, and the daemon's Landlock rules (ABI >= 4) further limit TCP
+          # to the federation port and the configured peer ports.
+          PrivateNetwork = false;
+          RestrictAddressFamilies = [
+            "AF_UNIX"
+            "AF_INET"
+            "AF_INET6"
+          ];
+          IPAddressAllow = tier.federation.ipAddressAllow;
+        }
+        // lib.optionalAttrs (tier.limits.memoryMax != null) { MemoryMax = tier.limits.memoryMax; }
+        // lib.optionalAttrs (tier.limits.tasksMax != null) { TasksMax = tier.limits.tasksMax; };
+    };
+
+  tierSocket = name: tier: sock: {
+    description = "xmsg tier ${name}: ${sock} socket";
+    partOf = [ (serviceUnit name) ];
+    wantedBy = [ "sockets.target" ];
+    listenStreams = [ "${socketDir name}/${sock}.sock" ];
+    socketConfig = {
+      # One unit per socket: FileDescriptorName= names every fd of its unit, and the daemon
+      # looks its fds up by name, never by position.
+      FileDescriptorName = sock;
+      Service = serviceUnit name;
+      # The tier user alone may connect (plus the directory mode and the daemon's peer check).
+      SocketUser = tier.user;
+      SocketGroup = tier.group;
+      SocketMode = "0600";
+      DirectoryMode = "0700";
+      # A stopped tier leaves no dead socket file behind.
+      RemoveOnStop = true;
+    };
+  };
+
+  # ---- options -----------------------------------------------------------------------------
+
+  # A credential is a file's location, never its contents.
+  credentialOption =
+    what: example:
+    mkOption {
+      type = types.nullOr (types.either types.path types.str);
+      default = null;
+      inherit example;
+      description = ''
+        Path of the ${what}, a file owned by root with mode 0400 (for example under
+        /etc/xmsg/<tier>/). With {option}`loadCredential` (the default) systemd hands a copy to
+        the service through `LoadCredential=`, so the file itself stays unreadable to every
+        tier user. Give the path as a string: the contents never belong in the Nix
+        configuration, and a Nix path literal would copy the file into the world-readable
+        Nix store.
+      '';
+    };
+
+  peerOptions = {
+    # Fields the daemon may learn later pass through unchanged (it rejects unknown ones).
+    freeformType = types.attrsOf types.anything;
+    options = {
+      address = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "192.0.2.20:7788";
+        description = "Where to connect to the peer (`host:port`); required unless the peer is a leaf.";
+      };
+      pin = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        description = "Pin of the peer's certificate; exactly one of `pin` and `ca`.";
+      };
+      ca = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        description = "Path of a PEM bundle of CA certificates for this peer (needs `identities`).";
+      };
+      identities = mkOption {
+        type = types.nullOr (types.listOf types.str);
+        default = null;
+        description = "Accepted certificate identities (only with `ca`).";
+      };
+      allow = mkOption {
+        type = types.nullOr (
+          types.listOf (
+            types.enum [
+              "send"
+              "reply"
+              "list"
+            ]
+          )
+        );
+        default = null;
+        example = [
+          "send"
+          "reply"
+        ];
+        description = "Operations this peer may perform on this tier; empty or unset: outbound only.";
+      };
+      from = mkOption {
+        type = types.nullOr (types.listOf types.str);
+        default = null;
+        example = [ "192.0.2.0/24" ];
+        description = "Source addresses (IPs or CIDRs) the peer may connect from.";
+      };
+      leaf = mkOption {
+        type = types.nullOr types.bool;
+        default = null;
+        description = "The peer is a leaf: never connected to; its mail is queued for it to pull.";
+      };
+      principals = mkOption {
+        type = types.nullOr (types.listOf types.str);
+        default = null;
+        example = [ "svc:dispatcher" ];
+        description = "Sender principals accepted from this peer (kind-qualified).";
+      };
+      targets = mkOption {
+        type = types.nullOr (types.listOf types.str);
+        default = null;
+        example = [ "svc:matrix-xmsg" ];
+        description = "Local targets this peer may reach or list (kind-qualified); unset: no restriction.";
+      };
+    };
+  };
+
+  tierModule =
+    { name, config, ... }:
+    {
+      options = {
+        enable = mkEnableOption "the xmsg bus of this tier" // {
+          default = true;
+        };
+
+        package = mkOption {
+          type = types.package;
+          default = cfg.package;
+          defaultText = literalExpression "config.services.xmsg.package";
+          description = "The xmsg package this tier runs.";
+        };
+
+        user = mkOption {
+          type = types.str;
+          default = "xmsg-${name}";
+          defaultText = literalExpression ''"xmsg-''${name}"'';
+          example = "agent";
+          description = ''
+            The OS user of this tier. The daemon runs as this user, its sockets belong to it,
+            and only processes of this user can use the bus: the agent sessions and service
+            daemons of the tier must run as this same user. Every tier needs its own user.
+
+            The default is a static system user created by this module. Give the name of an
+            existing user (for example the account that runs the tier's agent sessions) and
+            leave {option}`createUser` false to use that one instead.
+          '';
+        };
+
+        group = mkOption {
+          type = types.str;
+          default =
+            if config.createUser then
+              config.user
+            else
+              let
+                g = topConfig.users.users.${config.user}.group or "";
+              in
+              if g != "" then g else config.user;
+          defaultText = literalExpression ''
+            if createUser then user else config.users.users.''${user}.group
+          '';
+          description = "The group of the tier's sockets and daemon (the sockets are 0600 regardless).";
+        };
+
+        createUser = mkOption {
+          type = types.bool;
+          default = config.user == "xmsg-${name}";
+          defaultText = literalExpression ''user == "xmsg-''${name}"'';
+          description = ''
+            Whether to create {option}`user` (and {option}`group`) as a static system user with
+            home /var/lib/xmsg-<name>. Static rather than `DynamicUser=`: the socket files must
+            belong to the tier user before the daemon first runs, and the tier's clients run as
+            that user.
+          '';
+        };
+
+        svcExecutables = mkOption {
+          type = types.attrsOf types.path;
+          default = { };
+          example = literalExpression ''
+            { matrix-xmsg = "''${pkgs.matrix-xmsg}/bin/matrix-xmsg"; }
+          '';
+          description = ''
+            Trusted service daemons of this tier (`--svc-exe NAME=PATH`). A process registering
+            as service `NAME` is admitted only if it runs as the tier user and its executable is
+            exactly `PATH` (symlinks resolved). Use Nix store paths so that the pin cannot be
+            swapped underneath.
+          '';
+        };
+
+        sessionDirs = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+          example = [ "/home/agent/.claude/sessions" ];
+          description = ''
+            Claude Code session directories this tier's bus discovers sessions in
+            (`--sessions-dir`). The daemon reads them only. Directories under /home, /root or
+            /run/user are bound read-only into the otherwise empty home trees of the service;
+            everything else is visible read-only anyway.
+          '';
+        };
+
+        hostLabel = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          example = "laptop";
+          description = ''
+            The host label in sender badges and `id@host` addressing, and the tier's own name
+            in federation (`--host-label`). `null`: the machine's hostname.
+          '';
+        };
+
+        requireLandlock = mkOption {
+          type = types.bool;
+          default = true;
+          description = ''
+            Refuse to start unless the kernel enforces the daemon's Landlock sandbox
+            (`--require-landlock`). The kernel must have Landlock enabled (see
+            {option}`security.lsm`); the journal's `landlock:` line says what is enforced.
+          '';
+        };
+
+        logLevel = mkOption {
+          type = types.nullOr (
+            types.enum [
+              "debug"
+              "info"
+              "warn"
+              "error"
+            ]
+          );
+          default = null;
+          description = "Log level (`--log-level`); `null`: the daemon's default (info).";
+        };
+
+        limits = {
+          maxBody = mkOption {
+            type = types.nullOr types.ints.positive;
+            default = null;
+            example = 65536;
+            description = "Largest message body in bytes (`--max-body`); `null`: 65536.";
+          };
+          replyTTL = mkOption {
+            type = types.nullOr types.ints.positive;
+            default = null;
+            example = 604800;
+            description = "Retention of messages, replies and queues in seconds (`--reply-ttl`); `null`: 604800.";
+          };
+          idempotencyTTL = mkOption {
+            type = types.nullOr types.ints.positive;
+            default = null;
+            example = 86400;
+            description = "How long idempotency keys are remembered, in seconds (`--idempotency-ttl`); `null`: 86400.";
+          };
+          agentMaxLine = mkOption {
+            type = types.nullOr types.ints.positive;
+            default = null;
+            example = 1048576;
+            description = "Longest request line on agent.sock in bytes (`--agent-max-line`); `null`: 1048576.";
+          };
+          agentMaxConns = mkOption {
+            type = types.nullOr types.ints.positive;
+            default = null;
+            example = 32;
+            description = "Concurrent agent.sock connections; the next one is closed (`--agent-max-conns`); `null`: 32.";
+          };
+          agentIdleTimeout = mkOption {
+            type = types.nullOr types.str;
+            default = null;
+            example = "60s";
+            description = "Idle agent.sock connections are closed after this Go duration (`--agent-idle-timeout`); `null`: 60s.";
+          };
+          agentWriteTimeout = mkOption {
+            type = types.nullOr types.str;
+            default = null;
+            example = "10s";
+            description = "An unread agent.sock write is abandoned after this Go duration (`--agent-write-timeout`); `null`: 10s.";
+          };
+          memoryMax = mkOption {
+            type = types.nullOr types.str;
+            default = null;
+            example = "256M";
+            description = "systemd `MemoryMax=` of the tier's service; `null`: no limit.";
+          };
+          tasksMax = mkOption {
+            type = types.nullOr (types.either types.ints.positive types.str);
+            default = null;
+            example = 256;
+            description = "systemd `TasksMax=` of the tier's service; `null`: systemd's default.";
+          };
+        };
+
+        federation = {
+          listenAddress = mkOption {
+            type = types.nullOr types.str;
+            default = null;
+            example = "192.0.2.10:7788";
+            description = ''
+              Address of this tier's mTLS federation listener, `IP:PORT` (`--fed-listen`),
+              IPv6 as `[addr]:port`. It must be a specific address: `0.0.0.0` and `::` are
+              refused. This is the only TCP listener a tier can have. `null`: none.
+            '';
+          };
+
+          openFirewall = mkOption {
+            type = types.bool;
+            default = false;
+            description = "Whether to open the port of {option}`listenAddress` in the firewall.";
+          };
+
+          peers = mkOption {
+            type = types.attrsOf (types.submodule peerOptions);
+            default = { };
+            example = literalExpression ''
+              {
+                desktop = {
+                  address = "192.0.2.20:7788";
+                  pin = "sha256/…";
+                  allow = [ "send" "reply" ];
+                };
+              }
+            '';
+            description = ''
+              Federation peers (the peers file of the daemon, PROTOCOL.md §8.2), written to a
+              JSON file in the Nix store (it holds addresses, pins and policy, no secrets) and
+              delivered as the credential `peers`. Mutually exclusive with {option}`peersFile`.
+            '';
+          };
+
+          peersFile = mkOption {
+            type = types.nullOr (types.either types.path types.str);
+            default = null;
+            example = "/etc/xmsg/public/peers";
+            description = "Path of a peers JSON file, instead of {option}`peers`.";
+          };
+
+          certFile = credentialOption "federation certificate (PEM)" "/etc/xmsg/public/fed-cert";
+          keyFile = credentialOption "federation private key (PEM)" "/etc/xmsg/public/fed-key";
+          caFile = credentialOption "CA bundle (PEM) for peers' certificates" "/etc/xmsg/public/fed-ca";
+
+          loadCredential = mkOption {
+            type = types.bool;
+            default = true;
+            description = ''
+              Deliver the credentials through systemd's `LoadCredential=` (the source files stay
+              root-only; the daemon reads its private copies from `$CREDENTIALS_DIRECTORY`).
+              `false` passes the paths as `--fed-cert`, `--fed-key`, `--fed-ca` and
+              `--peers-file` instead: then the files must be readable by the tier user (and no
+              one else: the daemon refuses group- or world-readable credential files).
+            '';
+          };
+
+          ipAddressAllow = mkOption {
+            type = types.listOf types.str;
+            default = peerIPs config;
+            defaultText = literalExpression "the IP literals among the peers' address and from fields";
+            example = [ "192.0.2.0/24" ];
+            description = ''
+              With federation, the service's `IPAddressAllow=` (`IPAddressDeny=any` stays): the
+              addresses of the peers (and of the DNS server if peers are named by hostname).
+            '';
+          };
+        };
+
+        extraArgs = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+          example = [
+            "--reply-ttl"
+            "86400"
+          ];
+          description = ''
+            Further arguments of `xmsg serve`. A TCP listener (`--listen`) and credential flags
+            are refused here; use the federation options.
+          '';
+        };
+      };
+    };
+
+  # ---- checks ------------------------------------------------------------------------------
+
+  tierAssertions =
+    name: tier:
+    let
+      opt = "services.xmsg.tiers.${name}";
+      f = tier.federation;
+      argMatches = re: lib.any (arg: builtins.match re arg != null) tier.extraArgs;
+      credentialChecks =
+        lib.concatMap
+          (
+            c:
+            let
+              v = f.${c.option};
+              s = if v == null then "" else toString v;
+            in
+            lib.optionals (v != null) [
+              {
+                assertion = lib.hasPrefix "/" s && builtins.match ".*[\n\r].*" s == null;
+                message = "${opt}.federation.${c.option} must be the absolute path of a file, never the credential itself.";
+              }
+              {
+                assertion = !(c.secret && builtins.isPath v);
+                message = "${opt}.federation.${c.option} is a Nix path literal: the key would be copied into the world-readable Nix store. Give its location as a string, e.g. \"/etc/xmsg/${name}/${c.credential}\".";
+              }
+              {
+                assertion = !(c.secret && lib.hasPrefix "${builtins.storeDir}/" s);
+                message = "${opt}.federation.${c.option} points into the Nix store, which every user can read. Keep the key in a root-owned 0400 file outside the store, e.g. /etc/xmsg/${name}/${c.credential}.";
+              }
+            ]
+          )
+          [
+            {
+              option = "certFile";
+              credential = "fed-cert";
+              secret = false;
+            }
+            {
+              option = "keyFile";
+              credential = "fed-key";
+              secret = true;
+            }
+            {
+              option = "caFile";
+              credential = "fed-ca";
+              secret = false;
+            }
+            {
+              option = "peersFile";
+              credential = "peers";
+              secret = false;
+            }
+          ];
+    in
+    [
+      {
+        # Tier names become user names (xmsg-<name>, at most 32 characters), unit instance
+        # names and paths under /run and /var/lib.
+        assertion = builtins.match "[a-z0-9][a-z0-9_-]{0,26}" name != null;
+        message = "services.xmsg.tiers: the tier name \"${name}\" must match [a-z0-9][a-z0-9_-]* and have at most 27 characters.";
+      }
+      {
+        assertion = tier.user != "root" && tier.group != "root";
+        message = "${opt}: a tier must not run as root (user and group): root can reach every tier, so the tier would isolate nothing.";
+      }
+      {
+        assertion = !argMatches "--?listen(=.*)?";
+        message = "${opt}.extraArgs: --listen would open a TCP HTTP listener without the peer check. A tier has no TCP listener except federation.listenAddress.";
+      }
+      {
+        assertion = !argMatches "--?(fed-listen|fed-cert|fed-key|fed-ca|peers-file)(=.*)?";
+        message = "${opt}.extraArgs: set federation.listenAddress, federation.certFile, keyFile, caFile and peers/peersFile instead of passing --fed-*/--peers-file, so that credentials go through LoadCredential= and the listener address is checked.";
+      }
+      {
+        assertion = f.listenAddress == null || validListen f.listenAddress;
+        message = "${opt}.federation.listenAddress = \"${toString f.listenAddress}\": give a specific IP literal and port, \"IP:PORT\" or \"[IPv6]:PORT\"; the unspecified addresses 0.0.0.0 and :: (every interface) are refused.";
+      }
+      {
+        assertion = f.listenAddress == null || f.peers != { } || f.peersFile != null;
+        message = "${opt}.federation.listenAddress needs peers (federation.peers or federation.peersFile): the listener admits only configured peers.";
+      }
+      {
+        assertion = !(f.peers != { } && f.peersFile != null);
+        message = "${opt}.federation: set either peers or peersFile, not both.";
+      }
+      {
+        assertion = !(fedEnabled tier) || (f.certFile != null && f.keyFile != null);
+        message = "${opt}.federation needs certFile and keyFile (mTLS) when a listener or peers are configured.";
+      }
+      {
+        assertion = !(fedEnabled tier) || f.ipAddressAllow != [ ];
+        message = "${opt}.federation.ipAddressAllow is empty, so IPAddressDeny=any would block every peer. List the peers' addresses (and the DNS server's, for peers named by hostname).";
+      }
+      {
+        assertion = lib.all (svc: builtins.match "(svc:)?[A-Za-z0-9._-]{1,32}" svc != null) (
+          lib.attrNames tier.svcExecutables
+        );
+        message = "${opt}.svcExecutables: service names must match [A-Za-z0-9._-]{1,32}.";
+      }
+      {
+        assertion = lib.all (
+          exe:
+          let
+            s = pathString exe;
+          in
+          lib.hasPrefix "/" s && !(lib.hasInfix "," s)
+        ) (lib.attrValues tier.svcExecutables);
+        message = "${opt}.svcExecutables: every executable must be an absolute path without commas.";
+      }
+      {
+        assertion = lib.all (
+          dir: lib.hasPrefix "/" dir && builtins.match ".*[:[:space:]].*" dir == null
+        ) tier.sessionDirs;
+        message = "${opt}.sessionDirs: every directory must be an absolute path without ':' or whitespace.";
+      }
+      {
+        assertion = tier.hostLabel == null || tier.hostLabel != "";
+        message = "${opt}.hostLabel must not be empty (null means the hostname).";
+      }
+    ]
+    ++ credentialChecks;
+
+  # Every OS user serves at most one tier: the uid is the isolation boundary.
+  tiersByUser = lib.groupBy (t: t.user) (
+    lib.mapAttrsToList (name: tier: {
+      inherit name;
+      inherit (tier) user;
+    }) enabledTiers
+  );
+  sharedUserAssertions = lib.mapAttrsToList (user: tiers: {
+    assertion = lib.length tiers == 1;
+    message = "services.xmsg: tiers ${lib.concatMapStringsSep ", " (t: t.name) tiers} all run as user ${user}. The OS user is the isolation boundary between tiers: give every tier its own user.";
+  }) tiersByUser;
+
+  tierWarnings =
+    name: tier:
+    lib.optional (!tier.federation.loadCredential && credentials name tier != [ ])
+      "services.xmsg.tiers.${name}.federation.loadCredential = false: the daemon opens ${
+        lib.concatMapStringsSep ", " (c: pathString c.source) (credentials name tier)
+      } itself, so these files must be owned by ${tier.user} with mode 0400 or 0600, and every process of that user can read them. Prefer the default (LoadCredential=).";
+in
+{
+  options.services.xmsg = {
+    package = mkOption {
+      type = types.package;
+      default = pkgs.callPackage ./package.nix { };
+      defaultText = literalExpression "pkgs.callPackage <xmsg>/nix/package.nix { }";
+      description = "The xmsg package used by every tier unless the tier sets its own.";
+    };
+
+    tiers = mkOption {
+      type = types.attrsOf (types.submodule tierModule);
+      default = { };
+      example = literalExpression ''
+        {
+          public = { };                    # runs as the static user xmsg-public
+          trusted = {
+            user = "agent";                # an existing user: the one running the agent sessions
+            sessionDirs = [ "/home/agent/.claude/sessions" ];
+            svcExecutables.matrix-xmsg = "''${pkgs.matrix-xmsg}/bin/matrix-xmsg";
+          };
+        }
+      '';
+      description = ''
+        The xmsg tiers of this machine. Each tier `<name>` is one bus, run by its own OS user,
+        with its sockets in /run/xmsg-<name>/xmsg/ (clients: `XDG_RUNTIME_DIR=/run/xmsg-<name>`),
+        its store in /var/lib/xmsg-<name>/ and its units xmsg@<name>.service and
+        xmsg-{http,agent,register}@<name>.socket. The service starts on the first connection.
+        No tier can reach another tier's bus, state or credentials.
+      '';
+    };
+  };
+
+  config = lib.mkMerge [
+    (mkIf (enabledTiers != { }) {
+      assertions = sharedUserAssertions ++ lib.concatLists (lib.mapAttrsToList tierAssertions enabledTiers);
+
+      warnings = lib.concatLists (lib.mapAttrsToList tierWarnings enabledTiers);
+
+      users.users = lib.mapAttrs' (
+        name: tier:
+        lib.nameValuePair tier.user {
+          isSystemUser = true;
+          group = tier.group;
+          description = lib.mkDefault "xmsg bus, tier ${name}";
+          home = lib.mkDefault "/var/lib/xmsg-${name}";
+        }
+      ) (lib.filterAttrs (_: tier: tier.createUser) enabledTiers);
+
+      users.groups = lib.mapAttrs' (_: tier: lib.nameValuePair tier.group { }) (
+        lib.filterAttrs (_: tier: tier.createUser) enabledTiers
+      );
+
+      systemd.sockets = lib.listToAttrs (
+        lib.concatLists (
+          lib.mapAttrsToList (
+            name: tier: map (sock: lib.nameValuePair (socketUnit name sock) (tierSocket name tier sock)) socketNames
+          ) enabledTiers
+        )
+      );
+
+      systemd.services = lib.mapAttrs' (name: tier: lib.nameValuePair "xmsg@${name}" (tierService name tier)) enabledTiers;
+    })
+
+    # Defined unconditionally (empty lists without tiers): whether these definitions exist
+    # must not depend on the configuration, or an evaluator with a freeform root (the offline
+    # nixpkgs shim of CI) recurses through the mkIf condition above.
+    {
+      # The runtime directory and the socket directory must exist, 0700 and owned by the tier
+      # user, BEFORE the socket units start: DirectoryMode= would create them owned by root, and
+      # the daemon refuses a socket directory it does not own. RuntimeDirectory= cannot do this:
+      # it exists only while the service runs, and the sockets come first.
+      systemd.tmpfiles.rules = lib.concatLists (
+        lib.mapAttrsToList (name: tier: [
+          "d ${runtimeDir name} 0700 ${tier.user} ${tier.group} -"
+          "d ${socketDir name} 0700 ${tier.user} ${tier.group} -"
+        ]) enabledTiers
+      );
+
+      networking.firewall.allowedTCPPorts = lib.concatLists (
+        lib.mapAttrsToList (
+          _: tier:
+          lib.optional (
+            tier.federation.openFirewall
+            && tier.federation.listenAddress != null
+            && validListen tier.federation.listenAddress
+          ) (listenPort tier.federation.listenAddress)
+        ) enabledTiers
+      );
+    }
+  ];
+}

@@ -1,0 +1,41 @@
+# package.nix -- the xmsg binary, built and tested by buildGoModule.
+#
+# Only ./cmd/xmsg is installed, but the check phase runs the whole module's test suite
+# (`go test ./...`). Inside the Nix build sandbox the tests run as an unprivileged build user
+# without systemd, nspawn or nix, so the tests that need root, real users, systemd-nspawn or
+# nix-instantiate skip themselves there (they t.Fatal only when CI=true, which the sandbox does
+# not set); unit, fuzz-seed, socket and Landlock tests run.
+{ lib, buildGoModule }:
+let
+  source = import ./source.nix { inherit lib; };
+in
+buildGoModule {
+  pname = "xmsg";
+  inherit (source) version src vendorHash;
+
+  subPackages = [ "cmd/xmsg" ];
+
+  ldflags = [
+    "-s"
+    "-w"
+    "-X main.version=${source.version}"
+  ];
+
+  # buildGoModule limits `go test` to subPackages; the whole module is tested instead.
+  checkPhase = ''
+    runHook preCheck
+    # The tests must not depend on the builder's (nonexistent) home directory.
+    export HOME="$TMPDIR/home"
+    mkdir -p "$HOME"
+    # Tests may reference their source files; -trimpath is for the installed binary only.
+    export GOFLAGS="''${GOFLAGS//-trimpath/}"
+    go test -p "$NIX_BUILD_CORES" -vet=off ./...
+    runHook postCheck
+  '';
+
+  meta = {
+    description = "Per-user local message bus for AI agent sessions and services, one instance per tier user";
+    mainProgram = "xmsg";
+    platforms = lib.platforms.linux ++ lib.platforms.darwin;
+  };
+}

@@ -1,0 +1,575 @@
+# module-tests.nix -- tests of nix/module.nix that need nothing but nixpkgs' lib.
+#
+# Exposed by the flake as lib.moduleTests: the list of FAILED cases (lib.runTests), so `[]` means
+# every case passed. Run offline with a nixpkgs.lib checkout:
+#   nix eval --json path:.#lib.moduleTests --override-input nixpkgs path:$NIXPKGS_LIB
+# or without flakes:
+#   nix-instantiate --eval --strict --json -E \
+#     'import ./nix/tests/module-tests.nix { lib = import "'$NIXPKGS_LIB'/lib"; }'
+#
+# Each security property has a positive control next to it (the permitted variant evaluates
+# with no failed assertion), so a check that rejects everything fails a test too.
+{ lib }:
+let
+  inherit (import ./eval.nix { inherit lib; }) eval failedAssertions;
+
+  # An existing account (the agent user of the "trusted" tier), as the host would declare it.
+  agentUser = {
+    users.users.agent = {
+      isNormalUser = true;
+      group = "users";
+      home = "/home/agent";
+    };
+  };
+
+  twoTiers = eval {
+    imports = [ agentUser ];
+    services.xmsg.tiers = {
+      public = { };
+      trusted.user = "agent";
+    };
+  };
+
+  # Evaluate one tier "public" with the given settings.
+  withPublic = settings: eval { services.xmsg.tiers.public = settings; };
+  failuresOf = settings: failedAssertions (withPublic settings);
+  # True when some failed assertion's message contains `fragment`.
+  failsWith =
+    fragment: settings: lib.any (lib.hasInfix fragment) (failuresOf settings);
+
+  fedOK = {
+    listenAddress = "192.0.2.10:7788";
+    peers.desktop = {
+      address = "192.0.2.20:7788";
+      pin = "sha256/AAAA";
+      allow = [
+        "send"
+        "reply"
+      ];
+    };
+    certFile = "/etc/xmsg/public/fed-cert";
+    keyFile = "/etc/xmsg/public/fed-key";
+  };
+  fedTier = withPublic { federation = fedOK; };
+  fedService = fedTier.systemd.services."xmsg@public".serviceConfig;
+
+  svc = cfg: name: cfg.systemd.services."xmsg@${name}".serviceConfig;
+  pub = svc twoTiers "public";
+
+  pem = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n";
+in
+lib.runTests {
+  # ---- users --------------------------------------------------------------------------------
+
+  testStaticUserByDefault = {
+    expr = {
+      inherit (twoTiers.users.users.xmsg-public) isSystemUser group home;
+      groups = lib.attrNames twoTiers.users.groups;
+    };
+    expected = {
+      isSystemUser = true;
+      group = "xmsg-public";
+      home = "/var/lib/xmsg-public";
+      groups = [ "xmsg-public" ];
+    };
+  };
+
+  testExistingUserIsNotRedeclared = {
+    expr = {
+      systemUser = twoTiers.users.users.agent ? isSystemUser;
+      inherit (twoTiers.services.xmsg.tiers.trusted) createUser group;
+      user = (svc twoTiers "trusted").User;
+    };
+    expected = {
+      systemUser = false;
+      createUser = false;
+      group = "users";
+      user = "agent";
+    };
+  };
+
+  testNoFailedAssertionsForTwoTiers = {
+    expr = failedAssertions twoTiers ++ twoTiers.warnings;
+    expected = [ ];
+  };
+
+  testTwoTiersSharingAUserAreRefused = {
+    expr = failedAssertions (eval {
+      imports = [ agentUser ];
+      services.xmsg.tiers = {
+        public.user = "agent";
+        trusted.user = "agent";
+      };
+    });
+    expected = [
+      "services.xmsg: tiers public, trusted all run as user agent. The OS user is the isolation boundary between tiers: give every tier its own user."
+    ];
+  };
+
+  testRootTierIsRefused = {
+    expr = failsWith "must not run as root" {
+      user = "root";
+      createUser = false;
+    };
+    expected = true;
+  };
+
+  testBadTierNameIsRefused = {
+    expr = lib.any (lib.hasInfix "tier name \"Bad.Name\"") (
+      failedAssertions (eval { services.xmsg.tiers."Bad.Name" = { }; })
+    );
+    expected = true;
+  };
+
+  # ---- sockets, runtime and state directories -----------------------------------------------
+
+  testThreeSocketUnitsPerTier = {
+    expr = lib.attrNames twoTiers.systemd.sockets;
+    expected = [
+      "xmsg-agent@public"
+      "xmsg-agent@trusted"
+      "xmsg-http@public"
+      "xmsg-http@trusted"
+      "xmsg-register@public"
+      "xmsg-register@trusted"
+    ];
+  };
+
+  testSocketUnitMatchesSystemdDir = {
+    expr = twoTiers.systemd.sockets."xmsg-agent@public";
+    expected = {
+      description = "xmsg tier public: agent socket";
+      partOf = [ "xmsg@public.service" ];
+      wantedBy = [ "sockets.target" ];
+      listenStreams = [ "/run/xmsg-public/xmsg/agent.sock" ];
+      socketConfig = {
+        FileDescriptorName = "agent";
+        Service = "xmsg@public.service";
+        SocketUser = "xmsg-public";
+        SocketGroup = "xmsg-public";
+        SocketMode = "0600";
+        DirectoryMode = "0700";
+        RemoveOnStop = true;
+      };
+    };
+  };
+
+  testSocketsOfExistingUserTier = {
+    expr = {
+      inherit (twoTiers.systemd.sockets."xmsg-register@trusted".socketConfig)
+        SocketUser
+        SocketGroup
+        FileDescriptorName
+        ;
+      listen = twoTiers.systemd.sockets."xmsg-register@trusted".listenStreams;
+    };
+    expected = {
+      SocketUser = "agent";
+      SocketGroup = "users";
+      FileDescriptorName = "register";
+      listen = [ "/run/xmsg-trusted/xmsg/register.sock" ];
+    };
+  };
+
+  testRuntimeDirsOwnedByTierUser = {
+    expr = twoTiers.systemd.tmpfiles.rules;
+    expected = [
+      "d /run/xmsg-public 0700 xmsg-public xmsg-public -"
+      "d /run/xmsg-public/xmsg 0700 xmsg-public xmsg-public -"
+      "d /run/xmsg-trusted 0700 agent users -"
+      "d /run/xmsg-trusted/xmsg 0700 agent users -"
+    ];
+  };
+
+  testServiceIsSocketActivated = {
+    expr = {
+      wanted = twoTiers.systemd.services."xmsg@public" ? wantedBy;
+      inherit (twoTiers.systemd.services."xmsg@public") requires after environment;
+      inherit (pub) StateDirectory StateDirectoryMode Type NotifyAccess;
+    };
+    expected = {
+      wanted = false;
+      requires = [
+        "xmsg-http@public.socket"
+        "xmsg-agent@public.socket"
+        "xmsg-register@public.socket"
+      ];
+      after = [
+        "xmsg-http@public.socket"
+        "xmsg-agent@public.socket"
+        "xmsg-register@public.socket"
+      ];
+      environment.XDG_RUNTIME_DIR = "/run/xmsg-public";
+      StateDirectory = "xmsg-public";
+      StateDirectoryMode = "0700";
+      Type = "notify";
+      NotifyAccess = "main";
+    };
+  };
+
+  testDisabledTierGeneratesNothing = {
+    expr =
+      let
+        c = eval {
+          services.xmsg.tiers.public.enable = false;
+        };
+      in
+      [
+        c.systemd.services
+        c.systemd.sockets
+        c.users.users
+        c.systemd.tmpfiles.rules
+      ];
+    expected = [
+      { }
+      { }
+      { }
+      [ ]
+    ];
+  };
+
+  # ---- hardening ----------------------------------------------------------------------------
+
+  testHardeningWithoutFederation = {
+    expr = {
+      inherit (pub)
+        PrivateNetwork
+        RestrictAddressFamilies
+        IPAddressDeny
+        PrivateUsers
+        ProtectSystem
+        ProtectHome
+        ProtectProc
+        ProcSubset
+        CapabilityBoundingSet
+        NoNewPrivileges
+        UMask
+        SystemCallFilter
+        ;
+      allow = pub ? IPAddressAllow;
+      credentials = pub ? LoadCredential;
+    };
+    expected = {
+      PrivateNetwork = true;
+      RestrictAddressFamilies = [ "AF_UNIX" ];
+      IPAddressDeny = "any";
+      PrivateUsers = true;
+      ProtectSystem = "strict";
+      ProtectHome = true;
+      ProtectProc = "invisible";
+      ProcSubset = "pid";
+      CapabilityBoundingSet = "";
+      NoNewPrivileges = true;
+      UMask = "0077";
+      SystemCallFilter = [
+        "@system-service"
+        "landlock_create_ruleset landlock_add_rule landlock_restrict_self"
+        "~@privileged @resources"
+      ];
+      allow = false;
+      credentials = false;
+    };
+  };
+
+  testExecStart = {
+    expr =
+      (svc (withPublic {
+        hostLabel = "laptop";
+        sessionDirs = [ "/srv/claude/sessions" ];
+        svcExecutables.probe = "/nix/store/00000000000000000000000000000000-probe/bin/probe";
+        limits.maxBody = 1024;
+        extraArgs = [ "--log-level=debug" ];
+      }) "public").ExecStart;
+    expected = lib.concatStringsSep " " [
+      ''"${builtins.storeDir}/00000000000000000000000000000000-xmsg-0.0.0/bin/xmsg"''
+      ''"serve" "--require-landlock" "--host-label" "laptop"''
+      ''"--sessions-dir" "/srv/claude/sessions"''
+      ''"--svc-exe" "probe=/nix/store/00000000000000000000000000000000-probe/bin/probe"''
+      ''"--max-body" "1024" "--log-level=debug"''
+    ];
+  };
+
+  testExecStartEscapesSystemdSpecifiers = {
+    expr = lib.hasInfix ''"100%%$$HOME"'' (svc (withPublic { hostLabel = "100%$HOME"; }) "public").ExecStart;
+    expected = true;
+  };
+
+  testLandlockCanBeMadeOptional = {
+    expr = lib.hasInfix "--require-landlock" (svc (withPublic { requireLandlock = false; }) "public").ExecStart;
+    expected = false;
+  };
+
+  testSessionDirsUnderHomeAreBoundReadOnly = {
+    expr =
+      let
+        s = svc (withPublic {
+          sessionDirs = [
+            "/home/agent/.claude/sessions"
+            "/srv/sessions"
+          ];
+        }) "public";
+      in
+      {
+        inherit (s) ProtectHome BindReadOnlyPaths;
+      };
+    expected = {
+      ProtectHome = "tmpfs";
+      BindReadOnlyPaths = [ "-/home/agent/.claude/sessions" ];
+    };
+  };
+
+  testSessionDirMustBeAbsoluteWithoutColon = {
+    expr = [
+      (failsWith "sessionDirs" { sessionDirs = [ "relative/sessions" ]; })
+      (failsWith "sessionDirs" { sessionDirs = [ "/a:/b" ]; })
+      (failsWith "sessionDirs" { sessionDirs = [ "/home/agent/.claude/sessions" ]; })
+    ];
+    expected = [
+      true
+      true
+      false
+    ];
+  };
+
+  testSvcExecutableNamesAndPaths = {
+    expr = [
+      (failsWith "svcExecutables" { svcExecutables."bad,name" = "/bin/true"; })
+      (failsWith "svcExecutables" { svcExecutables.ok = "/opt/a,b/daemon"; })
+      (failsWith "svcExecutables" { svcExecutables.matrix-xmsg = "/opt/matrix/bin/matrix-xmsg"; })
+    ];
+    expected = [
+      true
+      true
+      false
+    ];
+  };
+
+  testLimitsAndResourceControls = {
+    expr =
+      let
+        s = svc (withPublic {
+          limits = {
+            agentMaxConns = 8;
+            agentIdleTimeout = "30s";
+            memoryMax = "128M";
+            tasksMax = 64;
+          };
+        }) "public";
+      in
+      {
+        inherit (s) MemoryMax TasksMax;
+        args = lib.hasInfix ''"--agent-idle-timeout" "30s" "--agent-max-conns" "8"'' s.ExecStart;
+      };
+    expected = {
+      MemoryMax = "128M";
+      TasksMax = 64;
+      args = true;
+    };
+  };
+
+  # ---- no TCP listener except federation on a specific address -------------------------------
+
+  testListenFlagIsRefused = {
+    expr = [
+      (failsWith "--listen would open" { extraArgs = [ "--listen" "127.0.0.1:7787" ]; })
+      (failsWith "--listen would open" { extraArgs = [ "--listen=127.0.0.1:7787" ]; })
+      (failsWith "--listen would open" { extraArgs = [ "-listen=[::1]:7787" ]; })
+      (failsWith "--listen would open" { extraArgs = [ "--log-level" "debug" ]; })
+    ];
+    expected = [
+      true
+      true
+      true
+      false
+    ];
+  };
+
+  testFederationFlagsInExtraArgsAreRefused = {
+    expr = [
+      (failsWith "instead of passing --fed" { extraArgs = [ "--fed-listen=192.0.2.1:1" ]; })
+      (failsWith "instead of passing --fed" { extraArgs = [ "--fed-key" "/etc/k" ]; })
+      (failsWith "instead of passing --fed" { extraArgs = [ "--peers-file=/etc/p" ]; })
+    ];
+    expected = [
+      true
+      true
+      true
+    ];
+  };
+
+  testFederationListenerMustBeSpecific = {
+    expr =
+      map (addr: failsWith "listenAddress" { federation = fedOK // { listenAddress = addr; }; }) [
+        "0.0.0.0:7788"
+        "[::]:7788"
+        "[0:0::0]:7788"
+        ":7788"
+        "localhost:7788"
+        "192.0.2.10"
+        "192.0.2.10:0"
+        "192.0.2.10:70000"
+        "192.0.2.10:7788"
+        "[2001:db8::1]:7788"
+      ];
+    expected = [
+      true
+      true
+      true
+      true
+      true
+      true
+      true
+      true
+      false
+      false
+    ];
+  };
+
+  testFederationConfigured = {
+    expr = {
+      failed = failedAssertions fedTier;
+      inherit (fedService) PrivateNetwork RestrictAddressFamilies IPAddressDeny IPAddressAllow;
+      listen = lib.hasInfix ''"--fed-listen" "192.0.2.10:7788"'' fedService.ExecStart;
+      credentialNames = map (c: builtins.head (lib.splitString ":" c)) fedService.LoadCredential;
+      credentialSources = lib.take 2 (map (c: lib.last (lib.splitString ":" c)) fedService.LoadCredential);
+      # builtins.toFile is content-addressed: the same path means the same JSON text.
+      peers = lib.last (lib.splitString ":" (lib.last fedService.LoadCredential));
+      # Paths only: no credential ever appears on the command line.
+      noPathsInArgs = !(lib.hasInfix "/etc/xmsg" fedService.ExecStart);
+      firewall = fedTier.networking.firewall.allowedTCPPorts;
+    };
+    expected = {
+      failed = [ ];
+      PrivateNetwork = false;
+      RestrictAddressFamilies = [
+        "AF_UNIX"
+        "AF_INET"
+        "AF_INET6"
+      ];
+      IPAddressDeny = "any";
+      IPAddressAllow = [ "192.0.2.20" ];
+      listen = true;
+      credentialNames = [
+        "fed-cert"
+        "fed-key"
+        "peers"
+      ];
+      credentialSources = [
+        "/etc/xmsg/public/fed-cert"
+        "/etc/xmsg/public/fed-key"
+      ];
+      peers = builtins.toFile "xmsg-public-peers.json" (
+        builtins.toJSON {
+          desktop = {
+            address = "192.0.2.20:7788";
+            pin = "sha256/AAAA";
+            allow = [
+              "send"
+              "reply"
+            ];
+          };
+        }
+      );
+      noPathsInArgs = true;
+      firewall = [ ];
+    };
+  };
+
+  testFederationOpenFirewall = {
+    expr = (withPublic { federation = fedOK // { openFirewall = true; }; }).networking.firewall.allowedTCPPorts;
+    expected = [ 7788 ];
+  };
+
+  testFederationNeedsCertKeyPeersAndAllowList = {
+    expr = [
+      (failsWith "needs certFile and keyFile" { federation = removeAttrs fedOK [ "keyFile" ]; })
+      (failsWith "listenAddress needs peers" { federation = removeAttrs fedOK [ "peers" ]; })
+      (failsWith "either peers or peersFile" { federation = fedOK // { peersFile = "/etc/xmsg/public/peers"; }; })
+      (failsWith "ipAddressAllow is empty" {
+        federation = fedOK // {
+          peers.desktop = {
+            address = "desktop.example:7788";
+            pin = "sha256/AAAA";
+          };
+        };
+      })
+      (failsWith "ipAddressAllow is empty" {
+        federation = fedOK // {
+          peers.desktop = {
+            address = "desktop.example:7788";
+            pin = "sha256/AAAA";
+          };
+          ipAddressAllow = [ "192.0.2.53" ];
+        };
+      })
+    ];
+    expected = [
+      true
+      true
+      true
+      true
+      false
+    ];
+  };
+
+  # ---- credentials are paths, never contents, and a key never goes into the store ----------
+
+  testInlineCredentialIsRefused = {
+    expr = [
+      (failsWith "never the credential itself" { federation = fedOK // { keyFile = pem; }; })
+      (failsWith "never the credential itself" { federation = fedOK // { certFile = "fed-cert"; }; })
+      (failsWith "never the credential itself" { federation = fedOK; })
+    ];
+    expected = [
+      true
+      true
+      false
+    ];
+  };
+
+  testKeyAsNixPathLiteralIsRefused = {
+    expr = [
+      (failsWith "Nix path literal" { federation = fedOK // { keyFile = ./module-tests.nix; }; })
+      # a certificate is public: a path literal is acceptable there
+      (failsWith "Nix path literal" { federation = fedOK // { certFile = ./module-tests.nix; }; })
+    ];
+    expected = [
+      true
+      false
+    ];
+  };
+
+  testKeyInStoreIsRefused = {
+    expr = failsWith "points into the Nix store" {
+      federation = fedOK // {
+        keyFile = "${builtins.storeDir}/00000000000000000000000000000000-fed-key";
+      };
+    };
+    expected = true;
+  };
+
+  testLoadCredentialFalsePassesPathsAndWarns = {
+    expr =
+      let
+        c = withPublic {
+          federation = fedOK // {
+            caFile = "/etc/xmsg/public/fed-ca";
+            loadCredential = false;
+          };
+        };
+        s = svc c "public";
+      in
+      {
+        credentials = s ? LoadCredential;
+        args = lib.hasInfix ''"--fed-cert" "/etc/xmsg/public/fed-cert" "--fed-key" "/etc/xmsg/public/fed-key" "--fed-ca" "/etc/xmsg/public/fed-ca" "--peers-file"'' s.ExecStart;
+        warned = lib.any (lib.hasInfix "loadCredential = false") c.warnings;
+        failed = failedAssertions c;
+      };
+    expected = {
+      credentials = false;
+      args = true;
+      warned = true;
+      failed = [ ];
+    };
+  };
+}
