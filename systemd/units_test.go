@@ -103,6 +103,7 @@ func TestServiceUnit(t *testing.T) {
 		{"Service", "NoNewPrivileges", "yes"},
 		{"Service", "CapabilityBoundingSet", ""},
 		{"Service", "ProtectSystem", "strict"},
+		{"Service", "ReadOnlyPaths", "/run"},
 		{"Service", "PrivateNetwork", "yes"},
 		{"Service", "RestrictAddressFamilies", "AF_UNIX"},
 		{"Service", "IPAddressDeny", "any"},

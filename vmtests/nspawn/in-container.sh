@@ -1,0 +1,217 @@
+#!/bin/bash
+# in-container.sh -- runs INSIDE the nspawn container (as root, in PID 1's namespaces) and
+# exercises xmsg's own units under a real systemd. vmtests/nspawn_test.go calls it once with
+# `setup`, then once per scenario. Each scenario tests one property, with a positive control,
+# prints PASS/FAIL/INFO lines and exits non-zero when anything failed.
+#
+#   in-container.sh setup        install binaries, units, users, dirs, credentials, drop-ins
+#   in-container.sh activation   (1) socket activation: nothing runs before the first connect
+#   in-container.sh credentials  (2) LoadCredential= reaches the daemon, the source stays sealed
+#   in-container.sh hardening    (3) the unit's sandbox and Landlock are in force
+#   in-container.sh isolation    (4) planted markers: no path from one tier to the other
+#   in-container.sh crash        (5) kill -9 loses no acknowledged message
+#
+# Payload layout (read-only at /xmsg-payload): bin/{xmsg,xmsg-probe}, systemd/ (the repo's
+# unit directory), creds/<tier>/{fed-cert,fed-key,pin}, this script.
+set -u
+PL=${PAYLOAD:-/xmsg-payload}
+TIERS="public trusted"
+PROBE=/usr/local/bin/xmsg-probe
+export SYSTEMD_PAGER='' SYSTEMD_COLORS=0 LC_ALL=C
+fail=0
+ok()   { echo "PASS $*"; }
+bad()  { echo "FAIL $*"; fail=1; }
+info() { echo "INFO $*"; }
+check() { local d=$1; shift; if "$@"; then ok "$d"; else bad "$d"; fi; }
+# as USER CMD...: run CMD as a tier user (no PAM, so no /etc/pam.d needed in the container).
+as() { local u=$1; shift; setpriv --reuid="$u" --regid="$u" --init-groups -- "$@"; }
+# probe_as USER NAME ARGS...: run the probe as USER, prefix its lines with NAME, keep failures.
+probe_as() {
+  local u=$1 name=$2; shift 2
+  local out rc
+  out=$(as "$u" "$PROBE" "$@" 2>&1); rc=$?
+  sed "s|^\(PASS\|FAIL\|INFO\) |\1 $name: |" <<<"$out"
+  [ "$rc" -eq 0 ] || { fail=1; echo "FAIL $name: probe exited $rc"; }
+  return "$rc"
+}
+mainpid() { systemctl show -P MainPID "xmsg@$1.service"; }
+journal() { journalctl -q --no-pager -o cat -u "xmsg@$1.service"; }
+other_tier() { [ "$1" = public ] && echo trusted || echo public; }
+# wait_for DESC CMD...: poll a condition (state changes in systemd are asynchronous).
+wait_for() {
+  local d=$1; shift
+  for _ in $(seq 100); do "$@" && return 0; sleep 0.1; done
+  echo "INFO timed out waiting for: $d"; return 1
+}
+finish() {
+  [ "$fail" -eq 0 ] || { echo "--- journal of the xmsg units (tail)"; journalctl -q --no-pager -o short-monotonic -u 'xmsg*' | tail -40; }
+  exit "$fail"
+}
+
+setup() {
+  # /usr is the host's, read-only: a tmpfs on /usr/local in PID 1's mount namespace, which
+  # every unit started later inherits.
+  mountpoint -q /usr/local || mount -t tmpfs -o mode=0755 xmsg-usr-local /usr/local || return 1
+  mkdir -p /usr/local/bin
+  install -m0755 "$PL/bin/xmsg" /usr/local/bin/xmsg || return 1
+  install -m0755 "$PL/bin/xmsg-probe" "$PROBE" || return 1
+  mkdir -p /etc/systemd/system /etc/sysusers.d /etc/tmpfiles.d
+  cp "$PL"/systemd/xmsg@.service "$PL"/systemd/xmsg-*@.socket /etc/systemd/system/ || return 1
+  cp "$PL/systemd/sysusers.d/xmsg.conf" /etc/sysusers.d/ && systemd-sysusers || return 1
+  cp "$PL/systemd/tmpfiles.d/xmsg.conf" /etc/tmpfiles.d/ && systemd-tmpfiles --create /etc/tmpfiles.d/xmsg.conf || return 1
+  local t
+  for t in $TIERS; do
+    # Credential sources: root-owned 0400 in a traversable directory, so that it is the
+    # file's own mode that keeps the tier user out.
+    install -d -m0755 "/etc/xmsg/$t"
+    install -m0400 -o root -g root "$PL/creds/$t/fed-cert" "$PL/creds/$t/fed-key" "/etc/xmsg/$t/" || return 1
+    mkdir -p "/etc/systemd/system/xmsg@$t.service.d"
+    # The shipped example drop-in, adapted to this tier and to the credentials that exist.
+    sed -e "s|/etc/xmsg/public/|/etc/xmsg/$t/|" -e '/^LoadCredential=\(fed-ca\|peers\):/d' \
+      "$PL/systemd/examples/xmsg@public.service.d/credentials.conf" > "/etc/systemd/system/xmsg@$t.service.d/credentials.conf"
+    printf '[Service]\nEnvironment=XMSG_SVC_EXE=probe=%s\n' "$PROBE" > "/etc/systemd/system/xmsg@$t.service.d/probe.conf"
+  done
+  systemctl daemon-reload
+  for t in $TIERS; do systemctl enable --now "xmsg-http@$t.socket" "xmsg-agent@$t.socket" "xmsg-register@$t.socket" 2>&1 || return 1; done
+  id xmsg-public; id xmsg-trusted
+  ls -la /run/xmsg-public /run/xmsg-public/xmsg
+}
+
+# (1) Socket activation: the three sockets exist (0600 in a 0700 dir, tier-owned) while the
+# service is not running; the first connection starts it and all three sockets are served;
+# further connections reuse the same process.
+activation() {
+  local t=public s
+  check "socket dir /run/xmsg-$t/xmsg is 0700 xmsg-$t" test "$(stat -c '%a %U %G' /run/xmsg-$t/xmsg)" = "700 xmsg-$t xmsg-$t"
+  for s in http agent register; do
+    check "$s.sock is a 0600 xmsg-$t socket" test "$(stat -c '%F %a %U %G' /run/xmsg-$t/xmsg/$s.sock)" = "socket 600 xmsg-$t xmsg-$t"
+    check "xmsg-$s@$t.socket is listening" systemctl -q is-active "xmsg-$s@$t.socket"
+  done
+  check "xmsg@$t.service is not running before the first connection" test "$(systemctl is-active xmsg@$t.service)" != active
+  probe_as "xmsg-$t" "first connect (probe own)" own --dir "/run/xmsg-$t/xmsg"
+  check "xmsg@$t.service is active after the first connection" systemctl -q is-active "xmsg@$t.service"
+  local pid1; pid1=$(mainpid $t); info "MainPID after first connect: $pid1"
+  # /proc/<pid>/environ is the environment the daemon was started with (unsetenv does not
+  # change it): systemd handed over exactly the three named sockets.
+  local names; names=$(tr '\0' '\n' < "/proc/$pid1/environ" | sed -n 's/^LISTEN_FDNAMES=//p' | tr ':' '\n' | sort | tr '\n' ' ')
+  info "LISTEN_FDNAMES (sorted): $names"
+  check "systemd passed http, agent and register by name" test "$names" = "agent http register "
+  probe_as "xmsg-$t" "second connect (probe own)" own --dir "/run/xmsg-$t/xmsg"
+  check "second connection: same MainPID ($pid1)" test "$(mainpid $t)" = "$pid1"
+  check "exactly one xmsg process runs as xmsg-$t" test "$(pgrep -u "xmsg-$t" -x xmsg | wc -l)" = 1
+  check "the unit reached READY=1 (Type=notify: active, not activating)" test "$(systemctl show -P ActiveState xmsg@$t.service)/$(systemctl show -P SubState xmsg@$t.service)" = "active/running"
+}
+
+# (2) LoadCredential=: the daemon read the credential from $CREDENTIALS_DIRECTORY (the
+# certificate pin it logs equals the one computed on the host), while the source file stays
+# root-owned 0400 and unreadable to the tier user itself.
+credentials() {
+  local t=public
+  systemctl -q is-active "xmsg@$t.service" || probe_as "xmsg-$t" "start (probe own)" own --dir "/run/xmsg-$t/xmsg" >/dev/null
+  local pin; pin=$(cat "$PL/creds/$t/pin")
+  J=$(journal $t)
+  grep 'credential loaded' <<<"$J" | sed 's/^/INFO journal: /'
+  check "daemon loaded fed-cert with pin $pin" grep -q "credential loaded.*name=fed-cert.*pin=$pin" <<<"$J"
+  check "... from the credentials directory, not from a path flag" bash -c "grep 'credential loaded.*name=fed-cert' <<<\"\$1\" | grep -q 'source=credentials-directory'" _ "$J"
+  check "/etc/xmsg/$t/fed-key stays 0400 root:root" test "$(stat -c '%a %U %G' /etc/xmsg/$t/fed-key)" = "400 root root"
+  probe_as "xmsg-$t" "tier user cannot read its own credential sources" other --cred "/etc/xmsg/$t/fed-key" --cred "/etc/xmsg/$t/fed-cert"
+  check "positive control: root reads the source" test -s "/etc/xmsg/$t/fed-key"
+}
+
+# (3) Hardening in force. The running daemon's /proc status shows NoNewPrivs and a seccomp
+# filter, and its journal says Landlock is enforced. The mount/socket restrictions are checked
+# from INSIDE the same unit: a copy of xmsg@.service whose ExecStart= is `probe sandbox`.
+hardening() {
+  local t=public pid
+  systemctl -q is-active "xmsg@$t.service" || probe_as "xmsg-$t" "start (probe own)" own --dir "/run/xmsg-$t/xmsg" >/dev/null
+  pid=$(mainpid $t)
+  if [ -z "$pid" ] || [ "$pid" = 0 ]; then bad "xmsg@$t.service is not running"; return; fi
+  local st; st=$(cat "/proc/$pid/status")
+  grep -E '^(Uid|NoNewPrivs|Seccomp|Seccomp_filters|CapEff|CapBnd):' <<<"$st" | sed 's/^/INFO status: /'
+  check "daemon runs as xmsg-$t" bash -c "grep -qE '^Uid:\s+$(id -u xmsg-$t)\s' <<<\"\$1\"" _ "$st"
+  check "daemon NoNewPrivs: 1" bash -c "grep -qE '^NoNewPrivs:\s+1$' <<<\"\$1\"" _ "$st"
+  check "daemon Seccomp: 2 (filter mode)" bash -c "grep -qE '^Seccomp:\s+2$' <<<\"\$1\"" _ "$st"
+  check "daemon has no capabilities (CapEff and CapBnd 0)" bash -c "grep -qE '^CapEff:\s+0+$' <<<\"\$1\" && grep -qE '^CapBnd:\s+0+$' <<<\"\$1\"" _ "$st"
+  J=$(journal $t)
+  grep -m1 'landlock: ' <<<"$J" | sed 's/^/INFO journal: /'
+  check "journal: landlock fs=enforced" grep -qE 'landlock: abi=[0-9]+ fs=enforced' <<<"$J"
+
+  # The same [Service] hardening with the probe as a oneshot ExecStart= (sockets not needed).
+  local u=/etc/systemd/system/xmsg-sandbox-check@.service
+  sed -e '/^\(Requires\|After\|Also\)=/d' -e 's/^Type=notify$/Type=oneshot/' -e '/^NotifyAccess=/d' \
+      -e '/^Restart/d' \
+      -e "s|^ExecStart=.*|ExecStart=$PROBE sandbox --readonly /usr --readonly /etc --readonly /var --readonly /run --writable /var/lib/xmsg-%i --writable /tmp|" \
+      /etc/systemd/system/xmsg@.service > "$u"
+  systemctl daemon-reload
+  systemctl reset-failed "xmsg-sandbox-check@$t.service" 2>/dev/null
+  systemctl start "xmsg-sandbox-check@$t.service"; local rc=$?
+  local out; out=$(journalctl -q --no-pager -o cat -u "xmsg-sandbox-check@$t.service" | grep -E '^(PASS|FAIL|INFO) ')
+  sed 's/^\(PASS\|FAIL\|INFO\) /\1 inside the unit: /' <<<"$out"
+  grep -q '^FAIL ' <<<"$out" && fail=1
+  check "inside the unit: the sandbox probe ran and passed (rc=$rc)" bash -c "[ $rc -eq 0 ] && grep -q '^PASS status-Seccomp' <<<\"\$1\"" _ "$out"
+  rm -f "$u"; systemctl daemon-reload
+}
+
+# (4) Isolation with planted markers. Each tier's own bus works for its user (positive
+# control), while every path to the other tier fails: sockets, socket and state directories,
+# markers, credential sources and delivered credentials. Then root relaxes the other tier's
+# directory and socket modes: connect() succeeds and the daemon's peer check alone sends
+# nothing back. No TCP listener exists for either tier.
+isolation() {
+  local t o s
+  for t in $TIERS; do
+    echo "marker-state-$t" > "/var/lib/xmsg-$t/marker"; chown "xmsg-$t:" "/var/lib/xmsg-$t/marker"; chmod 0600 "/var/lib/xmsg-$t/marker"
+    echo "marker-run-$t" > "/run/xmsg-$t/marker"; chown "xmsg-$t:" "/run/xmsg-$t/marker"; chmod 0600 "/run/xmsg-$t/marker"
+  done
+  for t in $TIERS; do
+    probe_as "xmsg-$t" "xmsg-$t own bus" own --dir "/run/xmsg-$t/xmsg"
+    check "positive control: the markers of $t exist" test -s "/var/lib/xmsg-$t/marker" -a -s "/run/xmsg-$t/marker"
+    check "positive control: xmsg-$t can read its own markers" as "xmsg-$t" test -r "/run/xmsg-$t/marker" -a -r "/var/lib/xmsg-$t/marker"
+  done
+  for t in $TIERS; do
+    o=$(other_tier "$t")
+    check "positive control: the delivered credential of $o exists" test -e "/run/credentials/xmsg@$o.service/fed-key"
+    probe_as "xmsg-$t" "xmsg-$t -> $o" other --dir "/run/xmsg-$o/xmsg" --state "/var/lib/xmsg-$o" \
+      --marker "/var/lib/xmsg-$o/marker" --marker "/run/xmsg-$o/marker" --marker "/var/lib/xmsg-$o/xmsg.db" \
+      --cred "/etc/xmsg/$o/fed-key" --cred "/run/credentials/xmsg@$o.service/fed-key"
+    probe_as "xmsg-$t" "xmsg-$t no TCP listener" notcp --pid "$(mainpid "$t")" --port 7787
+  done
+
+  # Peer gate alone: relax trusted's modes (root), connect as xmsg-public.
+  o=trusted
+  chmod 0755 "/run/xmsg-$o" "/run/xmsg-$o/xmsg"
+  for s in http agent register; do chmod 0666 "/run/xmsg-$o/xmsg/$s.sock"; done
+  for s in http agent register; do
+    probe_as xmsg-public "relaxed $o $s.sock, peer gate only" gate --sock "/run/xmsg-$o/xmsg/$s.sock" --timeout 10s
+  done
+  probe_as "xmsg-$o" "positive control: $o's own bus still works" own --dir "/run/xmsg-$o/xmsg"
+  check "the daemon logged the refusals" bash -c "journalctl -q --no-pager -o cat -u xmsg@$o.service | grep -qi 'peer_uid=$(id -u xmsg-public)'"
+  chmod 0700 "/run/xmsg-$o" "/run/xmsg-$o/xmsg"
+  for s in http agent register; do chmod 0600 "/run/xmsg-$o/xmsg/$s.sock"; done
+}
+
+# (5) kill -9 loses no acknowledged message: messages answered 202 are queued for svc:probe
+# and never polled, the daemon is SIGKILLed, the next connection finds a (re)started daemon,
+# and the re-registered probe receives every one of them.
+crash() {
+  local t=public n=20 ids pid1 pid2
+  systemctl -q is-active "xmsg@$t.service" || probe_as "xmsg-$t" "start (probe own)" own --dir "/run/xmsg-$t/xmsg" >/dev/null
+  ids=$(mktemp -d); chown "xmsg-$t:" "$ids"
+  probe_as "xmsg-$t" "enqueue $n" enqueue --dir "/run/xmsg-$t/xmsg" --count "$n" --ids "$ids/ids"
+  check "positive control: $n ids recorded" test "$(wc -l < "$ids/ids")" = "$n"
+  pid1=$(mainpid $t)
+  check "kill -9 MainPID $pid1" kill -9 "$pid1"
+  wait_for "MainPID $pid1 gone" bash -c "! kill -0 $pid1 2>/dev/null"
+  info "after kill: $(systemctl show -P ActiveState xmsg@$t.service)/$(systemctl show -P SubState xmsg@$t.service) Result=$(systemctl show -P Result xmsg@$t.service)"
+  check "the sockets survived the crash" systemctl -q is-active "xmsg-http@$t.socket" "xmsg-agent@$t.socket" "xmsg-register@$t.socket"
+  probe_as "xmsg-$t" "after kill -9 (probe drain)" drain --dir "/run/xmsg-$t/xmsg" --ids "$ids/ids"
+  pid2=$(mainpid $t)
+  check "a new daemon serves (MainPID $pid1 -> $pid2)" bash -c "[ -n '$pid2' ] && [ '$pid2' != 0 ] && [ '$pid2' != '$pid1' ]"
+  rm -rf "$ids"
+}
+
+case "${1:-}" in
+  setup) setup || { echo "FAIL setup"; exit 1; }; exit 0 ;;
+  activation|credentials|hardening|isolation|crash) "$1"; finish ;;
+  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash" >&2; exit 64 ;;
+esac
