@@ -260,14 +260,16 @@ func (s *Server) serveConn(c net.Conn) {
 			s.write(c, errorLine("payload_too_large", fmt.Sprintf("line exceeds %d bytes", s.cfg.MaxLine)))
 			return
 		}
-		if err != nil && len(line) == 0 {
+		// An unterminated line followed by EOF is still a request (the client half-closed);
+		// a partial line cut off by the idle deadline or a read error is not.
+		last := errors.Is(err, io.ErrUnexpectedEOF)
+		if err != nil && !last {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				s.cfg.Log.Debug("idle connection closed", "socket", "agent", "actor", actor)
 			}
 			return
 		}
-		last := err != nil // an unterminated line before EOF is still a request
 		if len(bytes.TrimSpace(line)) == 0 {
 			if last {
 				return
