@@ -1,0 +1,393 @@
+package registersock_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/agentsock/socktest"
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/registersock"
+)
+
+func TestMain(m *testing.M) { socktest.Main(m) }
+
+const claudeID = "11111111-2222-4333-8444-555555555555"
+
+func newEnv(t *testing.T, opt socktest.Options) *socktest.Env {
+	if opt.SvcExe == nil {
+		opt.SvcExe = map[string]string{"bot": os.Args[0]}
+	}
+	return socktest.New(t, opt)
+}
+
+// anonSend queues a message for ref as an anonymous HTTP sender would.
+func anonSend(t *testing.T, e *socktest.Env, ref, text string) string {
+	t.Helper()
+	d, err := e.Bus.Send(context.Background(), bus.Send{Ref: ref, Text: text, Bytes: len(text), FromName: "xmsg@testhost · tester",
+		Principal: "http:tester", Socket: "test", Actor: "anon:tester"})
+	if err != nil {
+		t.Fatalf("send to %s: %v", ref, err)
+	}
+	return d.MessageID
+}
+
+func TestFirstFrame(t *testing.T) {
+	e := newEnv(t, socktest.Options{Register: registersock.Config{MaxFirstFrame: 1024}})
+	tests := []struct {
+		name, frame, want string
+	}{
+		{"check", `{"action":"check","conversation_id":"c1"}`, `{"status":"ok","hasCredentials":false,"has_credentials":false}`},
+		{"has_credentials", `{"action":"has_credentials","conversationId":"c1"}`, `{"status":"ok","hasCredentials":false,"has_credentials":false}`},
+		{"agy credentials", `{"conversation_id":"c","ls_address":"127.0.0.1:1","csrf_token":"t"}`, `{"status":"error","detail":"agy registration is not available"}`},
+		{"unknown harness", `{"harness":"codex","name":"x"}`, `{"status":"error","detail":"agy registration is not available"}`},
+		{"not json", `hello`, `{"status":"error","detail":"invalid json"}`},
+		{"array", `[1]`, `{"status":"error","detail":"invalid json"}`},
+		{"blank", ``, `{"status":"error","detail":"invalid json"}`},
+		{"two objects", `{} {}`, `{"status":"error","detail":"invalid json"}`},
+		{"wrong type", `{"harness":5}`, `{"status":"error","detail":"invalid json: field 'harness' must be a string"}`},
+		{"svc empty name", `{"harness":"svc","name":"  "}`, `{"status":"error","detail":"service name must not be empty"}`},
+		{"svc not configured", `{"harness":"svc","name":"other"}`, `{"status":"error","detail":"no trusted executable configured for service 'other'"}`},
+		{"invalid UTF-8", "{\"harness\":\"\xff\"}", `{"status":"error","detail":"frame is not valid UTF-8"}`},
+		{"too long", `{"harness":"` + strings.Repeat("x", 1100) + `"}`, `{"status":"error","detail":"first frame exceeds 1024 bytes"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := socktest.Dial(t, e.RegPath)
+			c.Write([]byte(tc.frame + "\n"))
+			if line, _ := c.Recv(); line != tc.want {
+				t.Fatalf("got %q, want %q", line, tc.want)
+			}
+			// Every first frame but a registration ends the connection.
+			if line, eof := c.Recv(); !eof {
+				t.Fatalf("then got %q, want the connection closed", line)
+			}
+		})
+	}
+	if e.Bus.Registrations() != 0 {
+		t.Fatalf("registrations: got %d, want 0", e.Bus.Registrations())
+	}
+}
+
+// TestFirstFrameDeadline: a connection that does not send its first frame in time, or sends
+// it without the newline, is closed unanswered.
+func TestFirstFrameDeadline(t *testing.T) {
+	e := newEnv(t, socktest.Options{Register: registersock.Config{FirstFrameTimeout: 100 * time.Millisecond}})
+	for _, partial := range []string{"", `{"harness":"pi"}`} {
+		c := socktest.Dial(t, e.RegPath)
+		c.Write([]byte(partial))
+		if line, eof := c.Recv(); !eof {
+			t.Fatalf("partial %q: got %q, want closed", partial, line)
+		}
+	}
+	c := socktest.Dial(t, e.RegPath)
+	c.Write([]byte(`{"action":"check"}`))
+	c.C.CloseWrite()
+	if line, eof := c.Recv(); !eof {
+		t.Fatalf("frame without newline: got %q, want closed", line)
+	}
+}
+
+// TestServiceAttestation: a service is admitted only when its process runs the configured
+// executable (the same bytes at another path do not count), one live registration at a time.
+func TestServiceAttestation(t *testing.T) {
+	dir := t.TempDir()
+	trusted := socktest.CopyExe(t, dir, "bot")
+	e := newEnv(t, socktest.Options{SvcExe: map[string]string{"bot": trusted}})
+
+	impostor := socktest.Start(t, "") // the original test binary: same content, other file
+	c := impostor.Dial(e.RegPath)
+	got := impostor.Call(c, map[string]any{"harness": "svc", "name": "bot"})
+	want := fmt.Sprintf("peer process %d executable does not match trusted executable for service 'bot'", impostor.PID)
+	if got["status"] != "error" || got["detail"] != want {
+		t.Fatalf("impostor: got %v, want detail %q", got, want)
+	}
+	if _, eof := impostor.Recv(c); !eof {
+		t.Fatalf("impostor connection not closed")
+	}
+	if !strings.Contains(e.Logs.String(), "does not match trusted executable") {
+		t.Fatalf("refusal not logged")
+	}
+
+	bot := socktest.Start(t, trusted)
+	if got := bot.Call(bot.Dial(e.RegPath), map[string]any{"harness": "svc", "name": " svc:bot "}); got["status"] != "ok" || got["sessionId"] != "svc:bot" {
+		t.Fatalf("trusted exe (name with svc: prefix and spaces): got %v, want ok svc:bot", got)
+	}
+	second := socktest.Start(t, trusted)
+	c2 := second.Dial(e.RegPath)
+	got = second.Call(c2, map[string]any{"harness": "svc", "name": "bot"})
+	if got["status"] != "error" || got["detail"] != "service 'svc:bot' already has an active registration" {
+		t.Fatalf("second live registration: got %v", got)
+	}
+	// Once the first process is gone, a new one registers at once.
+	bot.Kill()
+	c3 := second.Dial(e.RegPath)
+	if got := second.Call(c3, map[string]any{"harness": "svc", "name": "bot"}); got["status"] != "ok" {
+		t.Fatalf("registration after the first died: got %v", got)
+	}
+}
+
+// TestServiceQueue: poll/deliver/ack with origin, long-poll wakeup, at-least-once redelivery
+// to a re-registered service after a crash before the ack.
+func TestServiceQueue(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	bot, reg := e.Service("", "bot")
+	if got := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); got["action"] != "timeout" {
+		t.Fatalf("empty poll: got %v, want timeout", got)
+	}
+	// A poll waiting when the message arrives is woken by it.
+	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60})
+	id := anonSend(t, e, "bot", "hello")
+	d := bot.RecvJSON(reg)
+	if d["action"] != "deliver" || d["messageId"] != id || d["text"] != "hello" || d["fromName"] != "xmsg@testhost · tester" {
+		t.Fatalf("deliver: got %v", d)
+	}
+	if o, _ := d["origin"].(map[string]any); o["kind"] != "anonymous" || len(o) != 1 {
+		t.Fatalf("origin: got %v, want {kind: anonymous}", d["origin"])
+	}
+	if env, _ := d["envelope"].(string); !strings.HasPrefix(env, "[xmsg] from=xmsg@testhost · tester message_id="+id) || !strings.HasSuffix(env, "\n\nhello") {
+		t.Fatalf("envelope: got %q", env)
+	}
+	// Crash before the ack: the message is delivered again to the next registration.
+	bot.Kill()
+	bot2, reg2 := e.Service("", "bot")
+	d2 := bot2.Call(reg2, map[string]any{"action": "poll", "waitSecs": 5})
+	if d2["action"] != "deliver" || d2["messageId"] != id {
+		t.Fatalf("after crash: got %v, want redelivery of %s", d2, id)
+	}
+	// Unacked: the same message again, also on the same connection.
+	if d3 := bot2.Call(reg2, map[string]any{"action": "poll", "waitSecs": 0}); d3["messageId"] != id {
+		t.Fatalf("second poll before ack: got %v, want %s again", d3, id)
+	}
+	if got := bot2.Call(reg2, map[string]any{"action": "ack", "message_id": id}); got["status"] != "ok" {
+		t.Fatalf("ack: got %v", got)
+	}
+	if got := bot2.Call(reg2, map[string]any{"action": "poll", "waitSecs": 0}); got["action"] != "timeout" {
+		t.Fatalf("after ack: got %v, want timeout", got)
+	}
+	// Acking an unknown id is still ok and changes nothing.
+	if got := bot2.Call(reg2, map[string]any{"action": "ack", "messageId": "nope"}); got["status"] != "ok" {
+		t.Fatalf("ack unknown: got %v", got)
+	}
+}
+
+// TestSessionRegistration: pi-like sessions get a fresh server-minted id; a claimed id is
+// ignored; frames act only on the connection's own registration; closing ends it.
+func TestSessionRegistration(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	p1, p2 := socktest.Start(t, ""), socktest.Start(t, "")
+	c1, c2 := p1.Dial(e.RegPath), p2.Dial(e.RegPath)
+	r1 := p1.Call(c1, map[string]any{"harness": "pi", "sessionName": "one", "sessionId": "pi:claimed", "cwd": "/w"})
+	r2 := p2.Call(c2, map[string]any{"harness": "opencode", "session_name": "two"})
+	id1, _ := r1["sessionId"].(string)
+	id2, _ := r2["sessionId"].(string)
+	if r1["status"] != "ok" || !strings.HasPrefix(id1, "pi:") || len(id1) != len("pi:")+36 || id1 == "pi:claimed" {
+		t.Fatalf("pi registration: got %v, want a minted pi:<uuid>", r1)
+	}
+	if r2["status"] != "ok" || !strings.HasPrefix(id2, "opencode:") {
+		t.Fatalf("opencode registration: got %v", r2)
+	}
+	m1 := anonSend(t, e, "one", "for one")
+	m2 := anonSend(t, e, "two", "for two")
+	// p2 cannot ack p1's message: the ack is scoped to p2's own registration.
+	if got := p2.Call(c2, map[string]any{"action": "ack", "messageId": m1}); got["status"] != "ok" {
+		t.Fatalf("foreign ack: got %v", got)
+	}
+	d := p1.Call(c1, map[string]any{"action": "poll", "waitSecs": 0})
+	if d["messageId"] != m1 || d["text"] != "for one" {
+		t.Fatalf("p1 poll after p2's foreign ack: got %v, want %s still queued", d, m1)
+	}
+	if _, has := d["origin"]; has {
+		t.Fatalf("pi deliver carries origin: %v", d)
+	}
+	if d := p2.Call(c2, map[string]any{"action": "poll", "waitSecs": 0}); d["messageId"] != m2 {
+		t.Fatalf("p2 poll: got %v, want %s", d, m2)
+	}
+	// reply is svc-only on register.sock.
+	if got := p1.Call(c1, map[string]any{"action": "reply", "messageId": m1, "text": "x"}); got["detail"] != "unknown action: reply" {
+		t.Fatalf("pi reply: got %v", got)
+	}
+	// Closing the connection ends the registration.
+	p1.Close(c1)
+	socktest.WaitFor(t, "the registration to end", func() bool { return e.Bus.Registrations() == 1 })
+	if _, err := e.Bus.Resolve("one"); err == nil {
+		t.Fatalf("closed registration still resolves")
+	}
+}
+
+func TestLoopFrames(t *testing.T) {
+	e := newEnv(t, socktest.Options{Register: registersock.Config{MaxFrame: 2048}})
+	bot, reg := e.Service("", "bot")
+	for _, tc := range []struct{ frame, want string }{
+		{`{"action":"dance"}`, `{"status":"error","detail":"unknown action: dance"}`},
+		{`{nope`, `{"status":"error","detail":"invalid json"}`},
+		{`{"action":"poll","waitSecs":"soon"}`, `{"status":"error","detail":"invalid json: field 'waitSecs' must be a number"}`},
+		{`{"action":"poll","waitSecs":-5}`, `{"action":"timeout"}`},
+		{`{"action":"reply","text":"x"}`, `{"status":"error","detail":"messageId and text are required"}`},
+		{`{"action":"reply","messageId":"nope","text":"x"}`, `{"status":"error","detail":"message 'nope' not found"}`},
+	} {
+		bot.Write(reg, []byte("\n"+tc.frame+"\n")) // the blank line is ignored
+		if line, _ := bot.Recv(reg); line != tc.want {
+			t.Fatalf("%s: got %q, want %q", tc.frame, line, tc.want)
+		}
+	}
+	bot.Write(reg, []byte(`{"action":"`+strings.Repeat("x", 3000)+`"}`+"\n"))
+	if line, _ := bot.Recv(reg); line != `{"status":"error","detail":"frame exceeds 2048 bytes"}` {
+		t.Fatalf("oversized: got %q", line)
+	}
+	if line, eof := bot.Recv(reg); !eof {
+		t.Fatalf("after oversized frame got %q, want closed", line)
+	}
+	socktest.WaitFor(t, "the registration to end", func() bool { return e.Bus.Registrations() == 0 })
+
+	bot2, reg2 := e.Service("", "bot")
+	bot2.Write(reg2, []byte("{\"action\":\"\xfe\"}\n"))
+	if line, _ := bot2.Recv(reg2); line != `{"status":"error","detail":"frame is not valid UTF-8"}` {
+		t.Fatalf("invalid UTF-8: got %q", line)
+	}
+	if line, eof := bot2.Recv(reg2); !eof {
+		t.Fatalf("after invalid UTF-8 got %q, want closed", line)
+	}
+}
+
+// TestServiceReply: a svc reply on register.sock to a local message is pushed (decisions
+// table), and the answer names the pushed message.
+func TestServiceReply(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	bot, reg := e.Service("", "bot")
+	session := socktest.Start(t, "")
+	inbox := e.Claude(session.PID, claudeID, "alice")
+	sc := session.Dial(e.AgentPath)
+	sent := session.Call(sc, map[string]any{"action": "send", "ref": "svc:bot", "text": "ping"})
+	id := sent["delivery"].(map[string]any)["messageId"].(string)
+	d := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 5})
+	if o, _ := d["origin"].(map[string]any); o["kind"] != "local" || o["harness"] != "claude" || o["sessionId"] != claudeID {
+		t.Fatalf("origin: got %v", d["origin"])
+	}
+	got := bot.Call(reg, map[string]any{"action": "reply", "messageId": id, "text": "pong"})
+	pushed, _ := got["messageId"].(string)
+	if got["status"] != "ok" || pushed == "" || pushed == id {
+		t.Fatalf("reply: got %v, want ok with the pushed message id", got)
+	}
+	content := socktest.InboxContent(t, inbox.Next(t))
+	if want := "[xmsg] reply to message_id=" + id + " — message_id=" + pushed; !strings.Contains(content, want) || !strings.Contains(content, "pong") {
+		t.Fatalf("inbox: got %q, want %q and the text", content, want)
+	}
+	replies, err := e.Bus.Replies(context.Background(), id, 0, 0)
+	if err != nil || len(replies) != 1 || *replies[0].PushOutcome != "pushed" || replies[0].ReplierSessionID != "svc:bot" {
+		t.Fatalf("stored reply: got %+v, %v", replies, err)
+	}
+	// Not the recipient of its own pushed reply.
+	got = bot.Call(reg, map[string]any{"action": "reply", "messageId": pushed, "text": "x"})
+	if got["status"] != "error" || !strings.Contains(got["detail"].(string), "is not recipient") {
+		t.Fatalf("reply to a message for someone else: got %v", got)
+	}
+	// With no return address (anonymous sender) nothing is pushed: the original id comes back.
+	anon := anonSend(t, e, "bot", "anon")
+	if got := bot.Call(reg, map[string]any{"action": "reply", "messageId": anon, "text": "x"}); got["messageId"] != anon {
+		t.Fatalf("reply without push: got %v, want messageId %s", got, anon)
+	}
+}
+
+// TestPIDGuard: once the registered process has exited, its connection (inherited by a child)
+// cannot poll, and is closed.
+func TestPIDGuard(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	bot, reg := e.Service("", "bot")
+	anonSend(t, e, "bot", "secret")
+	heir := bot.Handoff(reg)
+	heir.Send(reg, map[string]any{"action": "poll", "waitSecs": 0})
+	if line, eof := heir.Recv(reg); !eof {
+		t.Fatalf("poll by the heir of a dead registration: got %q, want closed", line)
+	}
+	if !strings.Contains(e.Logs.String(), "registered process exited or its pid was reused") {
+		t.Fatalf("closing not logged")
+	}
+}
+
+// TestHangupEndsPoll: a client that hangs up during a long poll is noticed at once: the
+// registration ends without waiting for the poll's 60 s.
+func TestHangupEndsPoll(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	p := socktest.Start(t, "")
+	c := p.Dial(e.RegPath)
+	if got := p.Call(c, map[string]any{"harness": "pi", "sessionName": "x"}); got["status"] != "ok" {
+		t.Fatal(got)
+	}
+	p.Send(c, map[string]any{"action": "poll", "waitSecs": 60})
+	p.Close(c)
+	socktest.WaitFor(t, "the connection to end", func() bool { return e.Register.Conns() == 0 })
+}
+
+// TestShutdown ends waiting polls and registrations; Serve returns net.ErrClosed.
+func TestShutdown(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	bot, reg := e.Service("", "bot")
+	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60})
+	idle := socktest.Dial(t, e.RegPath) // no first frame yet
+	ctx, cancel := context.WithTimeout(context.Background(), socktest.Wait)
+	defer cancel()
+	if err := e.Register.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if line, eof := bot.Recv(reg); !eof {
+		t.Fatalf("poll during shutdown: got %q, want closed", line)
+	}
+	if line, eof := idle.Recv(); !eof {
+		t.Fatalf("idle connection: got %q, want closed", line)
+	}
+	if n := e.Register.Conns(); n != 0 {
+		t.Fatalf("conns: got %d, want 0", n)
+	}
+	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "r.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register.Serve(l); err != net.ErrClosed {
+		t.Fatalf("Serve after Shutdown: got %v, want net.ErrClosed", err)
+	}
+}
+
+// TestUngated: connections that did not come through the gate are closed unanswered.
+func TestUngated(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "raw.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.Register.Serve(l)
+	c := socktest.Dial(t, l.Addr().String())
+	c.C.Write([]byte(`{"action":"check"}` + "\n"))
+	if line, eof := c.Recv(); !eof {
+		t.Fatalf("got %q, want closed", line)
+	}
+}
+
+// TestDeliverFrameShape pins the exact field names matrix-xmsg reads.
+func TestDeliverFrameShape(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	bot, reg := e.Service("", "bot")
+	anonSend(t, e, "bot", "x")
+	bot.Send(reg, map[string]any{"action": "poll"}) // default wait
+	line, _ := bot.Recv(reg)
+	var d map[string]json.RawMessage
+	json.Unmarshal([]byte(line), &d)
+	var keys []string
+	for k := range d {
+		keys = append(keys, k)
+	}
+	for _, k := range []string{"action", "messageId", "fromName", "text", "envelope", "origin"} {
+		if _, ok := d[k]; !ok {
+			t.Fatalf("deliver %s lacks %q", line, k)
+		}
+	}
+	if len(d) != 6 {
+		t.Fatalf("deliver has fields %v, want exactly 6", keys)
+	}
+}
