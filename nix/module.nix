@@ -239,6 +239,10 @@ let
     # filesystem: everything read-only except the state directory
     ProtectSystem = "strict";
     PrivateMounts = true;
+    # Seen with systemd 252: ProtectProc=/ProcSubset= left /run read-write despite
+    # ProtectSystem=strict, and with it the socket directory. The daemon never writes there
+    # (systemd binds the sockets), so say it again.
+    ReadOnlyPaths = [ "/run" ];
     ProtectHome = true;
     PrivateTmp = true;
     PrivateDevices = true;

@@ -238,6 +238,7 @@ lib.runTests {
         IPAddressDeny
         PrivateUsers
         ProtectSystem
+        ReadOnlyPaths
         ProtectHome
         ProtectProc
         ProcSubset
@@ -255,6 +256,7 @@ lib.runTests {
       IPAddressDeny = "any";
       PrivateUsers = true;
       ProtectSystem = "strict";
+      ReadOnlyPaths = [ "/run" ];
       ProtectHome = true;
       ProtectProc = "invisible";
       ProcSubset = "pid";

@@ -1,0 +1,488 @@
+package vmtests
+
+// The Nix side, checked offline (there is no nixpkgs and usually no KVM where `go test` runs):
+//
+//   - TestNixParse: every .nix file of the repository parses (`nix-instantiate --parse`:
+//     syntax and unbound variables).
+//   - TestNixModuleTests: the lib-only module tests (the flake's lib.moduleTests) pass against
+//     a checkout of github:nix-community/nixpkgs.lib named by $NIXPKGS_LIB.
+//   - TestNixModuleMatchesSystemdUnits: the units that nix/module.nix generates for a tier are
+//     the units of systemd/ for that tier: same sockets, same hardening, key for key.
+//   - TestVendorHash: nix/source.nix's vendorHash is what `go mod vendor` gives today.
+//
+// Missing tools skip these tests, except with CI=true, where a skip would prove nothing.
+// NIXPKGS_LIB is optional even in CI (the nixpkgs lib is not vendored into the repository).
+// The VM tests themselves (vmtests/*.nix) run with `nix flake check` on a host with KVM.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// nixSkipOrFail skips when a prerequisite is missing, except in CI.
+func nixSkipOrFail(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true: %s", why)
+	}
+	t.Skip(why)
+}
+
+// nixRepo returns the repository root (the parent of vmtests/).
+func nixRepo(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("repository root %s: %v", root, err)
+	}
+	return root
+}
+
+// nixTool finds a Nix command or skips (fails in CI).
+func nixTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		nixSkipOrFail(t, name+" not found (Debian: apt-get install --no-install-recommends nix-bin)")
+	}
+	return p
+}
+
+// nixCmd runs a Nix command offline: no substituters, no build users (the Debian nix-bin
+// default names a nixbld group that a CI runner does not have).
+func nixCmd(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "NIX_CONFIG=build-users-group =\nsubstituters =")
+	return cmd
+}
+
+// nixTrackInputs reads every file of root that ends in one of exts. The Nix tools read them in a
+// subprocess, which go test's result cache does not see; reading them here makes a changed
+// .nix (or .go, for the vendor hash) file re-run the test instead of replaying a cached PASS.
+func nixTrackInputs(t *testing.T, root string, exts ...string) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != root && (d.Name() == ".git" || d.Name() == "vendor" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), "result")) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && slices.ContainsFunc(exts, func(ext string) bool { return strings.HasSuffix(d.Name(), ext) }) {
+			_, err := os.ReadFile(path)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nixFiles lists the repository's .nix files, skipping version control and build results.
+func nixFiles(t *testing.T, root string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != root && (d.Name() == ".git" || d.Name() == "vendor" || strings.HasPrefix(d.Name(), "result")) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(d.Name(), ".nix") {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func TestNixParse(t *testing.T) {
+	instantiate := nixTool(t, "nix-instantiate")
+	root := nixRepo(t)
+	nixTrackInputs(t, root, ".nix")
+
+	parse := func(path string) error {
+		out, err := nixCmd(instantiate, "--parse", path).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+
+	// Positive control: the same check does reject a broken file (a syntax error, and an
+	// unbound variable, which --parse reports too).
+	for name, text := range map[string]string{
+		"syntax.nix":  "{ a = ; }",
+		"unbound.nix": "{ lib }: lib.x + unboundName",
+	} {
+		bad := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(bad, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := parse(bad); err == nil {
+			t.Fatalf("nix-instantiate --parse accepted %s %q; the check below would prove nothing", name, text)
+		}
+	}
+
+	files := nixFiles(t, root)
+	// The files that must exist: without them the loop below would pass vacuously.
+	for _, want := range []string{"flake.nix", "nix/module.nix", "nix/package.nix", "vmtests/isolation.nix"} {
+		if !slices.Contains(files, filepath.Join(root, want)) {
+			t.Errorf("%s: not found among the .nix files %q", want, files)
+		}
+	}
+	for _, f := range files {
+		rel, _ := filepath.Rel(root, f)
+		if err := parse(f); err != nil {
+			t.Errorf("%s: %v", rel, err)
+		}
+	}
+}
+
+// nixpkgsLib returns $NIXPKGS_LIB (a checkout of github:nix-community/nixpkgs.lib, or of
+// nixpkgs) or skips.
+func nixpkgsLib(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("NIXPKGS_LIB")
+	if dir == "" {
+		t.Skip("NIXPKGS_LIB is not set (a checkout of github:nix-community/nixpkgs.lib)")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lib", "default.nix")); err != nil {
+		t.Fatalf("NIXPKGS_LIB=%s: %v", dir, err)
+	}
+	return dir
+}
+
+// nixEvalJSON evaluates a Nix expression strictly and decodes its JSON value into out.
+func nixEvalJSON(t *testing.T, expr string, out any) {
+	t.Helper()
+	instantiate := nixTool(t, "nix-instantiate")
+	cmd := nixCmd(instantiate, "--eval", "--strict", "--json", "-E", expr)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("nix-instantiate --eval: %v\n%s", err, stderr.String())
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("decode %q: %v", b, err)
+	}
+}
+
+func TestNixModuleTests(t *testing.T) {
+	lib := nixpkgsLib(t)
+	root := nixRepo(t)
+	nixTrackInputs(t, root, ".nix")
+
+	// The flake exposes exactly this expression as lib.moduleTests.
+	tests := filepath.Join(root, "nix", "tests", "module-tests.nix")
+	var failed []struct {
+		Name     string          `json:"name"`
+		Expected json.RawMessage `json:"expected"`
+		Result   json.RawMessage `json:"result"`
+	}
+	nixEvalJSON(t, fmt.Sprintf("import %s { lib = import %s; }", strconv.Quote(tests), strconv.Quote(filepath.Join(lib, "lib"))), &failed)
+	for _, f := range failed {
+		t.Errorf("%s:\n got: %s\nwant: %s", f.Name, f.Result, f.Expected)
+	}
+
+	// Positive control: the harness does report a failing case.
+	nixEvalJSON(t, fmt.Sprintf(`(import %s).runTests { testControl = { expr = 1; expected = 2; }; }`,
+		strconv.Quote(filepath.Join(lib, "lib"))), &failed)
+	if len(failed) != 1 || failed[0].Name != "testControl" {
+		t.Errorf("lib.runTests control: got %d failures, want testControl", len(failed))
+	}
+}
+
+// unit is a parsed unit file: section -> key -> values (one per assignment, in order).
+type unit map[string]map[string][]string
+
+// parseUnit reads a systemd unit file (comments, sections, Key=Value lines; no line
+// continuations, which the project's units do not use).
+func parseUnit(text string) (unit, error) {
+	u := unit{}
+	section := ""
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
+			section = line[1 : len(line)-1]
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok || section == "" {
+				return nil, fmt.Errorf("line %d: %q is not Key=Value in a section", n, line)
+			}
+			if u[section] == nil {
+				u[section] = map[string][]string{}
+			}
+			u[section][k] = append(u[section][k], strings.TrimSpace(v))
+		}
+	}
+	return u, sc.Err()
+}
+
+// nixValue renders one NixOS unit option value the way NixOS writes it into a unit file:
+// booleans as true/false, numbers in decimal, lists as one assignment per element.
+func nixValue(v any) []string {
+	switch v := v.(type) {
+	case bool:
+		return []string{strconv.FormatBool(v)}
+	case float64:
+		return []string{strconv.FormatFloat(v, 'f', -1, 64)}
+	case string:
+		return []string{v}
+	case []any:
+		var out []string
+		for _, e := range v {
+			out = append(out, nixValue(e)...)
+		}
+		return out
+	default:
+		return []string{fmt.Sprint(v)}
+	}
+}
+
+// normalize makes two spellings of the same setting compare equal: the values of a key become
+// one token list (systemd splits most list settings on whitespace and accumulates repeated
+// assignments), booleans are spelled true/false, and quotes around words are dropped.
+func normalize(values []string) []string {
+	out := []string{}
+	for _, v := range values {
+		for _, tok := range strings.Fields(v) {
+			tok = strings.Trim(tok, `"`)
+			switch strings.ToLower(tok) {
+			case "yes", "true", "on":
+				tok = "true"
+			case "no", "false", "off":
+				tok = "false"
+			}
+			out = append(out, tok)
+		}
+	}
+	return out
+}
+
+// moduleUnits evaluates nix/module.nix (lib only) with one default tier and returns its
+// units in unit-file form, keyed by unit file name.
+func moduleUnits(t *testing.T, lib, root, tier string) map[string]unit {
+	t.Helper()
+	expr := fmt.Sprintf(`let
+	  e = import %s { lib = import %s; };
+	  c = e.eval { services.xmsg.tiers.%s = { }; };
+	in { inherit (c.systemd) services sockets; failed = e.failedAssertions c; }`,
+		strconv.Quote(filepath.Join(root, "nix", "tests", "eval.nix")), strconv.Quote(filepath.Join(lib, "lib")), tier)
+	var got struct {
+		Services map[string]map[string]any `json:"services"`
+		Sockets  map[string]map[string]any `json:"sockets"`
+		Failed   []string                  `json:"failed"`
+	}
+	nixEvalJSON(t, expr, &got)
+	if len(got.Failed) != 0 {
+		t.Fatalf("failed assertions for a default tier: %q", got.Failed)
+	}
+
+	// The NixOS unit options the module uses, and where NixOS writes them.
+	unitLevel := map[string]string{
+		"description": "Description", "requires": "Requires", "after": "After", "partOf": "PartOf",
+	}
+	convert := func(def map[string]any, body string) unit {
+		u := unit{"Unit": {}, body: {}}
+		for opt, val := range def {
+			switch opt {
+			case "description", "requires", "after", "partOf":
+				u["Unit"][unitLevel[opt]] = nixValue(val)
+			case "wantedBy":
+				u["Install"] = map[string][]string{"WantedBy": nixValue(val)}
+			case "listenStreams":
+				u[body]["ListenStream"] = nixValue(val)
+			case "environment":
+				for k, v := range val.(map[string]any) {
+					u[body]["Environment"] = append(u[body]["Environment"], k+"="+fmt.Sprint(v))
+				}
+			case "serviceConfig", "socketConfig":
+				for k, v := range val.(map[string]any) {
+					u[body][k] = nixValue(v)
+				}
+			default:
+				t.Errorf("unit option %q is not compared by this test; extend it", opt)
+			}
+		}
+		return u
+	}
+	units := map[string]unit{}
+	for name, def := range got.Services {
+		units[name+".service"] = convert(def, "Service")
+	}
+	for name, def := range got.Sockets {
+		units[name+".socket"] = convert(def, "Socket")
+	}
+	return units
+}
+
+func TestNixModuleMatchesSystemdUnits(t *testing.T) {
+	lib := nixpkgsLib(t)
+	root := nixRepo(t)
+	nixTrackInputs(t, root, ".nix", ".service", ".socket")
+	const tier = "eq"
+	got := moduleUnits(t, lib, root, tier)
+
+	// Keys that legitimately differ: where the binary lives (compared below without its path)
+	// and the documentation link of a non-Nix install.
+	ignored := map[string]bool{"Unit.Documentation": true, "Service.ExecStart": true, "Install.Also": true}
+
+	templates := map[string]string{
+		"xmsg@.service":         "xmsg@" + tier + ".service",
+		"xmsg-http@.socket":     "xmsg-http@" + tier + ".socket",
+		"xmsg-agent@.socket":    "xmsg-agent@" + tier + ".socket",
+		"xmsg-register@.socket": "xmsg-register@" + tier + ".socket",
+	}
+	if len(got) != len(templates) {
+		t.Errorf("module units: got %d (%v), want %d", len(got), slices.Sorted(mapKeys(got)), len(templates))
+	}
+	for file, instance := range templates {
+		b, err := os.ReadFile(filepath.Join(root, "systemd", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := parseUnit(strings.ReplaceAll(string(b), "%i", tier))
+		if err != nil {
+			t.Fatalf("systemd/%s: %v", file, err)
+		}
+		mod, ok := got[instance]
+		if !ok {
+			t.Errorf("%s: systemd/ has it, the module does not generate it", instance)
+			continue
+		}
+		for _, section := range []string{"Unit", "Service", "Socket", "Install"} {
+			keys := map[string]bool{}
+			for k := range want[section] {
+				keys[k] = true
+			}
+			for k := range mod[section] {
+				keys[k] = true
+			}
+			for _, k := range slices.Sorted(mapKeys(keys)) {
+				if ignored[section+"."+k] {
+					continue
+				}
+				w, inWant := want[section][k]
+				g, inGot := mod[section][k]
+				switch {
+				case !inGot:
+					t.Errorf("%s [%s] %s=%q: in systemd/%s, missing from the module", instance, section, k, w, file)
+				case !inWant:
+					t.Errorf("%s [%s] %s=%q: set by the module, not in systemd/%s", instance, section, k, g, file)
+				case !slices.Equal(normalize(g), normalize(w)):
+					t.Errorf("%s [%s] %s: module %q, systemd/%s %q", instance, section, k, g, file, w)
+				}
+			}
+		}
+		if execs := want["Service"]["ExecStart"]; len(execs) > 0 {
+			w := normalize(execs)
+			g := normalize(mod["Service"]["ExecStart"])
+			if len(g) == 0 || filepath.Base(g[0]) != filepath.Base(w[0]) || !slices.Equal(g[1:], w[1:]) {
+				t.Errorf("%s ExecStart: module %q, systemd/%s %q (the binary's directory may differ)", instance, g, file, w)
+			}
+		}
+	}
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// TestParseUnitAndNormalize pins the comparison's own helpers, so that the equivalence test
+// cannot pass by parsing nothing or by equating different settings.
+func TestParseUnitAndNormalize(t *testing.T) {
+	u, err := parseUnit("# c\n[Service]\nA=1\nA=2 3\nB=\n; c\n[Socket]\nC=yes\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := u["Service"]["A"], []string{"1", "2 3"}; !slices.Equal(got, want) {
+		t.Errorf("A: got %q, want %q", got, want)
+	}
+	if got, ok := u["Service"]["B"]; !ok || len(normalize(got)) != 0 {
+		t.Errorf("B: got %q (present %v), want present and empty", got, ok)
+	}
+	if _, err := parseUnit("A=1\n"); err == nil {
+		t.Error("parseUnit accepted a key outside any section")
+	}
+	for _, tc := range []struct {
+		a, b []string
+		same bool
+	}{
+		{[]string{"yes"}, []string{"true"}, true},
+		{[]string{"a b", "c"}, []string{"a", "b c"}, true},
+		{[]string{`"serve"`}, []string{"serve"}, true},
+		{[]string{"strict"}, []string{"full"}, false},
+		{[]string{"AF_UNIX"}, []string{"AF_UNIX AF_INET"}, false},
+		{[]string{"0600"}, []string{"0666"}, false},
+		{[]string{""}, []string{"any"}, false},
+	} {
+		if got := slices.Equal(normalize(tc.a), normalize(tc.b)); got != tc.same {
+			t.Errorf("normalize(%q) == normalize(%q): got %v, want %v", tc.a, tc.b, got, tc.same)
+		}
+	}
+	for _, tc := range []struct {
+		v    any
+		want []string
+	}{
+		{true, []string{"true"}},
+		{float64(448), []string{"448"}},
+		{[]any{"a", "b c"}, []string{"a", "b c"}},
+		{"", []string{""}},
+	} {
+		if got := nixValue(tc.v); !slices.Equal(got, tc.want) {
+			t.Errorf("nixValue(%#v): got %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}
+
+func TestVendorHash(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("nix/vendor-hash.sh uses GNU cp")
+	}
+	nixTool(t, "nix")
+	root := nixRepo(t)
+	nixTrackInputs(t, root, ".go", "go.mod", "go.sum", ".nix", ".sh")
+	// The go command that runs this test vendors the modules, as in nixpkgs' goModules.
+	goBin := filepath.Join(runtime.GOROOT(), "bin")
+	if _, err := os.Stat(filepath.Join(goBin, "go")); err != nil {
+		nixSkipOrFail(t, "the go command is not next to GOROOT: "+err.Error())
+	}
+	cmd := exec.Command("sh", filepath.Join(root, "nix", "vendor-hash.sh"), "--check")
+	cmd.Env = append(os.Environ(), "PATH="+goBin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"NIX_CONFIG=build-users-group =")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		// On a mismatch the script names both hashes: put the new one into nix/source.nix.
+		t.Fatalf("nix/vendor-hash.sh --check: %v\n%s", err, out)
+	}
+}
