@@ -1,0 +1,153 @@
+// Package doctor says which protections are in force and which portable fallback applies
+// in their place (DESIGN.md §7). The daemon fills Facts at startup; `xmsg doctor` prints
+// the daemon's Lines and those of Machine, what this machine and environment offer.
+package doctor
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/creds"
+	"github.com/xmsg/xmsg/internal/sandbox"
+)
+
+// Facts are the protections of one daemon (Daemon true) or of this machine (Machine).
+type Facts struct {
+	Daemon bool `json:"daemon"` // reported by a running `xmsg serve`
+
+	SocketActivation bool     `json:"socket_activation"`    // sockets came from systemd (LISTEN_FDS)
+	Missing          []string `json:"missing,omitempty"`    // names systemd did not pass: not served
+	SocketDir        string   `json:"socket_dir,omitempty"` // where self-bound sockets live
+
+	PeerGate bool `json:"peer_gate"` // always true in serve
+
+	Landlock    string `json:"landlock"`     // sandbox.Report.String(), or "not applied"
+	LandlockABI int    `json:"landlock_abi"` // what the kernel offers (sandbox.Probe)
+
+	Credentials string `json:"credentials"` // creds.Source: "credentials-directory", "path", "none"
+
+	Notify   bool          `json:"notify"`   // NOTIFY_SOCKET set
+	Watchdog time.Duration `json:"watchdog"` // WATCHDOG_USEC for this process; 0 = none
+
+	TCPListen string `json:"tcp_listen,omitempty"` // --listen address; "" = none
+
+	Systemd bool `json:"systemd"` // started by systemd (INVOCATION_ID set)
+}
+
+// NotApplied is the Landlock value of Facts when no sandbox was applied.
+const NotApplied = "not applied"
+
+// Lines returns one human line per mechanism, each naming the fallback in force when the
+// mechanism is absent (the table of DESIGN.md §7).
+func (f Facts) Lines() []string {
+	var l []string
+
+	dir := f.SocketDir
+	if dir == "" {
+		dir = "$XDG_RUNTIME_DIR/xmsg"
+	}
+	if f.SocketActivation {
+		l = append(l, "socket activation: yes (systemd)")
+		if len(f.Missing) > 0 {
+			l = append(l, "socket activation: not passed by systemd, so not served: "+strings.Join(f.Missing, ", "))
+		}
+	} else {
+		l = append(l, "socket activation: no (self-bound sockets in "+dir+")")
+	}
+
+	switch {
+	case !f.Daemon:
+		l = append(l, "peer gate: enforced by xmsg serve on every socket (no daemon reported here)")
+	case f.PeerGate:
+		l = append(l, "peer gate: on (a connection from another uid is closed before a byte is read)")
+	default:
+		l = append(l, "peer gate: OFF")
+	}
+
+	switch {
+	case f.Landlock == "" || f.Landlock == NotApplied:
+		if f.LandlockABI == 0 {
+			l = append(l, "landlock: not applied (the kernel has no Landlock; --require-landlock would refuse to start)")
+		} else {
+			l = append(l, fmt.Sprintf("landlock: not applied (the kernel offers ABI %d)", f.LandlockABI))
+		}
+	case f.Landlock == "landlock: unavailable":
+		l = append(l, "landlock: unavailable (running without it; --require-landlock would refuse to start)")
+	default:
+		l = append(l, f.Landlock)
+	}
+
+	switch creds.Source(f.Credentials) {
+	case creds.SourceCredentialsDirectory:
+		l = append(l, "credentials: LoadCredential= ($CREDENTIALS_DIRECTORY)")
+	case creds.SourcePath:
+		l = append(l, "credentials: plain files named by flags (no $CREDENTIALS_DIRECTORY)")
+	default:
+		if f.Daemon {
+			l = append(l, "credentials: none loaded")
+		} else {
+			l = append(l, "credentials: no $CREDENTIALS_DIRECTORY (fallback: plain files named by flags)")
+		}
+	}
+
+	switch {
+	case f.Notify && f.Watchdog > 0:
+		l = append(l, fmt.Sprintf("sd_notify: yes (watchdog %s)", f.Watchdog))
+	case f.Notify:
+		l = append(l, "sd_notify: yes")
+	default:
+		l = append(l, "sd_notify: no (NOTIFY_SOCKET unset; readiness is not signalled)")
+	}
+
+	if f.TCPListen == "" {
+		l = append(l, "tcp listener: none")
+	} else {
+		// PROTOCOL.md §2.3: the TCP listener has no peer check.
+		l = append(l, "tcp listener: "+f.TCPListen+" (no peer-uid check on TCP)")
+	}
+
+	if f.Systemd {
+		l = append(l, "systemd hardening: from the unit (systemd-analyze security shows it)")
+	} else {
+		l = append(l, "systemd hardening: none (not started by systemd)")
+	}
+	return l
+}
+
+// Machine returns what this machine and this process's environment offer, for when no
+// daemon reports its own facts: the Landlock ABI (nothing is restricted to find it) and
+// whether systemd passed sockets, a notify socket and credentials.
+func Machine() Facts {
+	f := Facts{
+		SocketActivation: os.Getenv("LISTEN_FDS") != "",
+		Landlock:         NotApplied,
+		LandlockABI:      sandbox.Probe(),
+		Credentials:      string(creds.SourceNone),
+		Notify:           os.Getenv("NOTIFY_SOCKET") != "",
+		Watchdog:         watchdog(),
+		Systemd:          os.Getenv("INVOCATION_ID") != "",
+	}
+	if rt := os.Getenv("XDG_RUNTIME_DIR"); rt != "" {
+		f.SocketDir = rt + "/xmsg"
+	}
+	if creds.Dir() != "" {
+		f.Credentials = string(creds.SourceCredentialsDirectory)
+	}
+	return f
+}
+
+// watchdog returns the interval systemd asks this process to ping at, or 0. Like
+// sd_watchdog_enabled, it ignores a WATCHDOG_USEC meant for another process (WATCHDOG_PID).
+func watchdog() time.Duration {
+	usec, err := strconv.ParseUint(os.Getenv("WATCHDOG_USEC"), 10, 63)
+	if err != nil || usec == 0 || usec > uint64(1<<63-1)/1000 {
+		return 0
+	}
+	if p := os.Getenv("WATCHDOG_PID"); p != "" && p != strconv.Itoa(os.Getpid()) {
+		return 0
+	}
+	return time.Duration(usec) * time.Microsecond
+}

@@ -1,0 +1,173 @@
+package doctor
+
+import (
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/sandbox"
+)
+
+func TestLines(t *testing.T) {
+	tests := []struct {
+		desc string
+		f    Facts
+		want []string
+	}{
+		{
+			desc: "hardened daemon under systemd",
+			f: Facts{
+				Daemon: true, SocketActivation: true, PeerGate: true,
+				Landlock:    "landlock: abi=7 fs=enforced net=enforced scope=enforced",
+				LandlockABI: 7, Credentials: "credentials-directory",
+				Notify: true, Watchdog: 30 * time.Second, Systemd: true,
+			},
+			want: []string{
+				"socket activation: yes (systemd)",
+				"peer gate: on (a connection from another uid is closed before a byte is read)",
+				"landlock: abi=7 fs=enforced net=enforced scope=enforced",
+				"credentials: LoadCredential= ($CREDENTIALS_DIRECTORY)",
+				"sd_notify: yes (watchdog 30s)",
+				"tcp listener: none",
+				"systemd hardening: from the unit (systemd-analyze security shows it)",
+			},
+		},
+		{
+			desc: "systemd passed only some sockets",
+			f: Facts{
+				Daemon: true, SocketActivation: true, Missing: []string{"agent", "register"}, PeerGate: true,
+				Landlock: "landlock: abi=4 fs=enforced net=partial scope=unavailable", LandlockABI: 4,
+				Credentials: "none", Notify: true, Systemd: true,
+			},
+			want: []string{
+				"socket activation: yes (systemd)",
+				"socket activation: not passed by systemd, so not served: agent, register",
+				"peer gate: on (a connection from another uid is closed before a byte is read)",
+				"landlock: abi=4 fs=enforced net=partial scope=unavailable",
+				"credentials: none loaded",
+				"sd_notify: yes",
+				"tcp listener: none",
+				"systemd hardening: from the unit (systemd-analyze security shows it)",
+			},
+		},
+		{
+			desc: "bare run on a laptop: every fallback",
+			f: Facts{
+				Daemon: true, SocketDir: "/run/user/1000/xmsg", PeerGate: true,
+				Landlock: "landlock: unavailable", Credentials: "path", TCPListen: "127.0.0.1:8787",
+			},
+			want: []string{
+				"socket activation: no (self-bound sockets in /run/user/1000/xmsg)",
+				"peer gate: on (a connection from another uid is closed before a byte is read)",
+				"landlock: unavailable (running without it; --require-landlock would refuse to start)",
+				"credentials: plain files named by flags (no $CREDENTIALS_DIRECTORY)",
+				"sd_notify: no (NOTIFY_SOCKET unset; readiness is not signalled)",
+				"tcp listener: 127.0.0.1:8787 (no peer-uid check on TCP)",
+				"systemd hardening: none (not started by systemd)",
+			},
+		},
+		{
+			desc: "machine facts, no daemon",
+			f:    Facts{Landlock: NotApplied, LandlockABI: 7, Credentials: "none"},
+			want: []string{
+				"socket activation: no (self-bound sockets in $XDG_RUNTIME_DIR/xmsg)",
+				"peer gate: enforced by xmsg serve on every socket (no daemon reported here)",
+				"landlock: not applied (the kernel offers ABI 7)",
+				"credentials: no $CREDENTIALS_DIRECTORY (fallback: plain files named by flags)",
+				"sd_notify: no (NOTIFY_SOCKET unset; readiness is not signalled)",
+				"tcp listener: none",
+				"systemd hardening: none (not started by systemd)",
+			},
+		},
+		{
+			desc: "machine without Landlock",
+			f:    Facts{LandlockABI: 0},
+			want: []string{
+				"socket activation: no (self-bound sockets in $XDG_RUNTIME_DIR/xmsg)",
+				"peer gate: enforced by xmsg serve on every socket (no daemon reported here)",
+				"landlock: not applied (the kernel has no Landlock; --require-landlock would refuse to start)",
+				"credentials: no $CREDENTIALS_DIRECTORY (fallback: plain files named by flags)",
+				"sd_notify: no (NOTIFY_SOCKET unset; readiness is not signalled)",
+				"tcp listener: none",
+				"systemd hardening: none (not started by systemd)",
+			},
+		},
+		{
+			desc: "daemon with the peer gate off is shouted",
+			f:    Facts{Daemon: true, Landlock: NotApplied, LandlockABI: 7, Credentials: "none"},
+			want: []string{
+				"socket activation: no (self-bound sockets in $XDG_RUNTIME_DIR/xmsg)",
+				"peer gate: OFF",
+				"landlock: not applied (the kernel offers ABI 7)",
+				"credentials: none loaded",
+				"sd_notify: no (NOTIFY_SOCKET unset; readiness is not signalled)",
+				"tcp listener: none",
+				"systemd hardening: none (not started by systemd)",
+			},
+		},
+	}
+	for _, tt := range tests {
+		got := tt.f.Lines()
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s:\ngot:\n  %s\nwant:\n  %s", tt.desc, strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
+		}
+	}
+}
+
+func TestMachine(t *testing.T) {
+	pid := strconv.Itoa(os.Getpid())
+	tests := []struct {
+		desc string
+		env  map[string]string
+		want Facts
+	}{
+		{
+			desc: "bare shell",
+			env:  map[string]string{},
+			want: Facts{Credentials: "none"},
+		},
+		{
+			desc: "under systemd",
+			env: map[string]string{
+				"LISTEN_FDS": "3", "NOTIFY_SOCKET": "/run/systemd/notify", "CREDENTIALS_DIRECTORY": "/run/credentials/xmsg@a.service",
+				"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": pid, "INVOCATION_ID": "abc", "XDG_RUNTIME_DIR": "/run/xmsg-a",
+			},
+			want: Facts{
+				SocketActivation: true, SocketDir: "/run/xmsg-a/xmsg", Credentials: "credentials-directory",
+				Notify: true, Watchdog: 30 * time.Second, Systemd: true,
+			},
+		},
+		{
+			desc: "watchdog meant for another process",
+			env:  map[string]string{"NOTIFY_SOCKET": "@notify", "WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "1"},
+			want: Facts{Credentials: "none", Notify: true},
+		},
+		{
+			desc: "malformed watchdog",
+			env:  map[string]string{"WATCHDOG_USEC": "-5"},
+			want: Facts{Credentials: "none"},
+		},
+		{
+			desc: "overflowing watchdog",
+			env:  map[string]string{"WATCHDOG_USEC": "18446744073709551615"},
+			want: Facts{Credentials: "none"},
+		},
+	}
+	vars := []string{"LISTEN_FDS", "NOTIFY_SOCKET", "CREDENTIALS_DIRECTORY", "WATCHDOG_USEC", "WATCHDOG_PID", "INVOCATION_ID", "XDG_RUNTIME_DIR"}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			for _, v := range vars {
+				t.Setenv(v, tt.env[v])
+			}
+			got := Machine()
+			tt.want.Landlock = NotApplied
+			tt.want.LandlockABI = sandbox.Probe()
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Machine() = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
