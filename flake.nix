@@ -33,8 +33,16 @@
         }
       );
 
-      # `import`, not a bare path: Nix 2.8's `flake check` rejects a path as a module.
-      nixosModules.default = import ./nix/module.nix;
+      # A module value, not a bare path: Nix 2.8's `flake check` rejects a path as a module.
+      # nix/module.nix alone defaults the package to pkgs.callPackage ./nix/package.nix, built
+      # with the host's nixpkgs; through the flake it defaults to this flake's build, whose
+      # pinned nixpkgs has the Go that go.mod asks for.
+      nixosModules.default =
+        { lib, pkgs, ... }:
+        {
+          imports = [ (import ./nix/module.nix) ];
+          services.xmsg.package = lib.mkDefault self.packages.${pkgs.stdenv.hostPlatform.system}.default;
+        };
       nixosModules.xmsg = self.nixosModules.default;
 
       overlays.default = final: _prev: { xmsg = final.callPackage ./nix/package.nix { }; };
