@@ -35,7 +35,7 @@ let
 
   node =
     self:
-    { lib, pkgs, ... }:
+    { pkgs, ... }:
     {
       imports = [ module ];
 
@@ -55,12 +55,6 @@ let
           };
         };
       };
-
-      security.lsm = lib.mkDefault [
-        "landlock"
-        "yama"
-        "bpf"
-      ];
 
       environment.systemPackages = [
         probe
@@ -85,10 +79,8 @@ in
     CRED = "/etc/xmsg/public"
     SOCK = "/run/xmsg-public/xmsg"
 
-
     def as_tier(cmd):
         return f"runuser -u xmsg-public -- {cmd}"
-
 
     def pin(machine):
         return "sha256:" + machine.succeed(
@@ -96,17 +88,17 @@ in
             " | openssl pkey -pubin -outform DER | sha256sum | cut -d' ' -f1"
         ).strip()
 
-
     def http(machine, method, path, body=None):
         data = f"-d '{json.dumps(body)}' -H 'Content-Type: application/json'" if body else ""
         return machine.succeed(
             as_tier(f"curl -sS -X {method} {data} --unix-socket {SOCK}/http.sock http://localhost{path}")
         )
 
-
     start_all()
     for m in HOSTS.values():
         m.wait_for_unit("sockets.target")
+        # The daemons run with --require-landlock; without the LSM they could not start at all.
+        m.succeed("grep -qw landlock /sys/kernel/security/lsm")
 
     with subtest("keys and certificates are made in the VMs, root-only"):
         for name, m in HOSTS.items():

@@ -29,7 +29,7 @@
   name = "xmsg-isolation";
 
   nodes.machine =
-    { lib, pkgs, ... }:
+    { pkgs, ... }:
     {
       imports = [ module ];
 
@@ -66,13 +66,6 @@
       systemd.services."xmsg@public".serviceConfig.LoadCredential = [ "marker:/etc/xmsg/public/marker" ];
       systemd.services."xmsg@trusted".serviceConfig.LoadCredential = [ "marker:/etc/xmsg/trusted/marker" ];
 
-      # The daemon runs with --require-landlock: make sure the kernel enables the LSM.
-      security.lsm = lib.mkDefault [
-        "landlock"
-        "yama"
-        "bpf"
-      ];
-
       environment.systemPackages = [
         probe
         pkgs.iproute2
@@ -84,14 +77,11 @@
     HOMES = {"public": "/home/xmsg-public", "trusted": "/home/trusted-agent"}
     SOCKETS = ("http", "agent", "register")
 
-
     def other(tier):
         return "trusted" if tier == "public" else "public"
 
-
     def as_user(user, cmd):
         return f"runuser -u {user} -- {cmd}"
-
 
     def markers(tier):
         return [
@@ -100,8 +90,9 @@
             f"{HOMES[tier]}/marker",
         ]
 
-
     machine.wait_for_unit("multi-user.target")
+    # The daemons run with --require-landlock; without the LSM they could not start at all.
+    machine.succeed("grep -qw landlock /sys/kernel/security/lsm")
     for t in TIERS:
         for s in SOCKETS:
             machine.wait_for_unit(f"xmsg-{s}@{t}.socket")
