@@ -39,6 +39,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -130,9 +131,12 @@ func plan(abi int, filter bool) Report {
 // anything is restricted: --require-landlock promises that the daemon never serves with
 // less than the full sandbox, so it must fail closed and say what is missing.
 func gate(p Policy, want Report) error {
-	if p.Require && !want.Complete() {
-		return fmt.Errorf("sandbox: require-landlock: kernel can enforce only %s",
-			strings.TrimPrefix(want.String(), "landlock: "))
+	switch {
+	case !p.Require || want.Complete():
+		return nil
+	case want.ABI == 0:
+		return errors.New("sandbox: require-landlock: Landlock is unavailable")
 	}
-	return nil
+	return fmt.Errorf("sandbox: require-landlock: kernel can enforce only %s",
+		strings.TrimPrefix(want.String(), "landlock: "))
 }

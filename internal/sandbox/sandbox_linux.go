@@ -45,11 +45,21 @@ const (
 var installFilter = installSocketFilter
 
 // Probe returns the Landlock ABI the running kernel offers, as go-landlock will use it,
-// without restricting anything: 0 when Landlock is missing or disabled at boot.
+// without restricting anything: 0 when Landlock is missing, disabled at boot, or its
+// system calls are refused (a seccomp filter such as systemd's SystemCallFilter=).
 func Probe() int {
+	v, _ := detectABI()
+	return v
+}
+
+// detectABI is Probe with the reason for a 0.
+func detectABI() (int, error) {
 	v, err := ll.LandlockGetABIVersion()
-	if err != nil || v < 0 {
-		return 0
+	if err != nil {
+		return 0, err
+	}
+	if v <= 0 {
+		return 0, nil
 	}
 	if v >= 6 {
 		// Same rule as go-landlock's internal ABI detection, so that Report matches
@@ -60,7 +70,23 @@ func Probe() int {
 			v = 5
 		}
 	}
-	return min(v, maxABI)
+	return min(v, maxABI), nil
+}
+
+// unavailableReason explains a probe that found no Landlock.
+func unavailableReason(err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOSYS):
+		return "the kernel has no Landlock"
+	case errors.Is(err, syscall.EOPNOTSUPP):
+		return "Landlock is disabled at boot (lsm= kernel parameter)"
+	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+		return "the landlock system calls are refused, likely by a seccomp filter " +
+			"(SystemCallFilter= must allow landlock_create_ruleset landlock_add_rule landlock_restrict_self)"
+	case err != nil:
+		return "landlock_create_ruleset: " + err.Error()
+	}
+	return "the kernel has no Landlock"
 }
 
 // Apply restricts the whole process (all threads, now and later) to p and returns what is
@@ -80,14 +106,17 @@ func Apply(p Policy, log *slog.Logger) (Report, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	abi := Probe()
+	abi, perr := detectABI()
 	_, filterOK := filterArch()
 	want := plan(abi, filterOK)
 	if err := gate(p, want); err != nil {
+		if abi == 0 {
+			err = fmt.Errorf("%w: %s", err, unavailableReason(perr))
+		}
 		return Report{}, err
 	}
 	if abi == 0 {
-		log.Warn("landlock unavailable", "reason", "kernel has no Landlock or it is disabled at boot")
+		log.Warn("landlock unavailable", "reason", unavailableReason(perr))
 		return want, nil
 	}
 
@@ -108,6 +137,7 @@ func Apply(p Policy, log *slog.Logger) (Report, error) {
 				if p.Require {
 					return Report{}, fmt.Errorf("sandbox: socket filter: %w", err)
 				}
+				// EPERM here usually means SystemCallFilter= lacks seccomp.
 				log.Warn("socket filter not installed", "err", err,
 					"reason", "multipath TCP sockets escape Landlock's TCP rules")
 				got.Net = Partial

@@ -31,6 +31,7 @@ type childSpec struct {
 	Policy        Policy
 	Probes        []probe
 	DisableFilter bool // make the socket filter fail, to show the gap it closes
+	BlockLandlock bool // refuse the landlock system calls with EPERM, as SystemCallFilter= can
 }
 
 type probe struct {
@@ -84,6 +85,12 @@ func runChild(specJSON string) int {
 	}()
 	res.ThreadTID = <-tid
 
+	if spec.BlockLandlock {
+		if err := blockLandlock(); err != nil {
+			fmt.Fprintln(os.Stderr, "child: block landlock:", err)
+			return 2
+		}
+	}
 	if spec.DisableFilter {
 		installFilter = func() error { return errors.New("disabled by the test") }
 	}
@@ -119,6 +126,27 @@ func runChild(specJSON string) int {
 		return 2
 	}
 	return 0
+}
+
+// blockLandlock makes landlock_create_ruleset fail with EPERM in this process, as a
+// systemd unit whose SystemCallFilter= lacks it does.
+func blockLandlock() error {
+	arch, ok := filterArch()
+	if !ok {
+		return fmt.Errorf("unsupported architecture %s", runtime.GOARCH)
+	}
+	prog, err := assemble([]insn{
+		ld(offArch),
+		jeq(arch, "", "allow"),
+		ld(offNr),
+		jeq(unix.SYS_LANDLOCK_CREATE_RULESET, "", "allow"),
+		ret("eperm", unix.SECCOMP_RET_ERRNO|uint32(unix.EPERM)),
+		ret("allow", unix.SECCOMP_RET_ALLOW),
+	})
+	if err != nil {
+		return err
+	}
+	return installSeccomp(prog)
 }
 
 func runProbe(p probe) error {
@@ -509,6 +537,44 @@ func TestApplyRequire(t *testing.T) {
 	}
 	if got := res.Outcomes["read_outside"]; got != "EACCES" {
 		t.Errorf("read_outside: got %q, want EACCES", got)
+	}
+}
+
+// TestApplyLandlockBlocked: when a seccomp filter refuses the landlock system calls (a
+// unit whose SystemCallFilter= lacks them), best effort says so and why, and Require
+// refuses before restricting anything.
+func TestApplyLandlockBlocked(t *testing.T) {
+	requireABI(t, 1)
+	tests := []struct {
+		require bool
+		wantErr string
+	}{
+		{false, ""},
+		{true, "require-landlock"},
+	}
+	for _, tt := range tests {
+		res, stderr := runInChild(t, childSpec{
+			BlockLandlock: true,
+			Policy:        Policy{ReadOnly: []string{t.TempDir()}, Require: tt.require},
+			Probes:        []probe{{Name: "read_outside", Op: "read", Path: "/proc/self/status"}},
+		})
+		if tt.wantErr == "" {
+			if res.Err != "" {
+				t.Errorf("best effort: Apply error %q, want none", res.Err)
+			}
+			if got, want := res.Report.String(), "landlock: unavailable"; got != want {
+				t.Errorf("best effort: Report %q, want %q", got, want)
+			}
+			if !strings.Contains(stderr, "likely by a seccomp filter") {
+				t.Errorf("best effort: stderr lacks the reason:\n%s", stderr)
+			}
+		} else if !strings.Contains(res.Err, tt.wantErr) || !strings.Contains(res.Err, "seccomp filter") {
+			t.Errorf("require: Apply error %q, want one containing %q and the reason", res.Err, tt.wantErr)
+		}
+		// Nothing was restricted: reporting "unavailable" is the truth.
+		if got := res.Outcomes["read_outside"]; got != "ok" {
+			t.Errorf("require=%v: read_outside %q, want ok", tt.require, got)
+		}
 	}
 }
 

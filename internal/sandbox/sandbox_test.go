@@ -63,7 +63,7 @@ func TestGate(t *testing.T) {
 		{true, plan(5, true), "abi=5 fs=enforced net=enforced scope=unavailable"},
 		{true, plan(7, false), "net=partial"},
 		{true, plan(3, true), "net=unavailable"},
-		{true, plan(0, true), "kernel can enforce only unavailable"},
+		{true, plan(0, true), "require-landlock: Landlock is unavailable"},
 		{false, plan(0, true), ""},
 		{false, plan(5, false), ""},
 	}

@@ -154,6 +154,11 @@ func installSocketFilter() error {
 	if err != nil {
 		return err
 	}
+	return installSeccomp(prog)
+}
+
+// installSeccomp installs a seccomp program on every thread of the process.
+func installSeccomp(prog []unix.SockFilter) error {
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 
 	// no_new_privs must be set on the thread that installs the filter; TSYNC then sets
