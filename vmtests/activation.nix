@@ -5,6 +5,8 @@
 #   - kill -9 of the daemon loses no accepted message: messages accepted (HTTP 202) while no
 #     one polls are all delivered, with their text, after the crash; the sockets never
 #     stopped listening, and the next connection is served again;
+#   - the same across a sudden power loss of the VM (machine.crash(): nothing is flushed, so
+#     only what was fsynced before the 202 survives);
 #   - the same across a reboot of the VM: accepted messages survive, the sockets come back at
 #     boot, and the service again waits for its first connection.
 # vmtests/probe does the client side: `probe enqueue` registers as svc "probe", sends N
@@ -90,6 +92,15 @@
         after = machine.succeed("systemctl show -p MainPID --value xmsg@public.service").strip()
         assert after not in ("", "0", before), f"MainPID {before} -> {after}: want a new process"
         machine.succeed(as_tier(f"probe own --dir {DIR}"))
+
+    with subtest("a power loss loses no accepted message (answers come after fsync)"):
+        enqueue(20, "powerloss")
+        machine.crash()
+        machine.start()
+        machine.wait_for_unit("sockets.target")
+        sockets_listening()
+        drain("powerloss")
+        machine.wait_for_unit("xmsg@public.service")
 
     with subtest("a reboot loses no accepted message"):
         enqueue(20, "reboot")

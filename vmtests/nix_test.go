@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -283,15 +284,15 @@ func normalize(values []string) []string {
 	return out
 }
 
-// moduleUnits evaluates nix/module.nix (lib only) with one default tier and returns its
-// units in unit-file form, keyed by unit file name.
-func moduleUnits(t *testing.T, lib, root, tier string) map[string]unit {
+// moduleUnits evaluates nix/module.nix (lib only) with one tier configured by settings (a Nix
+// attrset expression) and returns its units in unit-file form, keyed by unit file name.
+func moduleUnits(t *testing.T, lib, root, tier, settings string) map[string]unit {
 	t.Helper()
 	expr := fmt.Sprintf(`let
 	  e = import %s { lib = import %s; };
-	  c = e.eval { services.xmsg.tiers.%s = { }; };
+	  c = e.eval { services.xmsg.tiers.%s = %s; };
 	in { inherit (c.systemd) services sockets; failed = e.failedAssertions c; }`,
-		strconv.Quote(filepath.Join(root, "nix", "tests", "eval.nix")), strconv.Quote(filepath.Join(lib, "lib")), tier)
+		strconv.Quote(filepath.Join(root, "nix", "tests", "eval.nix")), strconv.Quote(filepath.Join(lib, "lib")), tier, settings)
 	var got struct {
 		Services map[string]map[string]any `json:"services"`
 		Sockets  map[string]map[string]any `json:"sockets"`
@@ -299,7 +300,7 @@ func moduleUnits(t *testing.T, lib, root, tier string) map[string]unit {
 	}
 	nixEvalJSON(t, expr, &got)
 	if len(got.Failed) != 0 {
-		t.Fatalf("failed assertions for a default tier: %q", got.Failed)
+		t.Fatalf("failed assertions for tier %s = %s: %q", tier, settings, got.Failed)
 	}
 
 	// The NixOS unit options the module uses, and where NixOS writes them.
@@ -345,7 +346,7 @@ func TestNixModuleMatchesSystemdUnits(t *testing.T) {
 	root := nixRepo(t)
 	nixTrackInputs(t, root, ".nix", ".service", ".socket")
 	const tier = "eq"
-	got := moduleUnits(t, lib, root, tier)
+	got := moduleUnits(t, lib, root, tier, "{ }")
 
 	// Keys that legitimately differ: where the binary lives (compared below without its path)
 	// and the documentation link of a non-Nix install.
@@ -405,6 +406,108 @@ func TestNixModuleMatchesSystemdUnits(t *testing.T) {
 				t.Errorf("%s ExecStart: module %q, systemd/%s %q (the binary's directory may differ)", instance, g, file, w)
 			}
 		}
+	}
+}
+
+// render writes a unit back as unit-file text, one assignment per value, keys sorted.
+func (u unit) render() string {
+	var b strings.Builder
+	for _, section := range []string{"Unit", "Service", "Socket", "Install"} {
+		if len(u[section]) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "[%s]\n", section)
+		for _, k := range slices.Sorted(mapKeys(u[section])) {
+			for _, v := range u[section][k] {
+				fmt.Fprintf(&b, "%s=%s\n", k, v)
+			}
+		}
+	}
+	return b.String()
+}
+
+var nixExposureLine = regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`)
+
+// nixAnalyzeSecurity runs `systemd-analyze security --offline=true` on a unit file, in a private
+// mount namespace with a tmpfs on /run (it writes there even offline), and returns the
+// exposure (0-10) and the findings.
+func nixAnalyzeSecurity(t *testing.T, path string) (float64, string) {
+	t.Helper()
+	for _, tool := range []string{"systemd-analyze", "unshare"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			nixSkipOrFail(t, tool+" not found")
+		}
+	}
+	if os.Geteuid() != 0 {
+		nixSkipOrFail(t, "systemd-analyze runs in a private mount namespace, which needs root")
+	}
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c",
+		`mount -t tmpfs -o mode=0755 xmsg-analyze /run && exec systemd-analyze security --offline=true --no-pager "$1"`, "sh", path)
+	cmd.Env = append(os.Environ(), "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0", "LC_ALL=C")
+	out, _ := cmd.CombinedOutput()
+	m := nixExposureLine.FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("systemd-analyze security %s: no exposure line:\n%s", path, out)
+	}
+	exposure, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatalf("exposure %q: %v", m[1], err)
+	}
+	var findings []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "✗") {
+			findings = append(findings, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	return exposure, strings.Join(findings, "\n")
+}
+
+// TestNixModuleExposure checks the exposure bound for the service variants that systemd/ has no
+// file for: a tier with Claude session dirs under /home (ProtectHome=tmpfs plus read-only
+// binds) and a federating tier (host network, IP sockets, an IP allow list).
+func TestNixModuleExposure(t *testing.T) {
+	lib := nixpkgsLib(t)
+	root := nixRepo(t)
+	nixTrackInputs(t, root, ".nix")
+	dir := t.TempDir()
+
+	// Positive control: the same analysis does score an unhardened service above the bound.
+	plain := filepath.Join(dir, "plain.service")
+	if err := os.WriteFile(plain, []byte("[Service]\nExecStart=/bin/true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := nixAnalyzeSecurity(t, plain); got <= 1.0 {
+		t.Fatalf("unhardened control: got exposure %.1f, want > 1.0", got)
+	}
+
+	for _, tc := range []struct{ name, settings string }{
+		{"default", `{ }`},
+		{"sessions", `{ sessionDirs = [ "/home/agent/.claude/sessions" ]; }`},
+		{"federation", `{ federation = {
+			listenAddress = "192.0.2.10:7788";
+			peers.desktop = { address = "192.0.2.20:7788"; pin = "sha256:00"; allow = [ "send" ]; };
+			certFile = "/etc/xmsg/eq/fed-cert"; keyFile = "/etc/xmsg/eq/fed-key";
+		}; }`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			units := moduleUnits(t, lib, root, "eq", tc.settings)
+			svc, ok := units["xmsg@eq.service"]
+			if !ok {
+				t.Fatalf("no xmsg@eq.service among %v", slices.Sorted(mapKeys(units)))
+			}
+			path := filepath.Join(dir, tc.name, "xmsg@eq.service")
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(svc.render()), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, findings := nixAnalyzeSecurity(t, path)
+			t.Logf("exposure %.1f", got)
+			if got > 1.0 {
+				t.Errorf("exposure: got %.1f, want <= 1.0; findings:\n%s", got, findings)
+			}
+		})
 	}
 }
 
