@@ -147,7 +147,7 @@ func Apply(p Policy, log *slog.Logger) (Report, error) {
 
 	// V11 in best-effort mode: the highest ABI go-landlock knows, downgraded to what the
 	// kernel offers. It handles every filesystem right, TCP (and from ABI 10 UDP) bind and
-	// connect, and both IPC scopes, so whatever has no rule below is refused.
+	// connect, and both IPC scopes, so whatever no rule above allows is refused.
 	if err := landlock.V11.BestEffort().Restrict(rules...); err != nil {
 		return Report{}, fmt.Errorf("sandbox: landlock restrict: %w", err)
 	}

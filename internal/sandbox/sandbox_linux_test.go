@@ -219,6 +219,12 @@ func runProbe(p probe) error {
 			return err
 		}
 		return c.Close()
+	case "unix":
+		c, err := net.Dial("unix", p.Path)
+		if err != nil {
+			return err
+		}
+		return c.Close()
 	case "kill_parent":
 		return unix.Kill(os.Getppid(), 0)
 	case "kill_self":
@@ -508,6 +514,34 @@ func TestApplyScope(t *testing.T) {
 	if res.Report.Scope != Enforced {
 		t.Errorf("Report.Scope = %q, want %q", res.Report.Scope, Enforced)
 	}
+}
+
+// TestApplyConnectUnix: pathname Unix sockets (the Claude inbox sockets) are reachable
+// only beneath ConnectUnix from ABI 9; below that Landlock does not govern them, and the
+// rule must not break Apply.
+func TestApplyConnectUnix(t *testing.T) {
+	requireABI(t, 1)
+	listed, unlisted := t.TempDir(), t.TempDir()
+	for _, d := range []string{listed, unlisted} {
+		ln, err := net.Listen("unix", filepath.Join(d, "inbox.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+	}
+	res, _ := runInChild(t, childSpec{
+		Policy: Policy{ConnectUnix: []string{listed}},
+		Probes: []probe{
+			{Name: "listed", Op: "unix", Path: filepath.Join(listed, "inbox.sock")},
+			{Name: "unlisted", Op: "unix", Path: filepath.Join(unlisted, "inbox.sock")},
+			{Name: "read_listed", Op: "list", Path: listed},
+		},
+	})
+	want := map[string]string{"listed": "ok", "unlisted": "ok", "read_listed": "EACCES"}
+	if Probe() >= 9 {
+		want["unlisted"] = "EACCES"
+	}
+	checkOutcomes(t, res, want)
 }
 
 func TestApplyRequire(t *testing.T) {
