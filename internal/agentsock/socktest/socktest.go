@@ -731,3 +731,16 @@ func CopyExe(t testing.TB, dir, name string) string {
 	}
 	return dst
 }
+
+// DeliveredID returns the messageId of a deliver frame, failing on anything else.
+func DeliveredID(t testing.TB, line string) string {
+	t.Helper()
+	var d struct {
+		Action    string `json:"action"`
+		MessageID string `json:"messageId"`
+	}
+	if err := json.Unmarshal([]byte(line), &d); err != nil || d.Action != "deliver" || d.MessageID == "" {
+		t.Fatalf("got %q, want a deliver frame", line)
+	}
+	return d.MessageID
+}
