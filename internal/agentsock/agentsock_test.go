@@ -483,6 +483,9 @@ func TestUngatedConnectionRefused(t *testing.T) {
 	if line, eof := c.Recv(); !eof {
 		t.Fatalf("got %q, want closed", line)
 	}
+	if !strings.Contains(e.Logs.String(), "no peer credentials") {
+		t.Fatalf("refusal not logged with its reason")
+	}
 }
 
 // TestStartTimeUnreadable: Proc pointing at an empty tree cannot read the peer's start time,
@@ -500,5 +503,8 @@ func TestStartTimeUnreadable(t *testing.T) {
 	c.C.Write([]byte(`{"action":"x"}` + "\n")) // may fail: the server may have closed already
 	if line, eof := c.Recv(); !eof {
 		t.Fatalf("got %q, want closed", line)
+	}
+	if !strings.Contains(e.Logs.String(), "peer start time unreadable") {
+		t.Fatalf("refusal not logged with its reason")
 	}
 }
