@@ -59,7 +59,7 @@ func checkDir(dir string) error {
 	// Lstat, not Stat: a symlink could point the sockets into a directory
 	// someone else controls, and its target's mode says nothing about who
 	// can replace the link.
-	fi, err := os.Stat(dir)
+	fi, err := os.Lstat(dir)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInsecureSocketDir, err)
 	}
