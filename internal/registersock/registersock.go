@@ -210,6 +210,13 @@ func (s *Server) serveConn(c net.Conn) {
 		return
 	}
 	actor := "pid:" + strconv.Itoa(cred.PID)
+	// The start time names the process that connected; the registration must be made for that
+	// process, not for whatever holds its pid by the time the first frame arrives.
+	start, err := s.cfg.Proc.StartTime(cred.PID)
+	if err != nil {
+		s.refuse(actor, "connect", "peer start time unreadable")
+		return
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -227,6 +234,9 @@ func (s *Server) serveConn(c net.Conn) {
 	case err != nil:
 		// Timeout, EOF, or a frame without its newline: nothing was asked, nothing answered.
 		s.cfg.Log.Debug("no first frame", "socket", "register", "actor", actor, "err", err)
+		return
+	case !s.cfg.Proc.Alive(cred.PID, start):
+		s.refuse(actor, "register", "peer process exited or its pid was reused")
 		return
 	case !utf8.Valid(line):
 		s.refuse(actor, "register", "invalid UTF-8")
@@ -255,6 +265,12 @@ func (s *Server) serveConn(c net.Conn) {
 		reg, err = s.cfg.Bus.RegisterService(first.Name, first.Cwd, cred)
 	case kindSession:
 		reg, err = s.cfg.Bus.RegisterSession(first.Harness, first.Name, first.Cwd, cred)
+	}
+	if err == nil && reg.Start != start {
+		// The bus read the start time again: a different one means the pid was reused since
+		// the connect, and the registration would belong to the wrong process.
+		s.cfg.Bus.Unregister(reg)
+		err = &bus.Error{Code: "not_recipient", Detail: fmt.Sprintf("peer process %d is gone", cred.PID)}
 	}
 	if err != nil {
 		e := bus.AsError(err)
@@ -364,6 +380,12 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 		}
 		if p == nil {
 			return encode(timeoutResp{Action: "timeout"}), true
+		}
+		// A poll may wait a minute: the registered process must still be the one holding
+		// this connection when the message is handed out, not only when the poll began.
+		if !s.cfg.Proc.Alive(reg.PID, reg.Start) {
+			s.refuse(actor, "poll", "registered process exited or its pid was reused")
+			return nil, false
 		}
 		return encode(deliverFrame(reg, p)), true
 	case req.Action == "ack":

@@ -311,6 +311,38 @@ func TestPIDGuard(t *testing.T) {
 	}
 }
 
+// TestFirstFrameFromHeir: a registration is made for the process that connected; when that
+// process is gone by the first frame, nobody is registered and the connection is closed.
+func TestFirstFrameFromHeir(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	p := socktest.Start(t, "")
+	c := p.Dial(e.RegPath)
+	heir := p.Handoff(c)
+	heir.Send(c, map[string]any{"harness": "pi", "sessionName": "stolen"})
+	if line, eof := heir.Recv(c); !eof {
+		t.Fatalf("registration by the heir: got %q, want the connection closed", line)
+	}
+	if n := e.Bus.Registrations(); n != 0 {
+		t.Fatalf("registrations: got %d, want 0", n)
+	}
+	if !strings.Contains(e.Logs.String(), "peer process exited or its pid was reused") {
+		t.Fatalf("refusal not logged")
+	}
+}
+
+// TestPIDGuardDuringPoll: a poll that was waiting when the registered process exited hands
+// nothing to the process that inherited the connection.
+func TestPIDGuardDuringPoll(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	bot, reg := e.Service("", "bot")
+	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60})
+	heir := bot.Handoff(reg)
+	anonSend(t, e, "svc:bot", "secret") // a service stays addressable by its id while away
+	if line, eof := heir.Recv(reg); !eof {
+		t.Fatalf("heir of a dead registration got %q, want the connection closed", line)
+	}
+}
+
 // TestHangupEndsPoll: a client that hangs up during a long poll is noticed at once: the
 // registration ends without waiting for the poll's 60 s.
 func TestHangupEndsPoll(t *testing.T) {
