@@ -508,6 +508,8 @@ func (b *bridge) agent(ctx context.Context, req map[string]any, key string) tool
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
+	// Cancelling ctx (Run ending) interrupts a call blocked on the socket.
+	defer context.AfterFunc(ctx, func() { c.Close() })()
 	line, _ := json.Marshal(req)
 	if _, err := c.Write(append(line, '\n')); err != nil {
 		return text("xmsg request failed: "+errText(err), true)
