@@ -147,9 +147,10 @@ func (s *Server) Serve(l net.Listener) error {
 		case len(s.conns) >= s.cfg.MaxConns:
 			s.mu.Unlock()
 			// Closed before reading a byte: a flood of connections from one uid cannot grow
-			// the daemon's goroutines and buffers without bound.
-			c.Close()
+			// the daemon's goroutines and buffers without bound. Logged first, so that the
+			// peer's EOF implies the refusal is on record.
 			s.cfg.Log.Warn("refused", "socket", "agent", "actor", actorOf(c), "request", "connect", "reason", "too many connections", "limit", s.cfg.MaxConns)
+			c.Close()
 			continue
 		}
 		s.conns[c] = struct{}{}
