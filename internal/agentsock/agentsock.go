@@ -45,10 +45,13 @@ const (
 
 // Config of the server. Zero limits take the defaults above.
 type Config struct {
-	Bus          *bus.Bus
-	Proc         peercred.Proc
-	Log          *slog.Logger
-	MaxLine      int           // bytes per request line, without the newline
+	Bus     *bus.Bus
+	Proc    peercred.Proc
+	Log     *slog.Logger
+	MaxLine int // bytes per request line, without the newline
+	// MaxFrame is the protocol's frame cap, max_body*6+4096 (PROTOCOL.md §2.4); 0 = none.
+	// The decisions table keeps it in addition to MaxLine: the smaller of the two applies.
+	MaxFrame     int
 	MaxConns     int           // connections served at once; the next is closed at accept
 	IdleTimeout  time.Duration // no complete line for this long: close
 	WriteTimeout time.Duration // a response not read by the client for this long: close
@@ -74,6 +77,9 @@ type Server struct {
 func New(cfg Config) *Server {
 	if cfg.MaxLine <= 0 {
 		cfg.MaxLine = DefaultMaxLine
+	}
+	if cfg.MaxFrame > 0 && cfg.MaxFrame < cfg.MaxLine {
+		cfg.MaxLine = cfg.MaxFrame
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns

@@ -393,6 +393,16 @@ func TestFraming(t *testing.T) {
 	})
 }
 
+// TestMaxFrame: the protocol's frame cap applies when it is below MaxLine.
+func TestMaxFrame(t *testing.T) {
+	e := socktest.New(t, socktest.Options{Agent: agentsock.Config{MaxLine: 4096, MaxFrame: 100}})
+	c := socktest.Dial(t, e.AgentPath)
+	c.Write([]byte(`{"action":"` + strings.Repeat("x", 100) + `"}` + "\n"))
+	if line, _ := c.Recv(); line != `{"status":"error","error":"payload_too_large","detail":"line exceeds 100 bytes"}` {
+		t.Fatalf("got %q", line)
+	}
+}
+
 // TestIdleTimeout: a connection that sends no complete line is closed.
 func TestIdleTimeout(t *testing.T) {
 	e := socktest.New(t, socktest.Options{Agent: agentsock.Config{IdleTimeout: 100 * time.Millisecond}})
