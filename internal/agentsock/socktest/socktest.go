@@ -213,6 +213,7 @@ type Cmd struct {
 	Data []byte `json:"data,omitempty"`
 }
 
+// Reply is the puppet's answer to a Cmd.
 type Reply struct {
 	OK   bool   `json:"ok"`
 	Conn int    `json:"conn,omitempty"`
