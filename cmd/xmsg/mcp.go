@@ -37,5 +37,5 @@ func mcpCmd(args []string, stdin io.Reader, stdout io.Writer) error {
 		}
 	}
 	return mcp.Run(context.Background(), mcp.Config{AgentSock: *agentSock, HTTPSock: *httpSock, ReplyOnly: *replyOnly,
-		In: stdin, Out: stdout, Log: newLogger("warn", os.Stderr)})
+		In: stdin, Out: stdout, Log: newLogger("warn", os.Stderr), Version: version})
 }

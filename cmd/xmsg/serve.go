@@ -173,7 +173,7 @@ func serve(args []string, stdout io.Writer) error {
 	var agent *agentsock.Server
 	if socks.Agent != nil {
 		agent = agentsock.New(agentsock.Config{Bus: b, Proc: proc, Log: log, Host: cfg.HostLabel,
-			MaxLine: cfg.AgentMaxLine, MaxConns: cfg.AgentMaxConns, IdleTimeout: cfg.AgentIdleTimeout, WriteTimeout: cfg.AgentWriteTimeout})
+			MaxLine: cfg.AgentMaxLine, MaxFrame: cfg.MaxBody*6 + 4096, MaxConns: cfg.AgentMaxConns, IdleTimeout: cfg.AgentIdleTimeout, WriteTimeout: cfg.AgentWriteTimeout})
 		l := gate.Listener(socks.Agent, uid, "agent", log)
 		start("agent", func() error { return agent.Serve(l) })
 		servers = append(servers, agent.Shutdown)
