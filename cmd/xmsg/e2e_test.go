@@ -87,6 +87,7 @@ type session struct {
 	id    string
 }
 
+// lines returns what the inbox received so far.
 func (s *session) lines(t *testing.T) []string {
 	t.Helper()
 	raw, _ := os.ReadFile(s.log)
@@ -97,6 +98,19 @@ func (s *session) lines(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// waitLines waits until the inbox holds at least n lines (the fake session records a line
+// after the daemon has already answered) and returns them all.
+func (s *session) waitLines(t *testing.T, n int) []string {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		if l := s.lines(t); len(l) >= n {
+			return l
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return s.lines(t)
 }
 
 // startClaude starts a fake session writing its file into dir.

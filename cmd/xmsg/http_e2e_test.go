@@ -55,7 +55,8 @@ func TestHealthzAndSessions(t *testing.T) {
 }
 
 func TestHealthzMissingSessionsDir(t *testing.T) {
-	d := newDaemon(t, "--sessions-dir", "/nonexistent/xmsg-test")
+	d := newDaemon(t)
+	os.Remove(d.sess) // rescanned per request: no restart needed
 	status, v := d.do("GET", "/healthz", "")
 	if status != 200 || field(v, "sessions_dir") != "sessions_dir_missing" {
 		t.Errorf("healthz = %d %v", status, v)
@@ -91,7 +92,7 @@ func TestSendDeliversOneEnvelopeLine(t *testing.T) {
 	if len(id) != 36 || id[14] != '7' {
 		t.Errorf("messageId %q is not a UUID v7", id)
 	}
-	lines := s.lines(t)
+	lines := s.waitLines(t, 1)
 	if len(lines) != 1 {
 		t.Fatalf("inbox got %d lines, want 1: %q", len(lines), lines)
 	}
@@ -113,7 +114,7 @@ func TestSendDeliversOneEnvelopeLine(t *testing.T) {
 }
 
 func TestBadInputChangesNothing(t *testing.T) {
-	d := newDaemon(t, "--max-body", "100")
+	d := newDaemon(t, "--max-body", "300")
 	s := startClaude(t, d.sess, "cccccccc-0000-0000-0000-000000000001", "", "/")
 	path := "/v1/sessions/" + s.id + "/messages"
 	cases := []struct {
@@ -121,7 +122,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		status     int
 		code       string
 	}{
-		{"oversized", `{"from":"a","text":"` + strings.Repeat("x", 200) + `"}`, 413, "payload_too_large"},
+		{"oversized", `{"from":"a","text":"` + strings.Repeat("x", 400) + `"}`, 413, "payload_too_large"},
 		{"unknown field", `{"from":"a","text":"x","return_to":"svc:evil"}`, 400, "bad_request"},
 		{"invalid utf8", "{\"from\":\"a\",\"text\":\"\xff\"}", 400, "bad_request"},
 		{"not json", `hello`, 400, "bad_request"},
@@ -142,8 +143,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 			t.Errorf("%s: got %d %v, want %d %s", c.name, status, v, c.status, c.code)
 		}
 	}
-	if n := len(s.lines(t)); n != 0 {
-		t.Errorf("bad requests delivered %d lines", n)
+	// A good send afterwards is the marker: once it arrived, anything a bad request had
+	// delivered would have arrived before it.
+	if status, v := d.do("POST", path, `{"from":"a","text":"good"}`); status != 202 {
+		t.Fatalf("good send = %d %v", status, v)
+	}
+	if l := s.waitLines(t, 1); len(l) != 1 || !strings.Contains(l[0], "good") {
+		t.Errorf("inbox = %q, want only the good message", l)
 	}
 	status, v := d.do("GET", "/v1/messages/01890000-0000-7000-8000-000000000000", "")
 	wantError(t, status, v, 404, "not_found")
@@ -179,7 +185,7 @@ func TestIdempotencySurvivesRestart(t *testing.T) {
 	if status != 202 || field(v, "messageId") == first {
 		t.Errorf("other principal = %d %v, want a new message", status, v)
 	}
-	if n := len(s.lines(t)); n != 2 {
+	if n := len(s.waitLines(t, 2)); n != 2 {
 		t.Errorf("inbox got %d lines, want 2 (replay and conflict deliver nothing)", n)
 	}
 }
@@ -255,7 +261,7 @@ func TestForkClaims(t *testing.T) {
 		if status != 202 {
 			t.Fatalf("send to %s = %d %v", c.ref, status, v)
 		}
-		if l := c.s.lines(t); len(l) != 1 || !strings.Contains(l[0], "to "+c.ref) {
+		if l := c.s.waitLines(t, 1); len(l) != 1 || !strings.Contains(l[0], "to "+c.ref) {
 			t.Errorf("%s inbox = %q", c.ref, l)
 		}
 	}
@@ -328,7 +334,7 @@ func TestCLI(t *testing.T) {
 	if code != 0 || len(id) != 36 {
 		t.Fatalf("send = %d %q", code, out)
 	}
-	if l := s.lines(t); len(l) != 1 || !strings.Contains(l[0], "from stdin") {
+	if l := s.waitLines(t, 1); len(l) != 1 || !strings.Contains(l[0], "from stdin") {
 		t.Errorf("inbox = %q", l)
 	}
 	if out, code = cli("", "replies", id, "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
