@@ -9,7 +9,7 @@
 {
   version = "0.1.0";
 
-  vendorHash = "sha256-L36Y9UI4zDlwt01YwAqQaI3+lOJuhttEv7GExKekHTQ=";
+  vendorHash = "sha256-Z94izdR0LCaXP8PZZ8bfQ912lulcHVhqLbtBjHEw/gI=";
 
   # The Go module and whatever its tests read (testdata, systemd/ units). The Nix files, the
   # lock file and VM tests are left out so that editing them does not rebuild and re-test the
