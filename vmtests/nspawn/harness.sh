@@ -60,6 +60,9 @@ boot() {
   local -a args=(-b -D / -M "$MACHINE" --register=no --keep-unit --console=pipe --volatile=yes
                  --bind-ro="$STATE/machine-id:/etc/machine-id")
   [ "$BPF" = 1 ] && args+=(--capability=CAP_BPF --system-call-filter=bpf)
+  # nspawn's own seccomp allow-list (systemd 252) predates Landlock: without this, every process
+  # the container's PID 1 starts gets EPERM from landlock_*(2), whatever the unit allows.
+  args+=(--system-call-filter="landlock_create_ruleset landlock_add_rule landlock_restrict_self")
   [ -n "$PAYLOAD" ] && args+=(--bind-ro="$PAYLOAD:/xmsg-payload")
   export SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1
   local cg="xmsg-nspawn-$$" h cgdirs=""

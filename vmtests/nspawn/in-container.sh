@@ -159,12 +159,16 @@ hardening() {
 # nothing back. No TCP listener exists for either tier.
 isolation() {
   local t o s
+  # Positive control first: each tier's own bus works (this also starts both daemons, which
+  # creates their state directories).
+  for t in $TIERS; do
+    probe_as "xmsg-$t" "xmsg-$t own bus" own --dir "/run/xmsg-$t/xmsg"
+  done
   for t in $TIERS; do
     echo "marker-state-$t" > "/var/lib/xmsg-$t/marker"; chown "xmsg-$t:" "/var/lib/xmsg-$t/marker"; chmod 0600 "/var/lib/xmsg-$t/marker"
     echo "marker-run-$t" > "/run/xmsg-$t/marker"; chown "xmsg-$t:" "/run/xmsg-$t/marker"; chmod 0600 "/run/xmsg-$t/marker"
   done
   for t in $TIERS; do
-    probe_as "xmsg-$t" "xmsg-$t own bus" own --dir "/run/xmsg-$t/xmsg"
     check "positive control: the markers of $t exist" test -s "/var/lib/xmsg-$t/marker" -a -s "/run/xmsg-$t/marker"
     check "positive control: xmsg-$t can read its own markers" as "xmsg-$t" test -r "/run/xmsg-$t/marker" -a -r "/var/lib/xmsg-$t/marker"
   done
@@ -177,15 +181,24 @@ isolation() {
     probe_as "xmsg-$t" "xmsg-$t no TCP listener" notcp --pid "$(mainpid "$t")" --port 7787
   done
 
-  # Peer gate alone: relax trusted's modes (root), connect as xmsg-public.
+  # Peer gate alone: relax trusted's modes (root), connect as xmsg-public. The daemon must be
+  # up before and be the same process after: a daemon that is down (or refuses to start with
+  # relaxed modes, which it does) would also send nothing, and prove nothing.
   o=trusted
+  local gpid; gpid=$(mainpid "$o")
+  case "$gpid" in ''|0) bad "xmsg@$o.service is not running before the gate check"; return ;; esac
   chmod 0755 "/run/xmsg-$o" "/run/xmsg-$o/xmsg"
   for s in http agent register; do chmod 0666 "/run/xmsg-$o/xmsg/$s.sock"; done
   for s in http agent register; do
     probe_as xmsg-public "relaxed $o $s.sock, peer gate only" gate --sock "/run/xmsg-$o/xmsg/$s.sock" --timeout 10s
   done
+  check "the same daemon answered the gate checks (MainPID $gpid)" test "$(mainpid "$o")" = "$gpid"
   probe_as "xmsg-$o" "positive control: $o's own bus still works" own --dir "/run/xmsg-$o/xmsg"
-  check "the daemon logged the refusals" bash -c "journalctl -q --no-pager -o cat -u xmsg@$o.service | grep -qi 'peer_uid=$(id -u xmsg-public)'"
+  local jo; jo=$(journal "$o")
+  for s in http agent register; do
+    check "the daemon logged the refusal on $s.sock (peer_uid $(id -u xmsg-public))" \
+      grep -q "peer refused.* socket=$s .*uid mismatch.* peer_uid=$(id -u xmsg-public) " <<<"$jo"
+  done
   chmod 0700 "/run/xmsg-$o" "/run/xmsg-$o/xmsg"
   for s in http agent register; do chmod 0600 "/run/xmsg-$o/xmsg/$s.sock"; done
 }
@@ -200,13 +213,18 @@ crash() {
   probe_as "xmsg-$t" "enqueue $n" enqueue --dir "/run/xmsg-$t/xmsg" --count "$n" --ids "$ids/ids"
   check "positive control: $n ids recorded" test "$(wc -l < "$ids/ids")" = "$n"
   pid1=$(mainpid $t)
+  # Never `kill -9 0` (or 1): an empty or zero MainPID means there is no daemon to crash.
+  case "$pid1" in ''|0|1|*[!0-9]*) bad "xmsg@$t.service has no MainPID ($pid1)"; return ;; esac
+  local inodes; inodes=$(stat -c %i /run/xmsg-$t/xmsg/*.sock | tr '\n' ' ')
   check "kill -9 MainPID $pid1" kill -9 "$pid1"
   wait_for "MainPID $pid1 gone" bash -c "! kill -0 $pid1 2>/dev/null"
   info "after kill: $(systemctl show -P ActiveState xmsg@$t.service)/$(systemctl show -P SubState xmsg@$t.service) Result=$(systemctl show -P Result xmsg@$t.service)"
-  check "the sockets survived the crash" systemctl -q is-active "xmsg-http@$t.socket" "xmsg-agent@$t.socket" "xmsg-register@$t.socket"
+  # Straight away, without retries: while the daemon is down (Restart= waits RestartSec=), the
+  # connection waits in the socket's backlog and the next daemon serves it.
   probe_as "xmsg-$t" "after kill -9 (probe drain)" drain --dir "/run/xmsg-$t/xmsg" --ids "$ids/ids"
   pid2=$(mainpid $t)
   check "a new daemon serves (MainPID $pid1 -> $pid2)" bash -c "[ -n '$pid2' ] && [ '$pid2' != 0 ] && [ '$pid2' != '$pid1' ]"
+  check "the sockets outlived the daemon (same inodes: $inodes)" test "$(stat -c %i /run/xmsg-$t/xmsg/*.sock | tr '\n' ' ')" = "$inodes"
   rm -rf "$ids"
 }
 
