@@ -201,6 +201,35 @@ func TestBindRefusesInsecureDir(t *testing.T) {
 	}
 }
 
+// TestBindChecksResultingMode: a default ACL on the directory overrides
+// what umask alone would give (here it makes the socket 0400). Bind checks
+// the mode the kernel really gave the file instead of assuming 0600.
+func TestBindChecksResultingMode(t *testing.T) {
+	dir := mkdir0700(t, "xmsg")
+	// system.posix_acl_default: version 2, then {tag, perm, id} entries:
+	// user::r--, group::---, other::---.
+	acl := []byte{2, 0, 0, 0,
+		0x01, 0, 4, 0, 0xff, 0xff, 0xff, 0xff,
+		0x04, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,
+		0x20, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,
+	}
+	if err := unix.Setxattr(dir, "system.posix_acl_default", acl, 0); err != nil {
+		t.Skipf("no POSIX ACLs on %s: %v", dir, err)
+	}
+	path := filepath.Join(dir, "http.sock")
+	l, err := Bind(path)
+	if err == nil {
+		l.Close()
+		t.Fatalf("Bind() under a default ACL giving 0400 = nil; want a mode error")
+	}
+	if want := path + ": mode 0400, want 0600"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("Bind() = %v; want error containing %q", err, want)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket file after refused Bind: %v; want it removed", err)
+	}
+}
+
 func TestBindExistingPath(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -214,6 +243,27 @@ func TestBindExistingPath(t *testing.T) {
 			}
 			t.Cleanup(func() { l.Close() })
 		}, wantErr: "another server instance is actively listening on "},
+		{name: "live server with a full backlog", setup: func(t *testing.T, path string) {
+			// listen(2) with backlog 0 queues one connection; the
+			// next connect fails with EAGAIN instead of succeeding.
+			// That is still a live server and must not be unlinked.
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { unix.Close(fd) })
+			if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Listen(fd, 0); err != nil {
+				t.Fatal(err)
+			}
+			c, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+		}, wantErr: "probe existing socket"},
 		{name: "stale socket", setup: func(t *testing.T, path string) {
 			l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 			if err != nil {

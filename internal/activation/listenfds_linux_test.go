@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -136,8 +137,10 @@ func TestSocketActivation(t *testing.T) {
 			// HOME and -E variables to its child.
 			args = append(args, "-E", envChild+"=1", "-E", envChildDir+"="+sockDir, "--", exe)
 			cmd := exec.Command(tool, args...)
-			var stdout bytes.Buffer
-			cmd.Stdout = &stdout
+			stdoutPipe, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			stderrPipe, err := cmd.StderrPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -149,13 +152,13 @@ func TestSocketActivation(t *testing.T) {
 
 			// Wait until the tool listens on every socket: it says so
 			// on stderr, one "Listening on <path> as <fd>." per socket.
-			stderr := &strings.Builder{}
+			stderr := &syncBuf{}
 			sc := bufio.NewScanner(stderrPipe)
 			for n := 0; n < len(tt.listens); {
 				if !sc.Scan() {
 					t.Fatalf("systemd-socket-activate exited early: %v\nstderr:\n%s", sc.Err(), stderr)
 				}
-				stderr.WriteString(sc.Text() + "\n")
+				stderr.add(sc.Text())
 				if strings.HasPrefix(sc.Text(), "Listening on ") {
 					n++
 				}
@@ -164,7 +167,7 @@ func TestSocketActivation(t *testing.T) {
 			go func() {
 				defer close(stderrDone)
 				for sc.Scan() {
-					stderr.WriteString(sc.Text() + "\n")
+					stderr.add(sc.Text())
 				}
 			}()
 
@@ -196,7 +199,15 @@ func TestSocketActivation(t *testing.T) {
 			}
 			defer trigger.Close()
 
+			// The child's first stdout line is its Acquire result; a
+			// failed child exits without one.
+			status, _ := bufio.NewReader(stdoutPipe).ReadString('\n')
+			status = strings.TrimSpace(status)
 			if tt.wantErr != "" {
+				if status != "" {
+					_ = cmd.Process.Kill()
+					t.Fatalf("child accepted the sockets (%q); want it to refuse with %q", status, tt.wantErr)
+				}
 				err := cmd.Wait()
 				<-stderrDone
 				var ee *exec.ExitError
@@ -210,6 +221,10 @@ func TestSocketActivation(t *testing.T) {
 				return
 			}
 
+			if status != tt.want {
+				_ = cmd.Process.Kill()
+				t.Fatalf("child reported %q; want %q\nstderr:\n%s", status, tt.want, stderr)
+			}
 			// Every socket serves, each under its own name.
 			for _, l := range tt.listens {
 				c := trigger
@@ -232,9 +247,6 @@ func TestSocketActivation(t *testing.T) {
 			<-stderrDone
 			if err != nil {
 				t.Fatalf("child: %v\nstderr:\n%s", err, stderr)
-			}
-			if got := strings.TrimSpace(stdout.String()); got != tt.want {
-				t.Errorf("child stdout = %q; want %q", got, tt.want)
 			}
 			// The child bound nothing and removed nothing: the same
 			// socket files are there, even after its Close.
@@ -353,6 +365,8 @@ func TestListenFDs(t *testing.T) {
 			if tt.file != nil {
 				var f *os.File
 				f, dial = tt.file(t)
+				// Only the child keeps the fd: if it dies, the
+				// socket dies with it and nothing below blocks.
 				defer f.Close()
 				cmd.ExtraFiles = []*os.File{f}
 			}
@@ -363,6 +377,7 @@ func TestListenFDs(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = cmd.Process.Kill() })
+				cmd.ExtraFiles[0].Close()
 				// The listener is already listening: this connection
 				// waits in its backlog until the child accepts it.
 				c, err := net.Dial("unix", dial)
@@ -486,4 +501,22 @@ func goodListener(t *testing.T) (*os.File, string) {
 	l.SetUnlinkOnClose(false)
 	defer l.Close()
 	return fileOf(t, l), p
+}
+
+// syncBuf collects lines written by one goroutine and read by another.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuf) add(line string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b.WriteString(line + "\n")
+}
+
+func (b *syncBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
