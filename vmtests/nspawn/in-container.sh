@@ -131,6 +131,11 @@ hardening() {
   check "daemon runs as xmsg-$t" bash -c "grep -qE '^Uid:\s+$(id -u xmsg-$t)\s' <<<\"\$1\"" _ "$st"
   check "daemon NoNewPrivs: 1" bash -c "grep -qE '^NoNewPrivs:\s+1$' <<<\"\$1\"" _ "$st"
   check "daemon Seccomp: 2 (filter mode)" bash -c "grep -qE '^Seccomp:\s+2$' <<<\"\$1\"" _ "$st"
+  # Every process in an nspawn container runs under nspawn's own filter, so Seccomp: 2 alone
+  # proves nothing here: the unit's filters must come on top of what PID 1 has.
+  local base mine
+  base=$(sed -n 's/^Seccomp_filters:\s*//p' /proc/1/status); mine=$(sed -n 's/^Seccomp_filters:\s*//p' <<<"$st")
+  check "daemon has seccomp filters of its own ($mine, PID 1 has $base)" test "${mine:-0}" -gt "${base:-0}"
   check "daemon has no capabilities (CapEff and CapBnd 0)" bash -c "grep -qE '^CapEff:\s+0+$' <<<\"\$1\" && grep -qE '^CapBnd:\s+0+$' <<<\"\$1\"" _ "$st"
   J=$(journal $t)
   grep -m1 'landlock: ' <<<"$J" | sed 's/^/INFO journal: /'
