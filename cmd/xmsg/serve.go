@@ -134,6 +134,16 @@ func serve(args []string, stdout io.Writer) error {
 	facts.LandlockABI = report.ABI
 	facts.Landlock = report.String()
 	log.Info(report.String())
+	// Trust, but verify: probe from inside that the restrictions reported are in force.
+	check, err := sandbox.SelfCheck(report, policy)
+	if err != nil {
+		if cfg.RequireLandlock {
+			return err
+		}
+		log.Warn("landlock self-check failed", "err", err)
+	} else {
+		log.Info(check)
+	}
 	for _, line := range facts.Lines() {
 		log.Info("protection", "status", line)
 	}

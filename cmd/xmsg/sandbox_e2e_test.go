@@ -1,0 +1,56 @@
+//go:build linux
+
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xmsg/xmsg/internal/sandbox"
+)
+
+// TestRunningDaemonIsConfined shows Landlock on the running daemon, not on a test helper:
+//   - its own self-check (listing /, a TCP connect) is logged as denied;
+//   - a session directory that did not exist when the sandbox was applied is outside every
+//     allowed path: a valid session file planted there later, readable by the daemon's uid,
+//     stays unreadable to the daemon (the marker), while the directory that existed at
+//     startup keeps working (the positive control), and the bus serves on.
+func TestRunningDaemonIsConfined(t *testing.T) {
+	if sandbox.Probe() < 6 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("Landlock ABI >= 6 is required in CI")
+		}
+		t.Skip("kernel without Landlock ABI >= 6")
+	}
+	late := filepath.Join(shortTemp(t), "late-sessions")
+	d := newDaemon(t, "--require-landlock", "--sessions-dir", late)
+	log := d.stderr.String()
+	for _, want := range []string{"landlock: abi=", "fs=enforced", "net=enforced", "scope=enforced",
+		"landlock self-check: read outside allowed paths denied, tcp connect denied"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("daemon log lacks %q:\n%s", want, log)
+		}
+	}
+	ok := startClaude(t, d.sess, "abababab-0000-0000-0000-000000000001", "inside", "/")
+	if err := os.Mkdir(late, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	marker := startClaude(t, late, "abababab-0000-0000-0000-000000000002", "outside", "/")
+	if _, err := os.ReadFile(filepath.Join(late, marker.id+"-7.json")); err != nil {
+		t.Fatalf("the marker must be readable by the daemon's uid outside the sandbox: %v", err)
+	}
+	status, v := d.do("GET", "/v1/sessions", "")
+	list, _ := v.([]any)
+	if status != 200 || len(list) != 1 || field(list[0], "sessionId") != ok.id {
+		t.Errorf("sessions = %d %v, want only the session from the directory allowed at startup", status, v)
+	}
+	status, v = d.do("POST", "/v1/sessions/"+ok.id+"/messages", `{"from":"a","text":"still works"}`)
+	if status != 202 {
+		t.Errorf("send while confined = %d %v", status, v)
+	}
+	if !strings.Contains(d.stderr.String(), "permission denied") {
+		t.Errorf("no permission-denied warning for the late directory:\n%s", d.stderr)
+	}
+}
