@@ -57,7 +57,12 @@ func TestNspawn(t *testing.T) {
 	}
 
 	payload := nspawnPayload(t, repo)
-	state := t.TempDir()
+	// A fixed state directory, so that a run killed before its cleanup (a go test timeout
+	// kills without running t.Cleanup) is torn down by the next one: `down` below, first.
+	state := filepath.Join(os.TempDir(), "xmsg-vmtest-nspawn")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	harness := filepath.Join(repo, "vmtests", "nspawn", "harness.sh")
 	env := append(os.Environ(), "STATE="+state, "PAYLOAD="+payload, "MACHINE=xmsg-vmtest")
 	run := func(ctx context.Context, args ...string) (string, error) {
@@ -81,7 +86,12 @@ func TestNspawn(t *testing.T) {
 		}
 		t.Logf("nspawn stage took %s", time.Since(start).Round(100*time.Millisecond))
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	if out, err := run(ctx, "down"); err != nil {
+		t.Fatalf("harness down (leftovers of an earlier run): %v\n%s", err, out)
+	}
+	cancel()
+	ctx, cancel = context.WithTimeout(context.Background(), 90*time.Second)
 	out, err := run(ctx, "boot")
 	cancel()
 	t.Logf("boot:\n%s", out)

@@ -128,6 +128,15 @@ down() {
       kill -KILL "$np" 2>/dev/null || true
     fi
   fi
+  # nspawn itself gone (killed with its caller) but the container's PID 1 still alive: kill
+  # that PID 1, which takes its whole PID namespace with it. Only if it still is the process
+  # we recorded: systemd, in a PID namespace other than ours.
+  if [ -n "$leader" ] && [ "$(cat "/proc/$leader/comm" 2>/dev/null)" = systemd ] &&
+     [ "$(readlink "/proc/$leader/ns/pid")" != "$(readlink /proc/self/ns/pid)" ]; then
+    log "down: container PID 1 ($leader) outlived systemd-nspawn, killing it"
+    kill -KILL "$leader" 2>/dev/null || true
+    for _ in $(seq 50); do [ -d "/proc/$leader" ] || break; sleep 0.1; done
+  fi
   for d in $(cat "$STATE/cgroups" 2>/dev/null); do
     [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
     [ -d "$d" ] && log "down: could not remove cgroup $d"
