@@ -28,6 +28,12 @@ func TestMain(m *testing.M) {
 	case "claude":
 		fakeClaude()
 		return
+	case "rawclient":
+		rawClient()
+		return
+	case "worker":
+		worker()
+		return
 	case "xmsg":
 		// Run as the real CLI: e2e tests start the daemon from this same binary, which keeps
 		// the suite to one build.

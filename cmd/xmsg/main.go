@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/xmsg/xmsg/internal/exehelper"
 )
 
 // Exit codes scripts can branch on.
@@ -85,6 +87,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return repliesCmd(rest, stdout)
 	case "doctor":
 		return doctorCmd(rest, stdout)
+	case exehelper.Arg:
+		// The attestation helper that serve starts before it applies Landlock.
+		return exehelper.Serve()
 	case "version", "--version":
 		fmt.Fprintln(stdout, "xmsg", version)
 		return nil

@@ -29,6 +29,7 @@ import (
 	"github.com/xmsg/xmsg/internal/config"
 	"github.com/xmsg/xmsg/internal/creds"
 	"github.com/xmsg/xmsg/internal/doctor"
+	"github.com/xmsg/xmsg/internal/exehelper"
 	"github.com/xmsg/xmsg/internal/gate"
 	"github.com/xmsg/xmsg/internal/httpapi"
 	"github.com/xmsg/xmsg/internal/notify"
@@ -72,7 +73,7 @@ func serve(args []string, stdout io.Writer) error {
 		return usageError{err.Error()}
 	}
 	log := newLogger(cfg.LogLevel, os.Stderr)
-	facts := doctor.Facts{PeerGate: true, TCPListen: cfg.Listen}
+	facts := doctor.Facts{Daemon: true, PeerGate: true, TCPListen: cfg.Listen, Systemd: os.Getenv("INVOCATION_ID") != ""}
 	credSource, err := loadCredentials(cfg, log)
 	if err != nil {
 		return err
@@ -97,6 +98,9 @@ func serve(args []string, stdout io.Writer) error {
 	}
 	defer socks.Close()
 	facts.SocketActivation, facts.Missing = socks.Activated, socks.Missing
+	if !socks.Activated {
+		facts.SocketDir = filepath.Dir(paths.HTTP)
+	}
 	for _, name := range socks.Missing {
 		log.Warn("socket not passed by systemd; not served", "socket", name)
 	}
@@ -117,6 +121,22 @@ func serve(args []string, stdout io.Writer) error {
 	}
 	defer n.Close()
 	facts.Notify = n.Enabled()
+
+	// 4b. The exe attestation helper: Landlock will deny this process /proc/<pid>/exe of
+	// processes outside its domain, so a helper started now (outside the domain) reads it.
+	var exe func(int) (string, error)
+	if len(cfg.SvcExe) > 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("exe helper: %w", err)
+		}
+		helper, err := exehelper.Start(self, os.Environ())
+		if err != nil {
+			return err
+		}
+		defer helper.Close()
+		exe = helper.Exe
+	}
 
 	// 5. Landlock.
 	policy := sandbox.Policy{
@@ -153,7 +173,7 @@ func serve(args []string, stdout io.Writer) error {
 	uid := uint32(os.Geteuid())
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
-		SvcExe: cfg.SvcExe, Store: st, Proc: proc, Log: log,
+		SvcExe: cfg.SvcExe, Store: st, Proc: proc, Exe: exe, Log: log,
 		Claude: &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: log},
 	})
 	defer b.Close()

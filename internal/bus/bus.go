@@ -21,14 +21,17 @@ import (
 
 // Config is what the bus needs; it is not changed after New.
 type Config struct {
-	Host         string
-	MaxBody      int
-	ReplyTTL     time.Duration
-	IdemTTL      time.Duration
-	SvcExe       map[string]string // service name → trusted executable path
-	Store        *store.Store
-	Claude       *claude.Scanner
-	Proc         peercred.Proc
+	Host     string
+	MaxBody  int
+	ReplyTTL time.Duration
+	IdemTTL  time.Duration
+	SvcExe   map[string]string // service name → trusted executable path
+	Store    *store.Store
+	Claude   *claude.Scanner
+	Proc     peercred.Proc
+	// Exe resolves a pid's executable for svc attestation; nil means Proc.Exe. A sandboxed
+	// daemon passes the exehelper's, because Landlock denies it /proc/<pid>/exe.
+	Exe          func(pid int) (string, error)
 	Log          *slog.Logger
 	InboxTimeout time.Duration
 	MaxWaiters   int // concurrent reply long-polls (HTTP), 128
@@ -51,6 +54,9 @@ type Bus struct {
 func New(cfg Config) *Bus {
 	if cfg.InboxTimeout == 0 {
 		cfg.InboxTimeout = claude.InboxTimeout
+	}
+	if cfg.Exe == nil {
+		cfg.Exe = cfg.Proc.Exe
 	}
 	if cfg.MaxWaiters == 0 {
 		cfg.MaxWaiters = 128

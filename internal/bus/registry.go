@@ -58,8 +58,9 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred) (*Registrati
 	// was re-pointed, a process started from the old target no longer matches (fail closed).
 	// Exe fails on a "(deleted)" executable.
 	want, err1 := peercred.Canonical(trusted)
-	got, err2 := b.cfg.Proc.Exe(cred.PID)
+	got, err2 := b.cfg.Exe(cred.PID)
 	if err1 != nil || err2 != nil || got != want {
+		b.cfg.Log.Warn("svc attestation failed", "service", name, "peer_pid", cred.PID, "trusted_err", errString(err1), "exe_err", errString(err2))
 		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d executable does not match trusted executable for service '%s'", cred.PID, name)
 	}
 	start, err := b.cfg.Proc.StartTime(cred.PID)
@@ -138,3 +139,10 @@ func (b *Bus) liveRegistrations() []*Registration {
 
 // Registrations counts live registrations, for STATUS=.
 func (b *Bus) Registrations() int { return len(b.liveRegistrations()) }
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

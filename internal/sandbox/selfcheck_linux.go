@@ -36,15 +36,21 @@ func SelfCheck(r Report, p Policy) (string, error) {
 	}
 	if r.Net == Enforced && !slices.Contains(p.ConnectTCP, selfCheckPort) {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
+		switch {
+		case errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
+			// An outer layer (systemd's RestrictAddressFamilies=, a seccomp filter) already
+			// refuses IPv4 sockets: TCP is blocked before Landlock is even asked.
+			done = append(done, "tcp sockets refused before landlock ("+err.Error()+")")
+		case err != nil:
 			return "", fmt.Errorf("sandbox: self-check: socket: %w", err)
+		default:
+			err = unix.Connect(fd, &unix.SockaddrInet4{Port: selfCheckPort, Addr: [4]byte{127, 0, 0, 1}})
+			unix.Close(fd)
+			if !errors.Is(err, unix.EACCES) {
+				return "", fmt.Errorf("sandbox: self-check: net reported enforced, but a TCP connect to 127.0.0.1:%d gave %v (want EACCES)", selfCheckPort, err)
+			}
+			done = append(done, "tcp connect denied")
 		}
-		err = unix.Connect(fd, &unix.SockaddrInet4{Port: selfCheckPort, Addr: [4]byte{127, 0, 0, 1}})
-		unix.Close(fd)
-		if !errors.Is(err, unix.EACCES) {
-			return "", fmt.Errorf("sandbox: self-check: net reported enforced, but a TCP connect to 127.0.0.1:%d gave %v (want EACCES)", selfCheckPort, err)
-		}
-		done = append(done, "tcp connect denied")
 	}
 	if len(done) == 0 {
 		return "landlock self-check: nothing enforced to check", nil
