@@ -207,9 +207,10 @@ func (d *daemon) start() {
 		d.t.Fatal(err)
 	}
 	d.stopped = false
+	// Sockets accept (into the backlog) as soon as they are bound, before the sandbox is
+	// applied; "serving" is logged when the daemon is fully up (where READY=1 is sent).
 	for i := 0; i < 500; i++ {
-		if c, err := net.Dial("unix", d.sock("register")); err == nil {
-			c.Close()
+		if strings.Contains(d.stderr.String(), "msg=serving") {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
