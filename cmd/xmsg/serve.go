@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -125,7 +126,7 @@ func serve(args []string, stdout io.Writer) error {
 	// 4b. The exe attestation helper: Landlock will deny this process /proc/<pid>/exe of
 	// processes outside its domain, so a helper started now (outside the domain) reads it.
 	var exe func(int) (string, error)
-	if len(cfg.SvcExe) > 0 {
+	if len(cfg.SvcExe) > 0 && runtime.GOOS == "linux" {
 		self, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("exe helper: %w", err)
