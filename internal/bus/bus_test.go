@@ -1,0 +1,109 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+// newBus builds a bus on a real store, with a Claude session dir holding one live session
+// (this test process) and one dead one.
+func newBus(t testing.TB) (*Bus, string) {
+	t.Helper()
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(filepath.Join(dir, "x.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	sessions := filepath.Join(dir, "s")
+	os.Mkdir(sessions, 0o700)
+	start, _ := peercred.Proc{}.StartTime(os.Getpid())
+	write := func(name string, f map[string]any) {
+		raw, _ := json.Marshal(f)
+		os.WriteFile(filepath.Join(sessions, name), raw, 0o600)
+	}
+	write("live.json", map[string]any{"pid": os.Getpid(), "sessionId": "11111111-aaaa-bbbb-cccc-000000000001", "name": "alice", "cwd": "/p", "status": "idle", "procStart": start, "messagingSocketPath": filepath.Join(dir, "nobody.sock")})
+	// A dead session: pid 1 with a start time that is not init's.
+	write("dead.json", map[string]any{"pid": 1, "sessionId": "11111111-aaaa-bbbb-cccc-000000000002", "name": "bob", "cwd": "/", "status": "idle", "procStart": "1", "messagingSocketPath": "/nonexistent"})
+	b := New(Config{Host: "h", MaxBody: 100, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
+		SvcExe: map[string]string{"known": "/bin/true"},
+		Claude: &claude.Scanner{Dirs: []string{sessions}, Proc: peercred.Proc{}, UID: os.Geteuid(), Log: log}})
+	t.Cleanup(b.Close)
+	return b, dir
+}
+
+func TestResolve(t *testing.T) {
+	b, _ := newBus(t)
+	cases := []struct {
+		ref, wantID, wantCode string
+	}{
+		{"11111111-aaaa-bbbb-cccc-000000000001", "11111111-aaaa-bbbb-cccc-000000000001", ""},
+		{"CLAUDE:11111111-AAAA-bbbb-cccc-000000000001", "11111111-aaaa-bbbb-cccc-000000000001", ""},
+		{"alice", "11111111-aaaa-bbbb-cccc-000000000001", ""},
+		{"Alice", "", "not_found"},     // names match exactly
+		{"bob", "", "unregistered"},    // dead entry whose pid (1) is alive now: a recycled pid
+		{"svc:known", "svc:known", ""}, // configured service: queues while it reconnects
+		{"svc:unknown", "", "not_found"},
+		{"", "", "not_found"},
+		{"999999999", "", "not_found"},
+	}
+	for _, c := range cases {
+		got, err := b.Resolve(c.ref)
+		code := ""
+		if err != nil {
+			code = AsError(err).Code
+		}
+		if code != c.wantCode || (c.wantCode == "" && got.SessionID != c.wantID) {
+			t.Errorf("Resolve(%q) = %q, %v; want %q, %q", c.ref, got.SessionID, err, c.wantID, c.wantCode)
+		}
+	}
+}
+
+func TestSendRefusalsChangeNothing(t *testing.T) {
+	b, _ := newBus(t)
+	ctx := context.Background()
+	for _, s := range []Send{
+		{Ref: "alice", Text: ""},
+		{Ref: "alice", Text: strings.Repeat("x", 101)},
+		{Ref: "alice", Text: "x", Key: "bad\x00key"},
+		{Ref: "x@elsewhere", Text: "x"},
+		{Ref: "nobody", Text: "x"},
+		{Ref: "alice", Text: "x"}, // the inbox socket does not exist: 502
+	} {
+		if _, err := b.Send(ctx, s); err == nil {
+			t.Errorf("Send(%+v) succeeded", s)
+		}
+	}
+	c, _ := b.Counts()
+	// The failed delivery left a message marked delivery_failed; nothing else was stored.
+	if c.Queued != 0 || c.IdempotencyKeys != 0 || c.Replies != 0 || c.Messages > 1 {
+		t.Errorf("after refusals: %+v", c)
+	}
+}
+
+// FuzzResolve: any ref resolves or is refused with a protocol error; never a panic, never an
+// internal error.
+func FuzzResolve(f *testing.F) {
+	for _, s := range []string{"alice", "claude:", "session:claude:x", "svc:", "svc:known", "pi:", "1", "-1", "0", "x@h", "@", "11111111-aaaa-bbbb-cccc-000000000001~2", "\x00", "ALICE"} {
+		f.Add(s)
+	}
+	b, _ := newBus(f)
+	f.Fuzz(func(t *testing.T, ref string) {
+		_, err := b.Resolve(ref)
+		if err != nil && AsError(err).Code == "internal" {
+			t.Fatalf("Resolve(%q): internal error %v", ref, err)
+		}
+	})
+}
