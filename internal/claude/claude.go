@@ -103,6 +103,11 @@ func (s *Scanner) scanDir(dir string) []Session {
 		}
 		return nil
 	}
+	// Fork claims order files by canonical path: resolve the directory once per scan.
+	canonDir := dir
+	if c, err := filepath.EvalSymlinks(dir); err == nil {
+		canonDir = c
+	}
 	var out []Session
 	for _, name := range names {
 		// Only *.json is ever opened; *.key files hold secrets and stay unopened.
@@ -119,11 +124,7 @@ func (s *Scanner) scanDir(dir string) []Session {
 			s.Log.Warn("session file malformed", "dir", dir, "file", name)
 			continue
 		}
-		path := filepath.Join(dir, name)
-		if canon, err := filepath.EvalSymlinks(dir); err == nil {
-			path = filepath.Join(canon, name)
-		}
-		out = append(out, Session{File: f, Path: path, Live: s.Proc.Alive(f.PID, procStart(f.ProcStart))})
+		out = append(out, Session{File: f, Path: filepath.Join(canonDir, name), Live: s.Proc.Alive(f.PID, procStart(f.ProcStart))})
 	}
 	return out
 }
