@@ -312,6 +312,11 @@ func TestListenFDs(t *testing.T) {
 			wantErr: `activation: fd 3 (name "http"): abstract socket "@xmsg-activation-test-`,
 		},
 		{
+			name:    "bound to a relative path",
+			env:     []string{"LISTEN_FDS=1", "LISTEN_FDNAMES=agent", envRelativeFD3 + "=1"},
+			wantErr: `activation: fd 3 (name "agent"): bound path "agent.sock" is not absolute`,
+		},
+		{
 			name:    "good listener",
 			file:    goodListener,
 			env:     []string{"LISTEN_FDS=1", "LISTEN_FDNAMES=agent"},
@@ -358,6 +363,7 @@ func TestListenFDs(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(exe)
+			cmd.Dir = mkdir0700(t, "cwd") // a good socket dir, for the relative case
 			cmd.Env = append(os.Environ(), envChild+"=1", envSetListenPID+"=1",
 				envChildDir+"="+filepath.Join(t.TempDir(), "self"))
 			cmd.Env = append(cmd.Env, tt.env...)
@@ -397,7 +403,22 @@ func TestListenFDs(t *testing.T) {
 				}
 				return
 			}
-			err = cmd.Run()
+			// A child that wrongly accepts would wait for a connection
+			// forever: its first stdout line gives it away.
+			cmd.Stdout = nil
+			stdoutPipe, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			if status, _ := bufio.NewReader(stdoutPipe).ReadString('\n'); status != "" {
+				_ = cmd.Process.Kill()
+				t.Fatalf("child accepted the fds (%q); want it to refuse with %q", strings.TrimSpace(status), tt.wantErr)
+			}
+			err = cmd.Wait()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != childAcquireFailed {
 				t.Fatalf("child exit = %v; want exit code %d\nstderr:\n%s", err, childAcquireFailed, &stderr)

@@ -22,6 +22,7 @@ const (
 	envChildDir     = "XMSG_ACTIVATION_DIR"            // self-bind directory handed to Acquire
 	envSetListenPID = "XMSG_ACTIVATION_SET_LISTEN_PID" // "1": set LISTEN_PID to our own pid first
 	envCloexecFD3   = "XMSG_ACTIVATION_CLOEXEC_FD3"    // "1": make fd 3 a close-on-exec fd of our own
+	envRelativeFD3  = "XMSG_ACTIVATION_RELATIVE_FD3"   // "1": make fd 3 a listener bound to a relative path
 )
 
 // Exit codes of the child.
@@ -56,6 +57,14 @@ func runChild() int {
 		}
 		// fd 3 now looks like an fd this process opened itself.
 		if err := unix.Dup3(int(f.Fd()), listenFDsStart, unix.O_CLOEXEC); err != nil {
+			fmt.Fprintln(os.Stderr, "child setup:", err)
+			return childSetupFailed
+		}
+	}
+	if os.Getenv(envRelativeFD3) == "1" {
+		// A socket bound to "agent.sock" in the working directory:
+		// the kind of fd whose getsockname path cannot be checked.
+		if err := relativeListenerAt3(); err != nil {
 			fmt.Fprintln(os.Stderr, "child setup:", err)
 			return childSetupFailed
 		}
@@ -105,6 +114,24 @@ func runChild() int {
 		return childSetupFailed
 	}
 	return 0
+}
+
+func relativeListenerAt3() error {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	old := unix.Umask(0o177)
+	err = unix.Bind(fd, &unix.SockaddrUnix{Name: "agent.sock"})
+	unix.Umask(old)
+	if err != nil {
+		return err
+	}
+	if err := unix.Listen(fd, 1); err != nil {
+		return err
+	}
+	// Dup3 without O_CLOEXEC: fd 3 looks inherited.
+	return unix.Dup3(fd, listenFDsStart, 0)
 }
 
 // requireRoot skips the test when not root, or fails it under CI=true.
