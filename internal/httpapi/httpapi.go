@@ -47,7 +47,31 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
 	})
-	return mux
+	return logReads(mux, cfg.Log, cfg.Socket)
+}
+
+// logReads logs requests that change nothing at debug level (state-changing requests are
+// audited by the bus at info). Paths carry ids, never bodies.
+func logReads(next http.Handler, log *slog.Logger, socket string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || !log.Enabled(r.Context(), slog.LevelDebug) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		log.Debug("read", "socket", socket, "actor", "anon", "request", r.Method+" "+r.URL.Path, "status", sw.status)
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	w.status = status
+	w.ResponseWriter.WriteHeader(status)
 }
 
 // NewServer wraps Handler with the socket limits of DESIGN.md §3: a 5 s header deadline and
