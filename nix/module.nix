@@ -229,9 +229,12 @@ let
     NoNewPrivileges = true;
     CapabilityBoundingSet = "";
     AmbientCapabilities = "";
-    # Only root and the tier user are mapped into the unit's user namespace: SO_PEERCRED then
-    # reports any other uid as the overflow uid, which the peer check refuses either way.
-    PrivateUsers = true;
+    # RELAXED: no private user namespace. In one, the daemon could not read /proc/<pid>/exe of
+    # its clients, which run in the host's user namespace (the kernel's ptrace-read check wants
+    # both in the same user namespace, or CAP_SYS_PTRACE over the client's), and svc
+    # attestation compares exactly that link. Without any capability (CapabilityBoundingSet=
+    # is empty) the host user namespace gives the daemon nothing more.
+    PrivateUsers = false;
     RestrictSUIDSGID = true;
     LockPersonality = true;
     RemoveIPC = true;
@@ -252,10 +255,12 @@ let
     ProtectControlGroups = true;
     ProtectClock = true;
     ProtectHostname = true;
-    # Attestation reads /proc/<pid>/{stat,exe} of clients that run OUTSIDE this unit as the same
-    # uid: "invisible" hides only what we may not ptrace-read (other uids); ProcSubset=pid drops
-    # the rest of /proc.
-    ProtectProc = "invisible";
+    # Attestation reads /proc/<pid>/{stat,exe} of clients that run OUTSIDE this unit.
+    # RELAXED: ProtectProc= stays at its default. "invisible" hides every process the daemon
+    # may not ptrace-read, and once the daemon has applied Landlock that is every process
+    # outside its own Landlock domain, i.e. all of its clients. Other uids' /proc/<pid> entries
+    # stay visible but their contents are ptrace-guarded as usual. ProcSubset=pid still drops
+    # everything in /proc that is not a process directory.
     ProcSubset = "pid";
 
     # network: Unix sockets only, no IP at all
@@ -271,9 +276,10 @@ let
     SystemCallArchitectures = "native";
     SystemCallFilter = [
       "@system-service"
-      # Not in @system-service on every systemd: without them the daemon could not apply
-      # Landlock and --require-landlock would refuse to start.
-      "landlock_create_ruleset landlock_add_rule landlock_restrict_self"
+      # Not in @system-service on every systemd. The daemon restricts itself after start:
+      # Landlock, plus a seccomp filter of its own (AF_INET/AF_INET6 only as plain TCP); without
+      # these --require-landlock refuses to start. Both can only take privileges away.
+      "landlock_create_ruleset landlock_add_rule landlock_restrict_self seccomp"
       "~@privileged @resources"
     ];
     SystemCallErrorNumber = "EPERM";
@@ -347,7 +353,10 @@ let
 
   tierSocket = name: tier: sock: {
     description = "xmsg tier ${name}: ${sock} socket";
-    partOf = [ (serviceUnit name) ];
+    # No partOf = the service, on purpose: then every restart of the service (also
+    # Restart=on-failure after a crash) would restart the socket, closing it and resetting every
+    # connection waiting in its backlog. The socket outlives the daemon, and a client that
+    # connects while the daemon is down is served by the next one.
     wantedBy = [ "sockets.target" ];
     listenStreams = [ "${socketDir name}/${sock}.sock" ];
     socketConfig = {

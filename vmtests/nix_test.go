@@ -460,16 +460,21 @@ func nixAnalyzeSecurity(t *testing.T, path string) (float64, string) {
 	}
 	var findings []string
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, "✗") {
+		// "✗" in a UTF-8 locale, "-" in the C locale this test runs it in
+		if strings.HasPrefix(line, "✗") || strings.HasPrefix(line, "- ") {
 			findings = append(findings, strings.Join(strings.Fields(line), " "))
 		}
 	}
 	return exposure, strings.Join(findings, "\n")
 }
 
-// TestNixModuleExposure checks the exposure bound for the service variants that systemd/ has no
-// file for: a tier with Claude session dirs under /home (ProtectHome=tmpfs plus read-only
-// binds) and a federating tier (host network, IP sockets, an IP allow list).
+// TestNixModuleExposure checks the exposure of the module's service variants: the default tier
+// (the unit of systemd/, bound 1.0), a tier with Claude session dirs under /home
+// (ProtectHome=tmpfs plus read-only binds; bound 1.0), and a federating tier, which systemd/
+// describes only in a comment. Federation needs the host's network and IP sockets, and with
+// the relaxations every tier has (PrivateUsers=no, ProtectProc= default: attestation needs
+// both) that scores 1.3 on systemd 252: PrivateNetwork= 0.5, AF_INET/AF_INET6 0.3, an IP allow
+// list 0.1. Its bound is 1.5, so that any further relaxation still fails.
 func TestNixModuleExposure(t *testing.T) {
 	lib := nixpkgsLib(t)
 	root := nixRepo(t)
@@ -485,14 +490,17 @@ func TestNixModuleExposure(t *testing.T) {
 		t.Fatalf("unhardened control: got exposure %.1f, want > 1.0", got)
 	}
 
-	for _, tc := range []struct{ name, settings string }{
-		{"default", `{ }`},
-		{"sessions", `{ sessionDirs = [ "/home/agent/.claude/sessions" ]; }`},
+	for _, tc := range []struct {
+		name, settings string
+		bound          float64
+	}{
+		{"default", `{ }`, 1.0},
+		{"sessions", `{ sessionDirs = [ "/home/agent/.claude/sessions" ]; }`, 1.0},
 		{"federation", `{ federation = {
 			listenAddress = "192.0.2.10:7788";
 			peers.desktop = { address = "192.0.2.20:7788"; pin = "sha256:00"; allow = [ "send" ]; };
 			certFile = "/etc/xmsg/eq/fed-cert"; keyFile = "/etc/xmsg/eq/fed-key";
-		}; }`},
+		}; }`, 1.5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			units := moduleUnits(t, lib, root, "eq", tc.settings)
@@ -508,9 +516,9 @@ func TestNixModuleExposure(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, findings := nixAnalyzeSecurity(t, path)
-			t.Logf("exposure %.1f", got)
-			if got > 1.0 {
-				t.Errorf("exposure: got %.1f, want <= 1.0; findings:\n%s", got, findings)
+			t.Logf("exposure %.1f; findings:\n%s", got, findings)
+			if got > tc.bound {
+				t.Errorf("exposure: got %.1f, want <= %.1f; findings:\n%s", got, tc.bound, findings)
 			}
 		})
 	}

@@ -139,7 +139,6 @@ lib.runTests {
     expr = twoTiers.systemd.sockets."xmsg-agent@public";
     expected = {
       description = "xmsg tier public: agent socket";
-      partOf = [ "xmsg@public.service" ];
       wantedBy = [ "sockets.target" ];
       listenStreams = [ "/run/xmsg-public/xmsg/agent.sock" ];
       socketConfig = {
@@ -240,7 +239,6 @@ lib.runTests {
         ProtectSystem
         ReadOnlyPaths
         ProtectHome
-        ProtectProc
         ProcSubset
         CapabilityBoundingSet
         NoNewPrivileges
@@ -249,27 +247,29 @@ lib.runTests {
         ;
       allow = pub ? IPAddressAllow;
       credentials = pub ? LoadCredential;
+      # left at its default on purpose (see module.nix): "invisible" would hide the clients
+      protectProc = pub ? ProtectProc;
     };
     expected = {
       PrivateNetwork = true;
       RestrictAddressFamilies = [ "AF_UNIX" ];
       IPAddressDeny = "any";
-      PrivateUsers = true;
+      PrivateUsers = false;
       ProtectSystem = "strict";
       ReadOnlyPaths = [ "/run" ];
       ProtectHome = true;
-      ProtectProc = "invisible";
       ProcSubset = "pid";
       CapabilityBoundingSet = "";
       NoNewPrivileges = true;
       UMask = "0077";
       SystemCallFilter = [
         "@system-service"
-        "landlock_create_ruleset landlock_add_rule landlock_restrict_self"
+        "landlock_create_ruleset landlock_add_rule landlock_restrict_self seccomp"
         "~@privileged @resources"
       ];
       allow = false;
       credentials = false;
+      protectProc = false;
     };
   };
 
