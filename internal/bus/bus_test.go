@@ -107,3 +107,51 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+// TestLongPollWaitersAndWakeup: waiters beyond MaxWaiters get 503 at once; a reply wakes
+// every waiter of its message.
+func TestLongPollWaitersAndWakeup(t *testing.T) {
+	b, _ := newBus(t)
+	b.waiters = make(chan struct{}, 2) // as if MaxWaiters were 2
+	id := "01890000-0000-7000-8000-000000000001"
+	err := b.cfg.Store.Update(func(tx *store.Tx) error {
+		return tx.PutMessage(store.Message{ID: id, SessionID: "svc:known", RecipientHarness: "svc", CreatedAt: nowUnix()})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	results := make(chan []ReplyView, 2)
+	for range 2 {
+		go func() {
+			rs, err := b.Replies(ctx, id, 0, MaxWait)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- rs
+		}()
+	}
+	// Wait until both hold a permit, then the third is refused.
+	for len(b.waiters) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := b.Replies(ctx, id, 0, time.Second); AsError(err).Status != 503 {
+		t.Fatalf("third waiter: got %v, want 503", err)
+	}
+	// A zero wait never needs a permit.
+	if rs, err := b.Replies(ctx, id, 0, 0); err != nil || len(rs) != 0 {
+		t.Fatalf("wait=0: %v, %v", rs, err)
+	}
+	caller := Caller{Harness: "svc", SessionID: "svc:known", Name: "known"}
+	if _, err := b.Reply(ctx, caller, id, "pong", "test"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if rs := <-results; len(rs) != 1 || rs[0].Text != "pong" {
+			t.Errorf("woken waiter got %+v", rs)
+		}
+	}
+	if len(b.waiters) != 0 {
+		t.Errorf("%d permits still held", len(b.waiters))
+	}
+}
