@@ -265,3 +265,12 @@ func wantError(t *testing.T, status int, v any, wantStatus int, wantCode string)
 		t.Errorf("got %d %v, want %d %s", status, v, wantStatus, wantCode)
 	}
 }
+
+func mkdirs(dirs ...string) error {
+	for _, d := range dirs {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return err
+		}
+	}
+	return nil
+}
