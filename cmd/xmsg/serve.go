@@ -179,6 +179,10 @@ func serve(args []string, stdout io.Writer) error {
 	})
 	defer b.Close()
 	doctorLines := func() []string { return facts.Lines() }
+	// Cancelled when the stop begins, so HTTP long-polls answer at once instead of holding
+	// the drain until its deadline.
+	httpCtx, stopHTTP := context.WithCancel(context.Background())
+	defer stopHTTP()
 	var servers []func(context.Context) error
 	var wg sync.WaitGroup
 	start := func(name string, fn func() error) {
@@ -192,12 +196,14 @@ func serve(args []string, stdout io.Writer) error {
 	}
 	if socks.HTTP != nil {
 		srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: log, Socket: "http", Doctor: doctorLines})
+		srv.BaseContext = func(net.Listener) context.Context { return httpCtx }
 		l := gate.Listener(socks.HTTP, uid, "http", log)
 		start("http", func() error { return srv.Serve(l) })
 		servers = append(servers, srv.Shutdown)
 	}
 	if tcp != nil {
 		srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: log, Socket: "tcp", Doctor: doctorLines})
+		srv.BaseContext = func(net.Listener) context.Context { return httpCtx }
 		start("tcp", func() error { return srv.Serve(tcp) })
 		servers = append(servers, srv.Shutdown)
 	}
@@ -257,6 +263,7 @@ func serve(args []string, stdout io.Writer) error {
 
 	// 7. Stop: tell systemd, stop accepting, drain in-flight requests (bounded).
 	n.Stopping()
+	stopHTTP()
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	for _, shutdown := range servers {
