@@ -378,3 +378,18 @@ func TestStopEndsLongPolls(t *testing.T) {
 		t.Errorf("long-poll during stop: %d, want 200", got)
 	}
 }
+
+// TestMissingSessionDirIsCreated: on a fresh machine ~/.claude/sessions may not exist yet when
+// the bus starts; it is created (0700) before the sandbox, so a session started later is found.
+func TestMissingSessionDirIsCreated(t *testing.T) {
+	fresh := filepath.Join(shortTemp(t), "home", ".claude", "sessions")
+	d := newDaemon(t, "--sessions-dir", fresh)
+	fi, err := os.Stat(fresh)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("session dir: %v %v, want a 0700 directory", fi, err)
+	}
+	s := startClaude(t, fresh, "14141414-0000-0000-0000-000000000001", "later", "/")
+	if status, v := d.do("GET", "/v1/sessions/later", ""); status != 200 || field(v, "sessionId") != s.id {
+		t.Errorf("session started after the bus = %d %v", status, v)
+	}
+}

@@ -13,10 +13,11 @@ import (
 
 // TestRunningDaemonIsConfined shows Landlock on the running daemon, not on a test helper:
 //   - its own self-check (listing /, a TCP connect) is logged as denied;
-//   - a session directory that did not exist when the sandbox was applied is outside every
-//     allowed path: a valid session file planted there later, readable by the daemon's uid,
-//     stays unreadable to the daemon (the marker), while the directory that existed at
-//     startup keeps working (the positive control), and the bus serves on.
+//   - a session directory replaced after the sandbox was applied is a new inode outside every
+//     allowed path (Landlock rules hold inodes, not names): a valid session file planted
+//     there, readable by the daemon's uid, stays unreadable to the daemon (the marker), while
+//     the directory that was there at startup keeps working (the positive control), and the
+//     bus serves on.
 func TestRunningDaemonIsConfined(t *testing.T) {
 	if sandbox.Probe() < 6 {
 		if os.Getenv("CI") == "true" {
@@ -34,6 +35,10 @@ func TestRunningDaemonIsConfined(t *testing.T) {
 		}
 	}
 	ok := startClaude(t, d.sess, "abababab-0000-0000-0000-000000000001", "inside", "/")
+	// The daemon created the missing directory before applying Landlock; replace it.
+	if err := os.Remove(late); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Mkdir(late, 0o700); err != nil {
 		t.Fatal(err)
 	}

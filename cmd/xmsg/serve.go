@@ -139,7 +139,18 @@ func serve(args []string, stdout io.Writer) error {
 		exe = helper.Exe
 	}
 
-	// 5. Landlock.
+	// 5. Landlock. Its rules need an open directory, so a session directory that does not
+	// exist yet would stay unreadable for the daemon's lifetime: create missing ones now
+	// (0700, like Claude would) so that a session started later is found.
+	for _, dir := range cfg.SessionsDirs {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				log.Warn("session dir missing and not creatable; sessions there stay invisible", "dir", dir, "err", err)
+			} else {
+				log.Info("session dir created", "dir", dir)
+			}
+		}
+	}
 	policy := sandbox.Policy{
 		ReadWrite: []string{filepath.Dir(cfg.DBPath)}, // bbolt file, its lock and growth
 		ReadOnly:  append([]string{"/proc"}, cfg.SessionsDirs...),
