@@ -327,6 +327,30 @@ let
           # readable by this service alone, and the daemon reads them once before sandboxing.
           LoadCredential = map (c: "${c.name}:${pathString c.source}") (credentials name tier);
         }
+        // lib.optionalAttrs (tier.sessionDirs != [ ]) {
+          # The daemon's Landlock rules need each session directory to exist when it starts (a
+          # session started later in a missing one would stay invisible), and inside the
+          # unit's read-only filesystem the daemon cannot create it. So create missing ones
+          # first, as the tier user, in the host's mount namespace ("+": no sandboxing for this
+          # one command; runuser drops to the tier user, so permissions of the home apply):
+          # mode 0700, like Claude itself. "-": a failure only leaves that directory missing,
+          # which the daemon logs and reports as sessions_dir_missing.
+          ExecStartPre = "-+"
+            + lib.concatMapStringsSep " " escapeExecArg (
+              [
+                "${pkgs.util-linux}/bin/runuser"
+                "-u"
+                tier.user
+                "--"
+                "${pkgs.coreutils}/bin/mkdir"
+                "-p"
+                "-m"
+                "0700"
+                "--"
+              ]
+              ++ tier.sessionDirs
+            );
+        }
         // lib.optionalAttrs (homeDirs != [ ]) {
           # Relaxed for sessionDirs: the home trees become empty read-only tmpfs instead of
           # inaccessible, and only the configured Claude session directories are bound back,
@@ -540,9 +564,11 @@ let
           example = [ "/home/agent/.claude/sessions" ];
           description = ''
             Claude Code session directories this tier's bus discovers sessions in
-            (`--sessions-dir`). The daemon reads them only. Directories under /home, /root or
-            /run/user are bound read-only into the otherwise empty home trees of the service;
-            everything else is visible read-only anyway.
+            (`--sessions-dir`). The daemon reads them only. Missing ones are created (as the
+            tier user, mode 0700) before the daemon starts, because its Landlock sandbox can
+            only cover directories that exist. Directories under /home, /root or /run/user are
+            bound read-only into the otherwise empty home trees of the service; everything
+            else is visible read-only anyway.
           '';
         };
 

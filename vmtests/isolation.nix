@@ -1,7 +1,8 @@
 # isolation.nix -- NixOS VM test: two tiers on one machine cannot reach each other.
 #
 # Tier "public" runs as the module's static user xmsg-public; tier "trusted" runs as an
-# existing account, trusted-agent (the user that would run that tier's agent sessions). Both
+# existing account, trusted-agent (the user that would run that tier's agent sessions), with a
+# Claude session dir in that account's home (ProtectHome=tmpfs plus a read-only bind). Both
 # are driven by vmtests/probe, the same program the nspawn test runs, which must attest as
 # service "probe" on its own bus (svcExecutables.probe).
 #
@@ -40,6 +41,8 @@
           trusted = {
             user = "trusted-agent";
             svcExecutables.probe = "${probe}/bin/probe";
+            # Not there yet: the unit creates it as trusted-agent and binds it read-only.
+            sessionDirs = [ "/home/trusted-agent/.claude/sessions" ];
           };
         };
       };
@@ -68,6 +71,7 @@
 
       environment.systemPackages = [
         probe
+        pkgs.curl
         pkgs.iproute2
       ];
     };
@@ -124,6 +128,15 @@
             machine.wait_for_unit(f"xmsg@{t}.service")
             machine.succeed(f"journalctl -b -u xmsg@{t}.service | grep -q 'landlock: abi='")
             machine.succeed(f"test \"$(stat -c '%U %a' /var/lib/xmsg-{t})\" = '{u} 700'")
+        # the trusted tier's Claude session dir was created for it, as its user, before the start
+        machine.succeed(
+            "test \"$(stat -c '%U %a' /home/trusted-agent/.claude/sessions)\" = 'trusted-agent 700'"
+        )
+        # ... and the daemon, inside its namespace, sees it
+        healthz = "curl -sf --unix-socket /run/xmsg-{}/xmsg/http.sock http://localhost/healthz"
+        machine.succeed(as_user("trusted-agent", healthz.format("trusted")) + " | grep -q '\"sessions_dir\":\"ok\"'")
+        # positive control: public's default dir (~/.claude/sessions) is hidden by ProtectHome=yes
+        machine.succeed(as_user("xmsg-public", healthz.format("public")) + " | grep -q sessions_dir_missing")
 
     with subtest("plant markers in each tier's state dir, runtime dir and home"):
         for t, u in TIERS.items():

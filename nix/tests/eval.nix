@@ -49,7 +49,16 @@ let
     meta.mainProgram = "xmsg";
   };
 
+  # Stands in for a tool package the module names by path.
+  fakeTool = name: {
+    type = "derivation";
+    inherit name;
+    outPath = "${builtins.storeDir}/00000000000000000000000000000000-${name}";
+  };
+
   pkgs = {
+    util-linux = fakeTool "util-linux";
+    coreutils = fakeTool "coreutils";
     # builtins.toFile needs no build and is content-addressed, so a test can compare the
     # generated file with the expected text by path.
     writeText = name: text: builtins.toFile name text;

@@ -320,6 +320,27 @@ lib.runTests {
     };
   };
 
+  testMissingSessionDirsAreCreatedAsTheTierUser = {
+    expr = {
+      pre =
+        (svc (withPublic {
+          sessionDirs = [
+            "/home/agent/.claude/sessions"
+            "/srv/sessions"
+          ];
+        }) "public").ExecStartPre;
+      none = pub ? ExecStartPre;
+    };
+    expected = {
+      pre = lib.concatStringsSep " " [
+        ''-+"${builtins.storeDir}/00000000000000000000000000000000-util-linux/bin/runuser" "-u" "xmsg-public" "--"''
+        ''"${builtins.storeDir}/00000000000000000000000000000000-coreutils/bin/mkdir" "-p" "-m" "0700" "--"''
+        ''"/home/agent/.claude/sessions" "/srv/sessions"''
+      ];
+      none = false;
+    };
+  };
+
   testSessionDirMustBeAbsoluteWithoutColon = {
     expr = [
       (failsWith "sessionDirs" { sessionDirs = [ "relative/sessions" ]; })
