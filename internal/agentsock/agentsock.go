@@ -10,7 +10,8 @@
 // Each connection is bounded: a line longer than MaxLine is answered with one error and the
 // connection closed, a connection with no complete line for IdleTimeout is closed, a response
 // the client does not read within WriteTimeout is abandoned, and at most MaxConns connections
-// are served at once (the next is closed at accept).
+// are served at once (the next is closed at accept). Accepting, attesting the peer at connect,
+// line framing and draining come from lineserver.
 package agentsock
 
 import (
@@ -24,14 +25,12 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"sync"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
-	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/lineserver"
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
@@ -61,16 +60,11 @@ type Config struct {
 // Server serves agent.sock. Safe for concurrent use.
 type Server struct {
 	cfg Config
+	srv *lineserver.Server
 
 	// ctx is passed to the bus; it is cancelled only when Shutdown's deadline expires.
 	ctx    context.Context
 	cancel context.CancelFunc
-
-	mu        sync.Mutex
-	closing   bool
-	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{}
-	wg        sync.WaitGroup
 }
 
 // New returns a server; it serves once Serve is called.
@@ -97,174 +91,59 @@ func New(cfg Config) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, ctx: ctx, cancel: cancel, listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
+	s.srv = lineserver.New(lineserver.Config{Socket: "agent", Proc: cfg.Proc, Log: cfg.Log,
+		MaxConns: cfg.MaxConns, WriteTimeout: cfg.WriteTimeout, Handle: s.serveConn})
+	return s
 }
 
 // Conns is the number of connections being served now.
-func (s *Server) Conns() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
+func (s *Server) Conns() int { return s.srv.Conns() }
 
 // Serve accepts connections on l until Shutdown, then returns net.ErrClosed. l must be a
 // gate.Listener: a connection without gate credentials is closed unread.
 func (s *Server) Serve(l net.Listener) error {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		l.Close()
-		return net.ErrClosed
+	if err := s.srv.Serve(l); err != net.ErrClosed {
+		return fmt.Errorf("agentsock: accept: %w", err)
 	}
-	s.listeners[l] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, l)
-		s.mu.Unlock()
-	}()
-	var backoff time.Duration
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing || errors.Is(err, net.ErrClosed) {
-				return net.ErrClosed
-			}
-			if !retryable(err) {
-				return fmt.Errorf("agentsock: accept: %w", err)
-			}
-			// Out of descriptors or an aborted handshake: wait and retry rather than stop
-			// serving, as net/http does.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.cfg.Log.Warn("accept failed", "socket", "agent", "err", err, "retry_in", backoff)
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
-		s.mu.Lock()
-		switch {
-		case s.closing:
-			s.mu.Unlock()
-			c.Close()
-			return net.ErrClosed
-		case len(s.conns) >= s.cfg.MaxConns:
-			s.mu.Unlock()
-			// Closed before reading a byte: a flood of connections from one uid cannot grow
-			// the daemon's goroutines and buffers without bound. Logged first, so that the
-			// peer's EOF implies the refusal is on record.
-			s.cfg.Log.Warn("refused", "socket", "agent", "actor", actorOf(c), "request", "connect", "reason", "too many connections", "limit", s.cfg.MaxConns)
-			c.Close()
-			continue
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serveConn(c)
-	}
-}
-
-func retryable(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) ||
-		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+	return net.ErrClosed
 }
 
 // Shutdown stops accepting, lets frames being processed finish and closes every connection.
 // When ctx ends first, the remaining connections are closed at once and ctx's error returned.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	for l := range s.listeners {
-		l.Close()
+	// A frame being processed finishes its bus call with the bus context intact; only when the
+	// drain deadline passes is that context cancelled, so a call stuck in delivery gives up.
+	stop := context.AfterFunc(ctx, s.cancel)
+	defer stop()
+	err := s.srv.Shutdown(ctx)
+	s.cancel()
+	if err != nil {
+		return fmt.Errorf("agentsock: shutdown: %w", err)
 	}
-	// A connection waiting for its next line wakes up now and sees closing; one processing a
-	// frame finishes it, answers, and then sees closing (armRead checks it under mu).
-	for c := range s.conns {
-		c.SetReadDeadline(time.Now())
-	}
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		s.cancel()
-		return nil
-	case <-ctx.Done():
-		s.cancel()
-		s.mu.Lock()
-		for c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-		<-done
-		return fmt.Errorf("agentsock: shutdown: %w", ctx.Err())
-	}
-}
-
-// armRead sets the idle deadline for the next line, unless the server is closing. Holding mu
-// orders it with Shutdown: either Shutdown's immediate deadline comes after this one, or this
-// sees closing.
-func (s *Server) armRead(c net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
-	return true
-}
-
-func actorOf(c net.Conn) string {
-	if cred, ok := gate.CredOf(c); ok {
-		return "pid:" + strconv.Itoa(cred.PID)
-	}
-	return "unknown"
+	return nil
 }
 
 func (s *Server) refuse(actor, request, code, reason string) {
 	s.cfg.Log.Warn("refused", "socket", "agent", "actor", actor, "request", request, "code", code, "reason", reason)
 }
 
-func (s *Server) serveConn(c net.Conn) {
-	defer func() {
-		c.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.wg.Done()
-	}()
-	cred, ok := gate.CredOf(c)
-	if !ok {
-		// Not from a gate.Listener: nobody vouched for the peer's uid. Fail closed.
-		s.refuse("unknown", "connect", "", "no peer credentials")
-		return
-	}
-	actor := "pid:" + strconv.Itoa(cred.PID)
-	// The start time names the process that connected. A later frame from a different process
-	// with the same pid (recycled pid, or this fd passed on after the connector exited) is
-	// refused by the check before each frame.
-	start, err := s.cfg.Proc.StartTime(cred.PID)
-	if err != nil {
-		s.refuse(actor, "connect", "", "peer start time unreadable")
-		return
-	}
+// serveConn answers the frames of one attested connection until it ends.
+func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
+	cred, start, actor := p.Cred, p.Start, p.Actor
 	r := bufio.NewReaderSize(c, 64<<10)
 	for {
-		if !s.armRead(c) {
+		// A connection waiting for its next line is woken by Shutdown; one processing a frame
+		// finishes it, answers, and then sees the server closing here.
+		if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 			return
 		}
-		line, err := readLine(r, s.cfg.MaxLine)
-		if errors.Is(err, errTooLong) {
+		line, err := lineserver.ReadLine(r, s.cfg.MaxLine)
+		if errors.Is(err, lineserver.ErrTooLong) {
 			// The rest of the line is not read: the connection ends here, so the frame
 			// boundary is lost anyway.
 			s.refuse(actor, "frame", "payload_too_large", "line too long")
-			s.write(c, errorLine("payload_too_large", fmt.Sprintf("line exceeds %d bytes", s.cfg.MaxLine)))
+			s.srv.Write(c, errorLine("payload_too_large", fmt.Sprintf("line exceeds %d bytes", s.cfg.MaxLine)))
 			return
 		}
 		// An unterminated line followed by EOF is still a request (the client half-closed);
@@ -283,57 +162,18 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			continue
 		}
+		// The pid must still name the process that connected (lineserver.Peer.Start).
 		if !s.cfg.Proc.Alive(cred.PID, start) {
 			s.refuse(actor, "frame", "", "peer process exited or its pid was reused")
 			return
 		}
 		if !utf8.Valid(line) {
 			s.refuse(actor, "frame", "bad_request", "invalid UTF-8")
-			s.write(c, errorLine("bad_request", "frame is not valid UTF-8"))
+			s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 			return
 		}
-		if !s.write(c, s.frame(cred, start, line)) || last {
+		if !s.srv.Write(c, s.frame(cred, start, line)) || last {
 			return
-		}
-	}
-}
-
-// write sends one response line; false means the connection must end.
-func (s *Server) write(c net.Conn, resp []byte) bool {
-	c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	if _, err := c.Write(resp); err != nil {
-		s.cfg.Log.Debug("write abandoned", "socket", "agent", "actor", actorOf(c), "err", err)
-		return false
-	}
-	return true
-}
-
-var errTooLong = errors.New("line too long")
-
-// readLine returns the next line without its '\n'. A line of more than max bytes is
-// errTooLong (not consumed further). At EOF a final unterminated line is returned together
-// with the error.
-func readLine(r *bufio.Reader, max int) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		n := len(chunk)
-		if err == nil {
-			n--
-		}
-		if len(line)+n > max {
-			return nil, errTooLong
-		}
-		line = append(line, chunk[:n]...)
-		switch {
-		case err == nil:
-			return line, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF) && len(line) > 0:
-			return line, io.ErrUnexpectedEOF
-		default:
-			return line, err
 		}
 	}
 }

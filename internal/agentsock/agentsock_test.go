@@ -458,7 +458,11 @@ func TestShutdown(t *testing.T) {
 	e := socktest.New(t, socktest.Options{})
 	c := socktest.Dial(t, e.AgentPath)
 	wantError(t, c.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
-	if err := e.Agent.Shutdown(context.Background()); err != nil {
+	// Bounded below the idle timeout: the idle connection must be woken by Shutdown, not
+	// outwaited.
+	ctx, cancel := context.WithTimeout(context.Background(), socktest.Wait)
+	defer cancel()
+	if err := e.Agent.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
 	if line, eof := c.Recv(); !eof {

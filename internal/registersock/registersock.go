@@ -7,6 +7,9 @@
 // registration only, and closing the connection ends it. Before each frame the registered
 // process must still be alive with the start time it registered with, so a descriptor passed on
 // to another process (or outliving its process) cannot keep acting for it.
+//
+// At most MaxConns connections are served at once; the next is closed at accept, unread.
+// Accepting, attesting the peer at connect, line framing and draining come from lineserver.
 package registersock
 
 import (
@@ -20,14 +23,12 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"strconv"
 	"sync"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"github.com/xmsg/xmsg/internal/bus"
-	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/lineserver"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -37,6 +38,10 @@ const (
 	DefaultFirstFrameTimeout = 30 * time.Second
 	DefaultMaxFirstFrame     = 65536
 	DefaultMaxFrame          = 65536*6 + 4096
+	// DefaultMaxConns caps connections served at once. Each costs goroutines (a registered
+	// one two: the frame loop and its reader) and a read buffer, so a flood from one uid must
+	// not grow them without bound; 64 leaves room for every service and session a user runs.
+	DefaultMaxConns = 64
 	// writeTimeout abandons a response the client does not read. A deliver frame that is not
 	// written stays queued and is delivered again.
 	writeTimeout = 10 * time.Second
@@ -51,21 +56,17 @@ type Config struct {
 	FirstFrameTimeout time.Duration
 	MaxFirstFrame     int
 	MaxFrame          int
+	MaxConns          int // connections served at once; the next is closed at accept, unread
 }
 
 // Server serves register.sock. Safe for concurrent use.
 type Server struct {
 	cfg Config
+	srv *lineserver.Server
 
 	// ctx ends long-polls at Shutdown; frames that change state ignore it and finish.
 	ctx    context.Context
 	cancel context.CancelFunc
-
-	mu        sync.Mutex
-	closing   bool
-	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{}
-	wg        sync.WaitGroup
 }
 
 // New returns a server; it serves once Serve is called.
@@ -79,157 +80,63 @@ func New(cfg Config) *Server {
 	if cfg.MaxFrame <= 0 {
 		cfg.MaxFrame = DefaultMaxFrame
 	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, ctx: ctx, cancel: cancel, listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
+	s.srv = lineserver.New(lineserver.Config{Socket: "register", Proc: cfg.Proc, Log: cfg.Log,
+		MaxConns: cfg.MaxConns, WriteTimeout: writeTimeout, Handle: s.serveConn})
+	return s
 }
 
 // Conns is the number of connections being served now.
-func (s *Server) Conns() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
+func (s *Server) Conns() int { return s.srv.Conns() }
 
 // Serve accepts connections on l until Shutdown, then returns net.ErrClosed. l must be a
 // gate.Listener: a connection without gate credentials is closed unread.
 func (s *Server) Serve(l net.Listener) error {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		l.Close()
-		return net.ErrClosed
+	if err := s.srv.Serve(l); err != net.ErrClosed {
+		return fmt.Errorf("registersock: accept: %w", err)
 	}
-	s.listeners[l] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, l)
-		s.mu.Unlock()
-	}()
-	var backoff time.Duration
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing || errors.Is(err, net.ErrClosed) {
-				return net.ErrClosed
-			}
-			if !retryable(err) {
-				return fmt.Errorf("registersock: accept: %w", err)
-			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.cfg.Log.Warn("accept failed", "socket", "register", "err", err, "retry_in", backoff)
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			c.Close()
-			return net.ErrClosed
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serveConn(c)
-	}
-}
-
-func retryable(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) ||
-		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+	return net.ErrClosed
 }
 
 // Shutdown stops accepting, ends long-polls (their messages stay queued), lets other frames
 // being processed finish, and closes every connection, which ends its registration. When ctx
 // ends first, the remaining connections are closed at once and ctx's error returned.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	for l := range s.listeners {
-		l.Close()
-	}
+	// Long-polls end first: a poll is waiting, not working, and would otherwise hold the drain
+	// for up to a minute. Every reader (first frame or loop) is then woken by lineserver; a
+	// frame already read is still answered.
 	s.cancel()
-	// Wakes every reader (first frame or loop); a frame already read is still answered.
-	for c := range s.conns {
-		c.SetReadDeadline(time.Now())
+	if err := s.srv.Shutdown(ctx); err != nil {
+		return fmt.Errorf("registersock: shutdown: %w", err)
 	}
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		s.mu.Lock()
-		for c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-		<-done
-		return fmt.Errorf("registersock: shutdown: %w", ctx.Err())
-	}
+	return nil
 }
 
 func (s *Server) refuse(actor, request, reason string) {
 	s.cfg.Log.Warn("refused", "socket", "register", "actor", actor, "request", request, "reason", reason)
 }
 
-// write sends one response line; false means the connection must end.
-func (s *Server) write(c net.Conn, resp []byte) bool {
-	c.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := c.Write(resp); err != nil {
-		s.cfg.Log.Debug("write abandoned", "socket", "register", "err", err)
-		return false
-	}
-	return true
-}
-
-func (s *Server) serveConn(c net.Conn) {
-	defer func() {
-		c.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.wg.Done()
-	}()
-	cred, ok := gate.CredOf(c)
-	if !ok {
-		// Not from a gate.Listener: nobody vouched for the peer's uid. Fail closed.
-		s.refuse("unknown", "connect", "no peer credentials")
+// serveConn registers the attested peer with its first frame, then serves its loop.
+func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
+	cred, start, actor := p.Cred, p.Start, p.Actor
+	// The registration must be made for the process that connected (p.Start), not for
+	// whatever holds its pid by the time the first frame arrives.
+	if !s.srv.ArmRead(c, s.cfg.FirstFrameTimeout) {
 		return
 	}
-	actor := "pid:" + strconv.Itoa(cred.PID)
-	// The start time names the process that connected; the registration must be made for that
-	// process, not for whatever holds its pid by the time the first frame arrives.
-	start, err := s.cfg.Proc.StartTime(cred.PID)
-	if err != nil {
-		s.refuse(actor, "connect", "peer start time unreadable")
-		return
-	}
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		return
-	}
-	c.SetReadDeadline(time.Now().Add(s.cfg.FirstFrameTimeout))
-	s.mu.Unlock()
 	r := bufio.NewReaderSize(c, 64<<10)
-	line, err := readLine(r, s.cfg.MaxFirstFrame)
+	line, err := lineserver.ReadLine(r, s.cfg.MaxFirstFrame)
 	switch {
-	case errors.Is(err, errTooLong):
+	case errors.Is(err, lineserver.ErrTooLong):
 		s.refuse(actor, "register", "first frame too long")
-		s.write(c, errorLine(fmt.Sprintf("first frame exceeds %d bytes", s.cfg.MaxFirstFrame)))
+		s.srv.Write(c, errorLine(fmt.Sprintf("first frame exceeds %d bytes", s.cfg.MaxFirstFrame)))
 		return
 	case err != nil:
 		// Timeout, EOF, or a frame without its newline: nothing was asked, nothing answered.
@@ -240,7 +147,7 @@ func (s *Server) serveConn(c net.Conn) {
 		return
 	case !utf8.Valid(line):
 		s.refuse(actor, "register", "invalid UTF-8")
-		s.write(c, errorLine("frame is not valid UTF-8"))
+		s.srv.Write(c, errorLine("frame is not valid UTF-8"))
 		return
 	}
 	// Later frames have no deadline: a registered client may stay quiet between polls.
@@ -248,18 +155,18 @@ func (s *Server) serveConn(c net.Conn) {
 	first, err := decodeFirst(line)
 	if err != nil {
 		s.refuse(actor, "register", "invalid json")
-		s.write(c, errorLine(err.Error()))
+		s.srv.Write(c, errorLine(err.Error()))
 		return
 	}
 	var reg *bus.Registration
 	switch first.Kind {
 	case kindCheck:
 		// No agy credentials are ever held in this build.
-		s.write(c, encode(checkResp{Status: "ok", HasCredentials: false, HasCredentialsSnake: false}))
+		s.srv.Write(c, encode(checkResp{Status: "ok", HasCredentials: false, HasCredentialsSnake: false}))
 		return
 	case kindAgy:
 		s.refuse(actor, "register", "agy registration is not available")
-		s.write(c, errorLine("agy registration is not available"))
+		s.srv.Write(c, errorLine("agy registration is not available"))
 		return
 	case kindService:
 		reg, err = s.cfg.Bus.RegisterService(first.Name, first.Cwd, cred)
@@ -275,12 +182,12 @@ func (s *Server) serveConn(c net.Conn) {
 	if err != nil {
 		e := bus.AsError(err)
 		s.refuse(actor, "register", e.Detail)
-		s.write(c, errorLine(e.Detail))
+		s.srv.Write(c, errorLine(e.Detail))
 		return
 	}
 	defer s.cfg.Bus.Unregister(reg)
 	s.cfg.Log.Info("registered", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID, "peer_pid", reg.PID)
-	if !s.write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID})) {
+	if !s.srv.Write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID})) {
 		return
 	}
 	s.loop(c, r, reg)
@@ -304,8 +211,8 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 	go func() {
 		defer reader.Done()
 		for {
-			line, err := readLine(r, s.cfg.MaxFrame)
-			if err != nil && !errors.Is(err, errTooLong) {
+			line, err := lineserver.ReadLine(r, s.cfg.MaxFrame)
+			if err != nil && !errors.Is(err, lineserver.ErrTooLong) {
 				cancel()
 				return
 			}
@@ -330,9 +237,9 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 		case <-ctx.Done():
 			return
 		}
-		if errors.Is(f.err, errTooLong) {
+		if errors.Is(f.err, lineserver.ErrTooLong) {
 			s.refuse(actor, "frame", "frame too long")
-			s.write(c, errorLine(fmt.Sprintf("frame exceeds %d bytes", s.cfg.MaxFrame)))
+			s.srv.Write(c, errorLine(fmt.Sprintf("frame exceeds %d bytes", s.cfg.MaxFrame)))
 			return
 		}
 		if isBlank(f.line) {
@@ -346,14 +253,14 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 		}
 		if !utf8.Valid(f.line) {
 			s.refuse(actor, "frame", "invalid UTF-8")
-			s.write(c, errorLine("frame is not valid UTF-8"))
+			s.srv.Write(c, errorLine("frame is not valid UTF-8"))
 			return
 		}
 		resp, ok := s.frame(ctx, reg, f.line)
 		if !ok {
 			return
 		}
-		if !s.write(c, resp) {
+		if !s.srv.Write(c, resp) {
 			return
 		}
 	}
@@ -478,36 +385,6 @@ func encode(v any) []byte {
 		return []byte(`{"status":"error","detail":"encoding failed"}` + "\n")
 	}
 	return append(b, '\n')
-}
-
-var errTooLong = errors.New("line too long")
-
-// readLine returns the next '\n'-terminated line without its '\n'. A line of more than max
-// bytes is errTooLong (not consumed further). An unterminated line at EOF is an error: a frame
-// is only complete with its newline.
-func readLine(r *bufio.Reader, max int) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		n := len(chunk)
-		if err == nil {
-			n--
-		}
-		if len(line)+n > max {
-			return nil, errTooLong
-		}
-		line = append(line, chunk[:n]...)
-		switch {
-		case err == nil:
-			return line, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF) && len(line) > 0:
-			return nil, io.ErrUnexpectedEOF
-		default:
-			return nil, err
-		}
-	}
 }
 
 func isBlank(b []byte) bool {

@@ -296,18 +296,22 @@ func TestServiceReply(t *testing.T) {
 }
 
 // TestPIDGuard: once the registered process has exited, its connection (inherited by a child)
-// cannot poll, and is closed.
+// cannot poll, ack or reply, and is closed.
 func TestPIDGuard(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
-	bot, reg := e.Service("", "bot")
-	anonSend(t, e, "bot", "secret")
-	heir := bot.Handoff(reg)
-	heir.Send(reg, map[string]any{"action": "poll", "waitSecs": 0})
-	if line, eof := heir.Recv(reg); !eof {
-		t.Fatalf("poll by the heir of a dead registration: got %q, want closed", line)
-	}
-	if !strings.Contains(e.Logs.String(), "registered process exited or its pid was reused") {
-		t.Fatalf("closing not logged")
+	for _, action := range []string{"poll", "ack", "reply"} {
+		t.Run(action, func(t *testing.T) {
+			e := newEnv(t, socktest.Options{})
+			bot, reg := e.Service("", "bot")
+			id := anonSend(t, e, "bot", "secret")
+			heir := bot.Handoff(reg)
+			heir.Send(reg, map[string]any{"action": action, "waitSecs": 0, "messageId": id, "text": "x"})
+			if line, eof := heir.Recv(reg); !eof {
+				t.Fatalf("%s by the heir of a dead registration: got %q, want closed", action, line)
+			}
+			if !strings.Contains(e.Logs.String(), "registered process exited or its pid was reused") {
+				t.Fatalf("closing not logged")
+			}
+		})
 	}
 }
 
@@ -363,6 +367,8 @@ func TestShutdown(t *testing.T) {
 	bot, reg := e.Service("", "bot")
 	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60})
 	idle := socktest.Dial(t, e.RegPath) // no first frame yet
+	// Served, so that Shutdown must wake it (its first-frame deadline is beyond the bound).
+	socktest.WaitFor(t, "the idle connection to be served", func() bool { return e.Register.Conns() == 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), socktest.Wait)
 	defer cancel()
 	if err := e.Register.Shutdown(ctx); err != nil {
@@ -421,5 +427,55 @@ func TestDeliverFrameShape(t *testing.T) {
 	}
 	if len(d) != 6 {
 		t.Fatalf("deliver has fields %v, want exactly 6", keys)
+	}
+}
+
+// TestMaxConns: with MaxConns connections held (waiting for their first frame), the next one is
+// closed before the server reads a byte of it, and the refusal is logged; once one of the held
+// connections closes, a new one is served again.
+func TestMaxConns(t *testing.T) {
+	check := `{"status":"ok","hasCredentials":false,"has_credentials":false}`
+	tests := []struct {
+		name        string
+		cfg, served int
+	}{
+		{"default", 0, registersock.DefaultMaxConns},
+		{"configured", 3, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "default" && registersock.DefaultMaxConns != 64 {
+				t.Fatalf("DefaultMaxConns: got %d, want 64", registersock.DefaultMaxConns)
+			}
+			e := newEnv(t, socktest.Options{Register: registersock.Config{MaxConns: tc.cfg}})
+			var held []*socktest.Client
+			for i := 0; i < tc.served; i++ {
+				held = append(held, socktest.Dial(t, e.RegPath))
+			}
+			// Connections are accepted in order: once all are counted, the next dial is the
+			// one over the cap.
+			socktest.WaitFor(t, "every held connection to be served", func() bool { return e.Register.Conns() == tc.served })
+			extra := socktest.Dial(t, e.RegPath)
+			extra.C.Write([]byte(`{"action":"check"}` + "\n")) // may fail: the server may have closed it already
+			if line, eof := extra.Recv(); !eof {
+				t.Fatalf("connection %d: got %q, want it closed unanswered", tc.served+1, line)
+			}
+			want := fmt.Sprintf("limit=%d", tc.served)
+			var logged bool
+			for _, l := range strings.Split(e.Logs.String(), "\n") {
+				logged = logged || strings.Contains(l, "msg=refused") && strings.Contains(l, "socket=register") &&
+					strings.Contains(l, "too many connections") && strings.Contains(l, want)
+			}
+			if !logged {
+				t.Fatalf("refusal not logged with socket=register, reason and %s:\n%s", want, e.Logs.String())
+			}
+			held[0].C.Close()
+			socktest.WaitFor(t, "a slot to free", func() bool { return e.Register.Conns() < tc.served })
+			again := socktest.Dial(t, e.RegPath)
+			again.Write([]byte(`{"action":"check"}` + "\n"))
+			if line, _ := again.Recv(); line != check {
+				t.Fatalf("after a slot freed: got %q, want %q", line, check)
+			}
+		})
 	}
 }
