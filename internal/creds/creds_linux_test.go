@@ -3,22 +3,18 @@
 package creds
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
 const childEnv = "XMSG_CREDS_TEST_CHILD"
@@ -102,34 +98,11 @@ func TestReadACL(t *testing.T) {
 // TestReadAsServiceUser reproduces both systemd delivery shapes for a real unprivileged
 // user (the tier user) and a file that user can read but must refuse.
 func TestReadAsServiceUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		needs(t, "root")
-	}
-	if _, err := exec.LookPath("useradd"); err != nil {
-		needs(t, "useradd")
-	}
-	name := "xmsgcred" + randHex(t, 4)
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group",
-		"--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	u := ostest.AddUser(t)
+	uid, gid := int(u.UID), int(u.GID)
 
 	// A directory the user can traverse, holding a copy of the test binary it can run.
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bin := filepath.Join(dir, "creds.test")
-	copyFile(t, os.Args[0], bin, 0o755)
+	dir, bin := ostest.WorldExe(t, "creds.test")
 	credDir := filepath.Join(dir, "credentials")
 	if err := os.Mkdir(credDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -193,40 +166,5 @@ func TestReadAsServiceUser(t *testing.T) {
 		if res.Err != "" || res.Content != tt.want {
 			t.Errorf("%s: err %q content %q, want %q", tt.cred, res.Err, res.Content, tt.want)
 		}
-	}
-}
-
-func needs(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("needs %s", what)
-	}
-	t.Skipf("needs %s", what)
-}
-
-func randHex(t *testing.T, n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
-func copyFile(t *testing.T, from, to string, mode os.FileMode) {
-	t.Helper()
-	src, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
-		t.Fatal(fmt.Errorf("close: %w", err))
 	}
 }

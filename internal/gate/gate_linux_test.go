@@ -6,12 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +17,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/xmsg/xmsg/internal/ostest"
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
@@ -40,65 +39,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
-}
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("this test needs root")
-		}
-		t.Skip("this test needs root")
-	}
-}
-
-// addUser creates a system user for this test and deletes it afterwards.
-func addUser(t *testing.T) (uid, gid uint32) {
-	t.Helper()
-	if _, err := exec.LookPath("useradd"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("useradd not found")
-		}
-		t.Skip("useradd not found")
-	}
-	name := fmt.Sprintf("xmsgtest-%08x", rand.Uint32())
-	out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
-		}
-	})
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := strconv.ParseUint(u.Uid, 10, 32)
-	g, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return uint32(id), uint32(g)
-}
-
-// openDir returns a temporary directory that every user can traverse, with a
-// copy of the test binary every user can run.
-func openDir(t *testing.T) (dir, bin string) {
-	t.Helper()
-	dir = t.TempDir()
-	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	data, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin = filepath.Join(dir, "gate.test")
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir, bin
 }
 
 // openSocket listens on dir/name with mode 0777, so that file permissions
@@ -145,10 +85,10 @@ func runClient(t *testing.T, bin, sock string, cred *syscall.Credential) (got in
 // stop that user; a positive control on an ungated socket with the same
 // modes proves the user really gets through everything else.
 func TestGateRefusesOtherUser(t *testing.T) {
-	requireRoot(t)
-	uid, gid := addUser(t)
+	u := ostest.AddUser(t)
+	uid, gid := u.UID, u.GID
 	other := &syscall.Credential{Uid: uid, Gid: gid}
-	dir, bin := openDir(t)
+	dir, bin := ostest.WorldExe(t, "gate.test")
 	owner := uint32(os.Geteuid())
 
 	ol, openPath := openSocket(t, dir, "open.sock")

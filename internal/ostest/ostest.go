@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"testing"
 )
@@ -52,7 +53,12 @@ func AddUser(t testing.TB) User {
 	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
 		t.Fatalf("useradd: %v: %s", err, out)
 	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
+	t.Cleanup(func() {
+		// Reported, not ignored: a user left behind would outlive the test on the machine.
+		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
+			t.Errorf("userdel %s: %v: %s", name, err, out)
+		}
+	})
 	u, err := user.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
@@ -60,4 +66,26 @@ func AddUser(t testing.TB) User {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return User{Name: name, UID: uint32(uid), GID: uint32(gid)}
+}
+
+// WorldExe returns a new temporary directory that every user can traverse (it and its parents
+// below the system temporary directory get mode 0755) holding dir/name, a copy of the running
+// test binary that every user can run: what a child started as another user needs.
+func WorldExe(t testing.TB, name string) (dir, exe string) {
+	t.Helper()
+	dir = t.TempDir()
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe = filepath.Join(dir, name)
+	if err := os.WriteFile(exe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, exe
 }

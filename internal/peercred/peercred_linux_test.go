@@ -6,11 +6,9 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +16,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
 // helperEnv makes the test binary act as a child client: it connects to the
@@ -35,17 +35,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
-}
-
-// requireRoot skips (or fails under CI=true) when not root.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("this test needs root")
-		}
-		t.Skip("this test needs root")
-	}
 }
 
 // start runs a command and ends it (by its own pid) when the test ends.
@@ -78,11 +67,7 @@ func copyExe(t *testing.T, src, dir, name string) string {
 
 func sleepPath(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("sleep")
-	if err != nil {
-		t.Skip("no sleep binary")
-	}
-	return p
+	return ostest.RequireTool(t, "sleep")
 }
 
 func TestStatRealChild(t *testing.T) {
@@ -239,7 +224,7 @@ func TestExeReplacedByRename(t *testing.T) {
 // only the device/inode comparison notices that the path now names another
 // file.
 func TestExeMountedOver(t *testing.T) {
-	requireRoot(t)
+	ostest.RequireRoot(t)
 	dir := t.TempDir()
 	exe := copyExe(t, sleepPath(t), dir, "sleeper")
 	cmd := start(t, exec.Command(exe, "60"))
@@ -320,10 +305,9 @@ func TestFromConnChild(t *testing.T) {
 // TestFromConnOtherUser: a child running as a freshly created OS user
 // connects; the kernel reports that user's uid and gid.
 func TestFromConnOtherUser(t *testing.T) {
-	requireRoot(t)
-	uid, gid := addUser(t)
-	dir := worldDir(t)
-	bin := copyExe(t, os.Args[0], dir, "peercred.test")
+	u := ostest.AddUser(t)
+	uid, gid := u.UID, u.GID
+	dir, bin := ostest.WorldExe(t, "peercred.test")
 	l, path := listen(t, dir)
 	if err := os.Chmod(path, 0o777); err != nil {
 		t.Fatal(err)
@@ -344,45 +328,4 @@ func TestFromConnOtherUser(t *testing.T) {
 	if want := (Cred{PID: cmd.Process.Pid, UID: uid, GID: gid}); got != want {
 		t.Errorf("FromConn = %+v, want %+v", got, want)
 	}
-}
-
-// worldDir returns a temporary directory that every user can traverse, for
-// children that run as another user.
-func worldDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
-// addUser creates a system user for this test and deletes it afterwards.
-func addUser(t *testing.T) (uid, gid uint32) {
-	t.Helper()
-	if _, err := exec.LookPath("useradd"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("useradd not found")
-		}
-		t.Skip("useradd not found")
-	}
-	name := fmt.Sprintf("xmsgtest-%08x", rand.Uint32())
-	out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
-		}
-	})
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := strconv.ParseUint(u.Uid, 10, 32)
-	g, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return uint32(id), uint32(g)
 }
