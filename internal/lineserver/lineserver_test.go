@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,30 +18,27 @@ import (
 // wait bounds every wait for something that must happen; nothing asserts on durations.
 const wait = 20 * time.Second
 
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // echo starts a server whose protocol answers every line with itself. gated false serves a
-// plain listener, whose connections carry no peer credentials.
-func echo(t *testing.T, maxConns int, gated bool) (*lineserver.Server, string, *logBuffer) {
+// plain listener, whose connections carry no peer credentials. logs returns everything the
+// server logged so far.
+func echo(t *testing.T, maxConns int, gated bool) (s *lineserver.Server, path string, logs func() string) {
 	t.Helper()
-	logs := &logBuffer{}
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	var s *lineserver.Server
+	// A file, not a buffer: each log line is one write(2), and reading it back while the
+	// server logs is no data race.
+	logPath := filepath.Join(t.TempDir(), "log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	logs = func() string {
+		b, err := os.ReadFile(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	log := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s = lineserver.New(lineserver.Config{Socket: "echo", Log: log, MaxConns: maxConns,
 		Handle: func(c net.Conn, p lineserver.Peer) {
 			r := bufio.NewReader(c)
@@ -53,9 +49,9 @@ func echo(t *testing.T, maxConns int, gated bool) (*lineserver.Server, string, *
 				}
 			}
 		}})
-	path := filepath.Join(t.TempDir(), "echo.sock")
+	path = filepath.Join(t.TempDir(), "echo.sock")
 	var l net.Listener
-	l, err := net.Listen("unix", path)
+	l, err = net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +114,8 @@ func TestMaxConns(t *testing.T) {
 		if got := s.Conns(); got != served {
 			t.Fatalf("MaxConns %d: Conns got %d, want %d", maxConns, got, served)
 		}
-		if !strings.Contains(logs.String(), `reason="too many connections"`) {
-			t.Fatalf("MaxConns %d: refusal not logged:\n%s", maxConns, logs)
+		if !strings.Contains(logs(), `reason="too many connections"`) {
+			t.Fatalf("MaxConns %d: refusal not logged:\n%s", maxConns, logs())
 		}
 	}
 }
@@ -132,8 +128,8 @@ func TestUngated(t *testing.T) {
 	if got, eof := call(t, c, r, "hi"); !eof {
 		t.Fatalf("got %q, want closed", got)
 	}
-	if !strings.Contains(logs.String(), `reason="no peer credentials"`) {
-		t.Fatalf("refusal not logged:\n%s", logs)
+	if !strings.Contains(logs(), `reason="no peer credentials"`) {
+		t.Fatalf("refusal not logged:\n%s", logs())
 	}
 }
 
