@@ -289,11 +289,16 @@ func serve(args []string, stdout io.Writer) error {
 
 func socketPaths(cfg *config.Config) (activation.Paths, error) {
 	p := activation.Paths{HTTP: cfg.HTTPSock, Agent: cfg.AgentSock, Register: cfg.RegisterSock}
-	if p.HTTP != "" && p.Agent != "" && p.Register != "" || os.Getenv("LISTEN_FDS") != "" {
+	if p.HTTP != "" && p.Agent != "" && p.Register != "" {
 		return p, nil
 	}
 	def, err := activation.DefaultPaths()
 	if err != nil {
+		// Under socket activation the paths are not used (unless LISTEN_PID names another
+		// process, and then Acquire falls back to binding and refuses the empty paths).
+		if os.Getenv("LISTEN_FDS") != "" {
+			return p, nil
+		}
 		return p, err
 	}
 	if p.HTTP == "" {
