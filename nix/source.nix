@@ -9,7 +9,7 @@
 {
   version = "0.1.0";
 
-  vendorHash = "sha256-Z94izdR0LCaXP8PZZ8bfQ912lulcHVhqLbtBjHEw/gI=";
+  vendorHash = "sha256-V4iqUL36Ec2WmFBeROR20jMZn+368nhpPgBsNW5p4C0=";
 
   # The Go module and whatever its tests read (testdata, systemd/ units). The Nix files, the
   # lock file and VM tests are left out so that editing them does not rebuild and re-test the
