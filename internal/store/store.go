@@ -2,10 +2,12 @@
 // the per-session delivery queues of registered harnesses, and idempotency keys.
 //
 // Every write goes through Update, which commits and fsyncs before it returns, so an answer
-// given after Update is never lost. Concurrent writers share commits: a single goroutine takes
-// the first waiting write, adds whatever else is already waiting, and commits them in one
-// transaction (group commit). A lone writer therefore pays exactly one commit and never waits
-// for a batch timer, while many writers pay one fsync between them.
+// given after Update is never lost. Concurrent writers share commits (group commit, with a
+// leader): a writer that finds no commit in progress commits itself, on its own goroutine;
+// writers arriving meanwhile queue up, and when the commit ends the first of them leads the
+// next one, taking every queued write into one transaction. A lone writer therefore pays
+// exactly one commit, with no batch timer and no hand-off to another goroutine, while many
+// writers pay one fsync between them.
 package store
 
 import (
@@ -99,21 +101,25 @@ type Idem struct {
 
 // Store is the open database.
 type Store struct {
-	db   *bolt.DB
-	reqs chan *op
-	done chan struct{}
+	db *bolt.DB
 
-	mu     sync.RWMutex // guards closed against Update racing Close
-	closed bool
+	mu      sync.Mutex
+	idle    sync.Cond // signalled when leading turns false
+	pending []*op     // writes waiting for the next commit, oldest first
+	leading bool      // a writer is committing (or has been handed the lead)
+	closed  bool
 }
 
 type op struct {
 	fn  func(*Tx) error
-	err chan error
+	err chan error // buffered: the result, or errLead
 }
 
 // maxBatch bounds one group commit so a flood of writers cannot make one transaction huge.
 const maxBatch = 256
+
+// errLead, sent instead of a result, tells a queued writer that it now leads the next commit.
+var errLead = errors.New("store: lead the next commit")
 
 // Open opens (creating if needed) the database at path. The parent directory is created 0700
 // and the file 0600. A second daemon on the same file fails after timeout with a message that
@@ -149,8 +155,8 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: create buckets: %w", err)
 	}
-	s := &Store{db: db, reqs: make(chan *op), done: make(chan struct{})}
-	go s.commitLoop()
+	s := &Store{db: db}
+	s.idle.L = &s.mu
 	return s, nil
 }
 
@@ -162,25 +168,51 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.reqs)
+	for s.leading {
+		s.idle.Wait()
+	}
 	s.mu.Unlock()
-	<-s.done
 	return s.db.Close()
 }
 
 // Update runs fn in a read-write transaction and returns once that transaction is committed
-// and fsynced (or failed). fn may run more than once (see commitLoop) and must derive
-// everything it writes from the transaction and its captured inputs. If fn returns an error,
-// none of its writes are kept.
+// and fsynced (or failed). fn may run more than once (see commit) and must derive everything
+// it writes from the transaction and its captured inputs. If fn returns an error, none of
+// its writes are kept.
 func (s *Store) Update(fn func(*Tx) error) error {
 	o := &op{fn: fn, err: make(chan error, 1)}
-	s.mu.RLock()
+	s.mu.Lock()
 	if s.closed {
-		s.mu.RUnlock()
+		s.mu.Unlock()
 		return ErrClosed
 	}
-	s.reqs <- o
-	s.mu.RUnlock()
+	s.pending = append(s.pending, o)
+	if s.leading {
+		s.mu.Unlock()
+		if err := <-o.err; err != errLead {
+			return err // a leader committed our write
+		}
+		// Handed the lead: o is the oldest pending write, so it is in the batch below.
+	} else {
+		s.leading = true
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	n := min(len(s.pending), maxBatch)
+	batch := s.pending[:n:n]
+	s.pending = s.pending[n:]
+	s.mu.Unlock()
+	s.commit(batch)
+	s.mu.Lock()
+	if len(s.pending) > 0 {
+		next := s.pending[0]
+		s.mu.Unlock()
+		next.err <- errLead
+	} else {
+		s.leading = false
+		s.idle.Broadcast()
+		s.mu.Unlock()
+	}
 	return <-o.err
 }
 
@@ -194,46 +226,31 @@ func (s *Store) View(fn func(*Tx) error) error {
 // can be committed without the failed one's partial writes.
 var errRetryAlone = errors.New("store: retry alone")
 
-func (s *Store) commitLoop() {
-	defer close(s.done)
-	for first := range s.reqs {
-		batch := []*op{first}
-	drain:
-		for len(batch) < maxBatch {
-			select {
-			case o, ok := <-s.reqs:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, o)
-			default:
-				break drain
-			}
-		}
-		errs := make([]error, len(batch))
-		err := s.db.Update(func(btx *bolt.Tx) error {
-			tx := &Tx{btx: btx}
-			for i, o := range batch {
-				if errs[i] = o.fn(tx); errs[i] != nil {
-					return errRetryAlone
-				}
-			}
-			return nil
-		})
-		if errors.Is(err, errRetryAlone) {
-			// One write failed: the whole transaction rolled back. Run each write in its own
-			// transaction so that one bad write never takes its neighbours down with it.
-			for i, o := range batch {
-				errs[i] = s.db.Update(func(btx *bolt.Tx) error { return o.fn(&Tx{btx: btx}) })
-			}
-		} else if err != nil {
-			for i := range errs {
-				errs[i] = err
-			}
-		}
+// commit writes batch in one transaction and answers each write.
+func (s *Store) commit(batch []*op) {
+	errs := make([]error, len(batch))
+	err := s.db.Update(func(btx *bolt.Tx) error {
+		tx := &Tx{btx: btx}
 		for i, o := range batch {
-			o.err <- errs[i]
+			if errs[i] = o.fn(tx); errs[i] != nil {
+				return errRetryAlone
+			}
 		}
+		return nil
+	})
+	if errors.Is(err, errRetryAlone) {
+		// One write failed: the whole transaction rolled back. Run each write in its own
+		// transaction so that one bad write never takes its neighbours down with it.
+		for i, o := range batch {
+			errs[i] = s.db.Update(func(btx *bolt.Tx) error { return o.fn(&Tx{btx: btx}) })
+		}
+	} else if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	for i, o := range batch {
+		o.err <- errs[i]
 	}
 }
 
