@@ -258,3 +258,40 @@ func TestUpdateAfterClose(t *testing.T) {
 		t.Fatalf("Update after Close: got %v, want ErrClosed", err)
 	}
 }
+
+// TestCloseDuringWrites: writers racing Close either commit (and stay committed) or get
+// ErrClosed; none hangs, and Close waits for the commits in flight.
+func TestCloseDuringWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.db")
+	s := open(t, path)
+	var wg sync.WaitGroup
+	results := make([]error, 200)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = s.Update(func(tx *Tx) error { return tx.PutMessage(Message{ID: fmt.Sprintf("c%03d", i)}) })
+		}()
+		if i == 100 {
+			go s.Close()
+		}
+	}
+	wg.Wait()
+	s.Close()
+	s = open(t, path)
+	defer s.Close()
+	s.View(func(tx *Tx) error {
+		for i, err := range results {
+			_, ok, _ := tx.Message(fmt.Sprintf("c%03d", i))
+			switch {
+			case err == nil && !ok:
+				t.Errorf("write %d answered ok but is not stored", i)
+			case err != nil && !errors.Is(err, ErrClosed):
+				t.Errorf("write %d: %v", i, err)
+			case err != nil && ok:
+				t.Errorf("write %d refused but stored", i)
+			}
+		}
+		return nil
+	})
+}
