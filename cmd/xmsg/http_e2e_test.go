@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -392,4 +394,52 @@ func TestMissingSessionDirIsCreated(t *testing.T) {
 	if status, v := d.do("GET", "/v1/sessions/later", ""); status != 200 || field(v, "sessionId") != s.id {
 		t.Errorf("session started after the bus = %d %v", status, v)
 	}
+}
+
+// TestTCPListenerOnlyWhenAsked: --listen serves the same API over TCP (no peer check, by
+// design); without it the daemon holds no TCP socket at all.
+func TestTCPListenerOnlyWhenAsked(t *testing.T) {
+	d := newDaemon(t)
+	if n := tcpSockets(t, d.cmd.Process.Pid); n != 0 {
+		t.Errorf("daemon without --listen holds %d TCP sockets", n)
+	}
+	d2 := newDaemon(t, "--listen", "127.0.0.1:0")
+	m := regexp.MustCompile(`tcp listener without peer check.*addr=(\S+)`).FindStringSubmatch(d2.stderr.String())
+	if m == nil {
+		t.Fatalf("no tcp listener logged:\n%s", d2.stderr)
+	}
+	resp, err := http.Get("http://" + m[1] + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("healthz over TCP = %d", resp.StatusCode)
+	}
+}
+
+// tcpSockets counts the TCP sockets among pid's open files (inodes listed in /proc/net/tcp*).
+func tcpSockets(t *testing.T, pid int) int {
+	t.Helper()
+	inodes := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		raw, _ := os.ReadFile(f)
+		for _, line := range strings.Split(string(raw), "\n")[1:] {
+			if fields := strings.Fields(line); len(fields) > 9 {
+				inodes[fields[9]] = true
+			}
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if ino, ok := strings.CutPrefix(link, "socket:["); ok && inodes[strings.TrimSuffix(ino, "]")] {
+			n++
+		}
+	}
+	return n
 }

@@ -112,6 +112,8 @@ func serve(args []string, stdout io.Writer) error {
 			return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 		}
 		defer tcp.Close()
+		facts.TCPListen = tcp.Addr().String()
+		log.Warn("tcp listener without peer check", "addr", tcp.Addr().String())
 	}
 
 	// 4. sd_notify, connected now: after Landlock scoping an abstract socket would be out of reach.
