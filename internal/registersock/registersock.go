@@ -226,9 +226,10 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 			}
 		}
 	}()
-	// The reader is blocked in Read until the connection is closed; close it here (the outer
-	// defer closes it again, harmlessly) so the reader is gone before this returns.
-	defer func() { c.Close(); reader.Wait() }()
+	// The reader is blocked in Read until the connection is closed, or in its send until ctx
+	// ends (a frame read ahead that this loop will never take): cancel AND close, then wait,
+	// so the reader is gone before this returns. (The outer defer closes c again, harmlessly.)
+	defer func() { cancel(); c.Close(); reader.Wait() }()
 	actor := reg.Caller().Actor()
 	for {
 		var f frame

@@ -479,3 +479,14 @@ func TestMaxConns(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelinedFrameAfterFatalOneEndsTheHandler: a frame read ahead of a fatal one (here
+// invalid UTF-8, then a poll in the same write) must not leave the reader goroutine blocked:
+// the connection slot and the registration are released.
+func TestPipelinedFrameAfterFatalOneEndsTheHandler(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	bot, reg := e.Service("", "bot")
+	bot.Write(reg, []byte("{\"action\":\"\xff\"}\n{\"action\":\"poll\",\"waitSecs\":0}\n"))
+	bot.Close(reg)
+	socktest.WaitFor(t, "the handler to end", func() bool { return e.Register.Conns() == 0 && e.Bus.Registrations() == 0 })
+}
