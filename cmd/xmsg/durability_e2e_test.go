@@ -30,6 +30,9 @@ func TestQueuedMessagesSurviveDaemonKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := newDaemon(t, "--svc-exe", "worker="+self)
+	// Not connected: it can be sent to (below), but it is no live session.
+	status, v := d.do("GET", "/v1/sessions/svc:worker", "")
+	wantError(t, status, v, 404, "not_found")
 	var want []string
 	for i := range 5 {
 		text := fmt.Sprintf("m%d", i)

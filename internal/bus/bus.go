@@ -188,29 +188,44 @@ type Target struct {
 	SessionID string
 	Claude    *claude.Session // for claude targets
 	View      SessionView
+	// Offline: a configured service that is not registered right now. It can be sent to
+	// (its queue is durable and its id stable) but it is not a live session.
+	Offline bool
 }
 
-// Resolve finds the one live local session ref names (PROTOCOL.md §5.2).
+// refHarnesses are the prefixes that pin a ref to one harness.
+var refHarnesses = map[string]string{"claude": "claude", "session": "claude", "svc": "svc", "pi": "pi", "opencode": "opencode", "hermes": "hermes"}
+
+// splitHarness splits "svc:x" into ("svc", "x"); a ref without a known prefix gives ("", ref).
+func splitHarness(ref string) (harness, bare string) {
+	if p, rest, ok := strings.Cut(ref, ":"); ok && rest != "" {
+		if h, known := refHarnesses[strings.ToLower(p)]; known {
+			return h, rest
+		}
+	}
+	return "", ref
+}
+
+// Resolve finds the one live local session ref names (PROTOCOL.md §5.2). A harness prefix
+// pins the search to that harness: "svc:guard" never resolves to a session that merely
+// calls itself "svc:guard", whatever its harness.
 func (b *Bus) Resolve(ref string) (Target, error) {
 	ref = strings.TrimSpace(ref)
 	if ref == "" {
 		return Target{}, notFound(ref)
 	}
-	bare := ref
-	for _, p := range []string{"claude:", "session:"} {
-		if len(bare) > len(p) && strings.EqualFold(bare[:len(p)], p) {
-			bare = bare[len(p):]
-		}
-	}
+	harness, bare := splitHarness(ref)
 	pid, numErr := strconv.Atoi(bare)
 	isPID := numErr == nil && pid > 0
 	var live, dead []claude.Session
-	for _, s := range b.cfg.Claude.Scan() {
-		if strings.EqualFold(s.ID, bare) || (isPID && s.PID == pid) || (s.Name != nil && *s.Name == bare) {
-			if s.Live {
-				live = append(live, s)
-			} else {
-				dead = append(dead, s)
+	if harness == "" || harness == "claude" {
+		for _, s := range b.cfg.Claude.Scan() {
+			if strings.EqualFold(s.ID, bare) || (isPID && s.PID == pid) || (s.Name != nil && *s.Name == bare) {
+				if s.Live {
+					live = append(live, s)
+				} else {
+					dead = append(dead, s)
+				}
 			}
 		}
 	}
@@ -225,8 +240,10 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		}
 		return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ","))
 	}
-	if t, err, ok := b.resolveRegistered(ref); ok {
-		return t, err
+	if harness != "claude" {
+		if t, err, ok := b.resolveRegistered(harness, bare, isPID, pid); ok {
+			return t, err
+		}
 	}
 	if len(dead) > 0 {
 		d := dead[0]
@@ -243,18 +260,20 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 	return Target{}, notFound(ref)
 }
 
-// resolveRegistered matches registered sessions, then services: by session id, by bare name
-// (services) or registered name, or by pid; case-insensitive. ok is false when nothing matched.
-func (b *Bus) resolveRegistered(ref string) (Target, error, bool) {
+// resolveRegistered matches registered sessions, then services (only those of harness when
+// it is set): by session id, by name, or by pid; case-insensitive. ok is false when nothing
+// matched.
+func (b *Bus) resolveRegistered(harness, bare string, isPID bool, pid int) (Target, error, bool) {
 	regs := b.liveRegistrations()
 	for _, svc := range []bool{false, true} {
 		var hits []*Registration
 		for _, r := range regs {
-			if (r.Harness == "svc") != svc {
+			if (r.Harness == "svc") != svc || (harness != "" && r.Harness != harness) {
 				continue
 			}
-			bare := strings.TrimPrefix(strings.ToLower(ref), strings.ToLower(r.Harness)+":")
-			if strings.EqualFold(r.SessionID, ref) || strings.EqualFold(r.Name, bare) || strconv.Itoa(r.PID) == ref {
+			// Session ids carry their harness ("svc:x", "pi:<uuid>"); compare without it.
+			id := strings.TrimPrefix(r.SessionID, r.Harness+":")
+			if strings.EqualFold(id, bare) || strings.EqualFold(r.Name, bare) || (isPID && r.PID == pid) {
 				hits = append(hits, r)
 			}
 		}
@@ -271,10 +290,10 @@ func (b *Bus) resolveRegistered(ref string) (Target, error, bool) {
 		}
 	}
 	// A service queues durably, so it stays addressable by its stable id while it reconnects.
-	if name, ok := strings.CutPrefix(strings.ToLower(ref), "svc:"); ok {
+	if harness == "svc" {
 		for n := range b.cfg.SvcExe {
-			if strings.EqualFold(n, name) {
-				return Target{Harness: "svc", SessionID: "svc:" + n}, nil, true
+			if strings.EqualFold(n, bare) {
+				return Target{Harness: "svc", SessionID: "svc:" + n, Offline: true}, nil, true
 			}
 		}
 	}

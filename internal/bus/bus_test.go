@@ -155,3 +155,27 @@ func TestLongPollWaitersAndWakeup(t *testing.T) {
 		t.Errorf("%d permits still held", len(b.waiters))
 	}
 }
+
+// TestHarnessPrefixPinsResolution: a session that names itself "svc:known" must not capture
+// messages addressed to the service svc:known (review finding: prefix confusion).
+func TestHarnessPrefixPinsResolution(t *testing.T) {
+	b, _ := newBus(t)
+	me := peercred.Cred{PID: os.Getpid(), UID: uint32(os.Geteuid())}
+	impostor, err := b.RegisterSession("pi", "svc:known", "/", me)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{"svc:known", "SVC:Known"} {
+		got, err := b.Resolve(ref)
+		if err != nil || got.Harness != "svc" || got.SessionID != "svc:known" || !got.Offline {
+			t.Errorf("Resolve(%q) = %+v, %v; want the (offline) service svc:known", ref, got, err)
+		}
+	}
+	// The impostor is still reachable by its own id, and "pi:" pins to pi.
+	if got, err := b.Resolve(impostor.SessionID); err != nil || got.SessionID != impostor.SessionID {
+		t.Errorf("Resolve(own id) = %+v, %v", got, err)
+	}
+	if _, err := b.Resolve("pi:alice"); AsError(err).Code != "not_found" {
+		t.Errorf("pi:alice resolved to a claude session: %v", err)
+	}
+}

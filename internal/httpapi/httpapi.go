@@ -135,7 +135,12 @@ func (h *handler) sessions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) session(w http.ResponseWriter, r *http.Request) {
-	t, err := h.cfg.Bus.Resolve(r.PathValue("ref"))
+	ref := r.PathValue("ref")
+	t, err := h.cfg.Bus.Resolve(ref)
+	if err == nil && t.Offline {
+		// A configured service that is not connected can be sent to, but it is no session.
+		err = &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "no live session matches '" + ref + "'"}
+	}
 	if err != nil {
 		writeError(w, err)
 		return
