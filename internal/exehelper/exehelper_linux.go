@@ -19,7 +19,11 @@ import (
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
+// A request is 8 bytes: a sequence number and the pid, big-endian. The answer echoes the
+// sequence number, so an answer that arrives late (after its request timed out) is
+// recognised and skipped instead of being taken for the answer to the next request.
 type answer struct {
+	Seq   uint32 `json:"seq"`
 	Path  string `json:"path,omitempty"`
 	Error string `json:"error,omitempty"`
 }
@@ -30,6 +34,7 @@ type Client struct {
 	conn *net.UnixConn
 	r    *bufio.Reader
 	cmd  *exec.Cmd
+	seq  uint32
 }
 
 // Start runs `self Arg` with one end of a socketpair as fd 3. self should be the daemon's
@@ -66,24 +71,31 @@ func Start(self string, env []string) (*Client, error) {
 func (c *Client) Exe(pid int) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.seq++
 	c.conn.SetDeadline(time.Now().Add(5 * time.Second))
-	var req [4]byte
-	binary.BigEndian.PutUint32(req[:], uint32(pid))
+	var req [8]byte
+	binary.BigEndian.PutUint32(req[:4], c.seq)
+	binary.BigEndian.PutUint32(req[4:], uint32(pid))
 	if _, err := c.conn.Write(req[:]); err != nil {
 		return "", fmt.Errorf("exehelper: request: %w", err)
 	}
-	line, err := c.r.ReadBytes('\n')
-	if err != nil {
-		return "", fmt.Errorf("exehelper: answer: %w", err)
+	for {
+		line, err := c.r.ReadBytes('\n')
+		if err != nil {
+			return "", fmt.Errorf("exehelper: answer: %w", err)
+		}
+		var a answer
+		if err := json.Unmarshal(line, &a); err != nil {
+			return "", fmt.Errorf("exehelper: answer: %w", err)
+		}
+		if a.Seq != c.seq {
+			continue // the late answer to an earlier request that timed out
+		}
+		if a.Error != "" {
+			return "", errors.New(a.Error)
+		}
+		return a.Path, nil
 	}
-	var a answer
-	if err := json.Unmarshal(line, &a); err != nil {
-		return "", fmt.Errorf("exehelper: answer: %w", err)
-	}
-	if a.Error != "" {
-		return "", errors.New(a.Error)
-	}
-	return a.Path, nil
 }
 
 // Close stops the helper.
@@ -105,15 +117,15 @@ func Serve() error {
 	enc := json.NewEncoder(f)
 	proc := peercred.Proc{}
 	for {
-		var req [4]byte
+		var req [8]byte
 		if _, err := io.ReadFull(r, req[:]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return err
 		}
-		var a answer
-		path, err := proc.Exe(int(binary.BigEndian.Uint32(req[:])))
+		a := answer{Seq: binary.BigEndian.Uint32(req[:4])}
+		path, err := proc.Exe(int(binary.BigEndian.Uint32(req[4:])))
 		if err != nil {
 			a.Error = err.Error()
 		} else {

@@ -3,10 +3,17 @@
 package exehelper
 
 import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestMain(m *testing.M) {
@@ -44,4 +51,52 @@ func TestExeThroughTheHelper(t *testing.T) {
 	if _, err := c.Exe(sleep.Process.Pid); err == nil {
 		t.Error("Exe after the helper died succeeded")
 	}
+}
+
+// TestLateAnswerIsSkipped: an answer that arrives after its request gave up must not be
+// taken for the answer to the next request (review finding: desync after a timeout).
+func TestLateAnswerIsSkipped(t *testing.T) {
+	ours, theirs, err := socketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer theirs.Close()
+	c := &Client{conn: ours}
+	c.r = bufio.NewReader(ours)
+	// A fake helper: answers request 1 late (after request 2 was written), then request 2.
+	go func() {
+		buf := make([]byte, 8)
+		io.ReadFull(theirs, buf) // request 1 (pid 111), not answered yet
+		io.ReadFull(theirs, buf) // request 2 (pid 222)
+		fmt.Fprintln(theirs, `{"seq":1,"path":"/bin/one-one-one"}`)
+		fmt.Fprintln(theirs, `{"seq":2,"path":"/bin/two-two-two"}`)
+	}()
+	// Request 1 gives up (we simulate its timeout by writing it by hand and never reading).
+	c.seq++
+	var req [8]byte
+	binary.BigEndian.PutUint32(req[:4], c.seq)
+	binary.BigEndian.PutUint32(req[4:], 111)
+	ours.Write(req[:])
+	got, err := c.Exe(222)
+	if err != nil || got != "/bin/two-two-two" {
+		t.Fatalf("Exe(222) = %q, %v; want pid 222's answer, not the late one for 111", got, err)
+	}
+}
+
+func socketPair() (*net.UnixConn, *net.UnixConn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var conns [2]*net.UnixConn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "pair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			return nil, nil, err
+		}
+		conns[i] = c.(*net.UnixConn)
+	}
+	return conns[0], conns[1], nil
 }
