@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 )
 
 func TestMain(m *testing.M) {
