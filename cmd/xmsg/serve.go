@@ -156,7 +156,12 @@ func serve(args []string, stdout io.Writer) error {
 	policy := sandbox.Policy{
 		ReadWrite: []string{filepath.Dir(cfg.DBPath)}, // bbolt file, its lock and growth
 		ReadOnly:  append([]string{"/proc"}, cfg.SessionsDirs...),
-		Require:   cfg.RequireLandlock,
+		// Claude inbox sockets live wherever a session file says (messagingSocketPath), so
+		// connecting to pathname sockets stays allowed everywhere: on kernels whose Landlock
+		// governs such connects (ABI 9+), denying them would break every delivery. Reading,
+		// writing and creating files stay denied outside the paths above.
+		ConnectUnix: []string{"/"},
+		Require:     cfg.RequireLandlock,
 	}
 	if d := creds.Dir(); d != "" {
 		policy.ReadOnly = append(policy.ReadOnly, d) // credential reload reads them again
