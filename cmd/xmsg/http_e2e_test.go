@@ -443,3 +443,29 @@ func tcpSockets(t *testing.T, pid int) int {
 	}
 	return n
 }
+
+// TestStaleFileDoesNotTakeTheClaim: a dead session's file with the same id, sorting first,
+// does not push the live session off its own id.
+func TestStaleFileDoesNotTakeTheClaim(t *testing.T) {
+	d := newDaemon(t)
+	const id = "98989898-0000-0000-0000-000000000001"
+	stale := startClaude(t, d.sess, id, "", "/")
+	raw, err := os.ReadFile(filepath.Join(d.sess, id+"-0.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.stdin.Close()
+	stale.cmd.Wait()
+	// Keep the dead file under a name that sorts first, in another dir that sorts first.
+	first := filepath.Join(filepath.Dir(d.sess), "a-sessions")
+	os.Mkdir(first, 0o700)
+	os.WriteFile(filepath.Join(first, "0.json"), raw, 0o600)
+	os.Remove(filepath.Join(d.sess, id+"-0.json"))
+	d.stop()
+	d.args = append(d.args, "--sessions-dir", first)
+	d.start()
+	live := startClaude(t, d.sess, id, "", "/")
+	if status, v := d.do("GET", "/v1/sessions/"+id, ""); status != 200 || field(v, "pid") != float64(live.cmd.Process.Pid) {
+		t.Errorf("GET %s = %d %v, want the live session under its own id", id, status, v)
+	}
+}

@@ -42,7 +42,7 @@ type File struct {
 type Session struct {
 	File
 	// ID is the address of this session: the file's sessionId, or sessionId~N when the same
-	// id appears in more than one directory (fork claims, PROTOCOL.md decisions table).
+	// id is live in more than one directory (fork claims, PROTOCOL.md decisions table).
 	ID   string
 	Path string // canonical path of the session file
 	Live bool   // pid alive and its start time equals procStart
@@ -83,11 +83,16 @@ func (s *Scanner) Scan() []Session {
 	}
 	// Fork claims are deterministic: the first file by sorted canonical path keeps the id.
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	// Only live sessions take part: a stale file left by a dead session must not push the live
+	// one off its own id.
 	seen := map[string]int{}
 	for i := range out {
+		out[i].ID = out[i].SessionID
+		if !out[i].Live {
+			continue
+		}
 		key := strings.ToLower(out[i].SessionID)
 		seen[key]++
-		out[i].ID = out[i].SessionID
 		if n := seen[key]; n > 1 {
 			out[i].ID = fmt.Sprintf("%s~%d", out[i].SessionID, n)
 		}
