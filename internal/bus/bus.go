@@ -310,7 +310,9 @@ func (b *Bus) Identify(pid int) (Caller, error) {
 		regs := b.liveRegistrations()
 		for _, st := range chain {
 			for _, s := range sessions {
-				if s.Live && s.PID == st.PID {
+				// The chain entry's own start time must match too: Live was read at scan
+				// time, and a pid reused since then is another process.
+				if s.Live && s.PID == st.PID && s.Start() == st.StartTime {
 					name := s.ID
 					if s.Name != nil && *s.Name != "" {
 						name = *s.Name

@@ -48,6 +48,9 @@ type Session struct {
 	Live bool   // pid alive and its start time equals procStart
 }
 
+// Start is the session's recorded process start time (the pid-reuse guard).
+func (s Session) Start() string { return procStart(s.ProcStart) }
+
 // Scanner reads the configured session directories.
 type Scanner struct {
 	Dirs []string
