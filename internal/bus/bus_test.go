@@ -161,7 +161,7 @@ func TestLongPollWaitersAndWakeup(t *testing.T) {
 func TestHarnessPrefixPinsResolution(t *testing.T) {
 	b, _ := newBus(t)
 	me := peercred.Cred{PID: os.Getpid(), UID: uint32(os.Geteuid())}
-	impostor, err := b.RegisterSession("pi", "svc:known", "/", me)
+	impostor, err := b.RegisterSession("pi", "svc:known", "/", me, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,9 @@ func (b *Bus) checkUID(cred peercred.Cred) *Error {
 }
 
 // RegisterService admits a svc registration after exe attestation (PROTOCOL.md §7.2).
-func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred) (*Registration, error) {
+// connectStart is the peer's start time as read when it connected ("" = not known): if the
+// pid now belongs to another process, nothing is registered and nothing is replaced.
+func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart string) (*Registration, error) {
 	name = strings.TrimPrefix(strings.TrimSpace(name), "svc:")
 	if name == "" {
 		return nil, badRequest("service name must not be empty")
@@ -67,6 +69,9 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred) (*Registrati
 	if err != nil {
 		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
 	}
+	if connectStart != "" && start != connectStart {
+		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+	}
 	if cwd == "" {
 		cwd = "/"
 	}
@@ -81,8 +86,8 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred) (*Registrati
 }
 
 // RegisterSession admits a pi/opencode/hermes session on uid alone, under a fresh UUID v4
-// session id that only the owning connection can use.
-func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred) (*Registration, error) {
+// session id that only the owning connection can use. connectStart as for RegisterService.
+func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, connectStart string) (*Registration, error) {
 	if !SessionHarnesses[harness] {
 		return nil, badRequest("unknown harness '%s'", harness)
 	}
@@ -91,6 +96,9 @@ func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred) (*R
 	}
 	start, err := b.cfg.Proc.StartTime(cred.PID)
 	if err != nil {
+		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+	}
+	if connectStart != "" && start != connectStart {
 		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
 	}
 	id := harness + ":" + uuid.NewString()

@@ -169,9 +169,9 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		s.srv.Write(c, errorLine("agy registration is not available"))
 		return
 	case kindService:
-		reg, err = s.cfg.Bus.RegisterService(first.Name, first.Cwd, cred)
+		reg, err = s.cfg.Bus.RegisterService(first.Name, first.Cwd, cred, start)
 	case kindSession:
-		reg, err = s.cfg.Bus.RegisterSession(first.Harness, first.Name, first.Cwd, cred)
+		reg, err = s.cfg.Bus.RegisterSession(first.Harness, first.Name, first.Cwd, cred, start)
 	}
 	if err == nil && reg.Start != start {
 		// The bus read the start time again: a different one means the pid was reused since
