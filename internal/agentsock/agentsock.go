@@ -205,7 +205,9 @@ func decodeRequest(line []byte) (request, error) {
 	if !utf8.Valid(line) {
 		return req, errors.New("frame is not valid UTF-8")
 	}
-	trimmed := bytes.TrimSpace(line)
+	// Only JSON's own whitespace may surround the object: bytes.TrimSpace would also strip
+	// \v, \f, U+0085 and U+00A0, letting a frame that is not JSON decode as if it were.
+	trimmed := bytes.Trim(line, " \t\r\n")
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return req, errors.New("invalid json: frame must be a JSON object")
 	}
