@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -177,5 +179,63 @@ func TestHarnessPrefixPinsResolution(t *testing.T) {
 	}
 	if _, err := b.Resolve("pi:alice"); AsError(err).Code != "not_found" {
 		t.Errorf("pi:alice resolved to a claude session: %v", err)
+	}
+}
+
+// TestReplyPushToClaude: a reply to a message from a Claude session is pushed to its inbox
+// only after the reply and the pushed message are committed (the session may answer the
+// push at once); an unreachable inbox is recorded as sender_gone, with no pushed row.
+func TestReplyPushToClaude(t *testing.T) {
+	b, dir := newBus(t)
+	ctx := context.Background()
+	alice := "11111111-aaaa-bbbb-cccc-000000000001"
+	put := func(id string) {
+		err := b.cfg.Store.Update(func(tx *store.Tx) error {
+			return tx.PutMessage(store.Message{ID: id, SessionID: "svc:known", RecipientHarness: "svc", ReturnHarness: "claude",
+				ReturnSessionID: alice, PushReplies: true, ThreadID: id, CreatedAt: nowUnix()})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := Caller{Harness: "svc", SessionID: "svc:known", Name: "known"}
+
+	put("01890000-0000-7000-8000-0000000000a1")
+	res, err := b.Reply(ctx, svc, "01890000-0000-7000-8000-0000000000a1", "no inbox", "test")
+	if err != nil || res.PushOutcome == nil || *res.PushOutcome != "sender_gone" || res.PushedMessageID != nil {
+		t.Fatalf("reply to a gone inbox = %+v, %v; want sender_gone and no pushed id", res, err)
+	}
+	if c, _ := b.Counts(); c.Messages != 1 {
+		t.Errorf("%d messages stored, want only the original (no pushed row)", c.Messages)
+	}
+	m, _ := b.Message("01890000-0000-7000-8000-0000000000a1")
+	if len(m.Replies) != 1 || m.Replies[0].PushOutcome == nil || *m.Replies[0].PushOutcome != "sender_gone" {
+		t.Errorf("stored reply = %+v", m.Replies)
+	}
+
+	l, err := net.Listen("unix", filepath.Join(dir, "nobody.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	seen := make(chan bool, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		line, _ := io.ReadAll(c)
+		c.Close()
+		id := regexp.MustCompile(`message_id=([0-9a-f-]{36});`).FindSubmatch(line)
+		_, err = b.Message(string(id[1]))
+		seen <- err == nil // the pushed message was already stored when the line arrived
+	}()
+	put("01890000-0000-7000-8000-0000000000a2")
+	res, err = b.Reply(ctx, svc, "01890000-0000-7000-8000-0000000000a2", "hello", "test")
+	if err != nil || *res.PushOutcome != "pushed" || res.PushedMessageID == nil {
+		t.Fatalf("reply = %+v, %v; want pushed", res, err)
+	}
+	if !<-seen {
+		t.Error("the push reached the inbox before its message was committed")
 	}
 }

@@ -74,8 +74,9 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket 
 	reply := store.Reply{MessageID: messageID, CreatedAt: now, ReplierSessionID: caller.SessionID, Text: text}
 	var pushed *store.Message
 	var pending *store.Pending
+	var deliver func() string
 	if msg.ReturnHarness != "" && msg.ReturnSessionID != "" {
-		reply.PushOutcome, pushed, pending = b.push(caller, msg, text, now)
+		reply.PushOutcome, pushed, pending, deliver = b.push(caller, msg, text, now)
 	}
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		r := reply
@@ -102,6 +103,21 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket 
 	if err != nil {
 		return ReplyResult{}, err
 	}
+	if deliver != nil {
+		if outcome := deliver(); outcome != "pushed" {
+			// The push did not arrive: record that, and drop the pushed message's row.
+			reply.PushOutcome, reply.PushedMessageID = outcome, ""
+			err := b.cfg.Store.Update(func(tx *store.Tx) error {
+				if err := tx.DeleteMessage(pushed.ID); err != nil {
+					return err
+				}
+				return tx.PutReply(reply)
+			})
+			if err != nil {
+				b.cfg.Log.Error("recording failed push", "message_id", messageID, "err", err)
+			}
+		}
+	}
 	b.replies.fire(messageID)
 	if pending != nil && reply.PushOutcome == "pushed" {
 		b.queues.fire(pending.SessionID)
@@ -112,17 +128,17 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket 
 
 // push delivers a reply to the original sender. Claude inboxes are written now; queued
 // harnesses get a pending entry that the caller commits together with the reply.
-func (b *Bus) push(caller Caller, msg store.Message, text string, now int64) (outcome string, pushed *store.Message, pending *store.Pending) {
+func (b *Bus) push(caller Caller, msg store.Message, text string, now int64) (outcome string, pushed *store.Message, pending *store.Pending, deliver func() string) {
 	if !msg.PushReplies {
-		return "disabled", nil, nil
+		return "disabled", nil, nil, nil
 	}
 	if msg.ReturnHost != "" && msg.ReturnHost != b.cfg.Host {
 		// Federation is not configured in this build, so a remote sender cannot be reached.
-		return "push_failed", nil, nil
+		return "push_failed", nil, nil, nil
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return "push_failed", nil, nil
+		return "push_failed", nil, nil, nil
 	}
 	badge := envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name)
 	body := envelope.ReplyBody(msg.ID, id.String(), text)
@@ -139,31 +155,35 @@ func (b *Bus) push(caller Caller, msg store.Message, text string, now int64) (ou
 			}
 		}
 		if target == nil {
-			return "sender_gone", nil, nil
+			return "sender_gone", nil, nil, nil
 		}
 		line, err := envelope.ClaudeLine(badge, body)
 		if err != nil {
-			return "push_failed", nil, nil
+			return "push_failed", nil, nil, nil
 		}
-		if err := claude.Deliver(target.MessagingSocketPath, line, b.cfg.InboxTimeout); err != nil {
-			if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-				return "sender_gone", nil, nil
+		// Delivered only after the reply and the pushed message are committed (the caller
+		// runs deliver), so the sender can reply to the push the instant it arrives.
+		return "pushed", pushed, nil, func() string {
+			if err := claude.Deliver(target.MessagingSocketPath, line, b.cfg.InboxTimeout); err != nil {
+				if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+					return "sender_gone"
+				}
+				return "push_failed"
 			}
-			return "push_failed", nil, nil
+			return "pushed"
 		}
-		return "pushed", pushed, nil
 	case "svc":
 		// A service's queue is durable and its id stable: queue even while it reconnects.
 	default:
 		if !b.registered(msg.ReturnSessionID) {
-			return "sender_gone", nil, nil
+			return "sender_gone", nil, nil, nil
 		}
 	}
 	pending = &store.Pending{ID: pushed.ID, SessionID: msg.ReturnSessionID, CreatedAt: now, FromName: badge, Bytes: len(text), Text: text, Envelope: body}
 	if msg.ReturnHarness == "svc" {
 		pending.Origin = fmtOrigin("local", &caller)
 	}
-	return "pushed", pushed, pending
+	return "pushed", pushed, pending, nil
 }
 
 func (b *Bus) registered(sessionID string) bool {

@@ -315,6 +315,16 @@ func replyIndexKey(messageID string, seq uint64) []byte {
 	return append(k, u64(seq)...)
 }
 
+// PutReply rewrites a stored reply (same Seq), e.g. to record a push outcome.
+func (t *Tx) PutReply(r Reply) error {
+	return put(t.btx.Bucket(bucketReplies), u64(r.Seq), r)
+}
+
+// DeleteMessage removes a message row.
+func (t *Tx) DeleteMessage(id string) error {
+	return t.btx.Bucket(bucketMessages).Delete([]byte(id))
+}
+
 // Replies returns the replies to messageID with seq > after, in seq order.
 func (t *Tx) Replies(messageID string, after uint64) ([]Reply, error) {
 	idx := t.btx.Bucket(bucketReplyIndex).Cursor()
