@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"unicode/utf8"
 )
@@ -52,4 +54,37 @@ func FuzzDecodeSend(f *testing.F) {
 			t.Fatalf("round trip: %+v -> %+v (%v)", req, back, err)
 		}
 	})
+}
+
+// TestTCPRefusesBrowsers: the TCP listener (no peer check) refuses what a web page can make a
+// browser send; the same requests from a plain client pass.
+func TestTCPRefusesBrowsers(t *testing.T) {
+	h := refuseBrowsers(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) }))
+	cases := []struct {
+		name, method, host, origin, ct string
+		want                           int
+	}{
+		{"plain client", "POST", "127.0.0.1:7787", "", "application/json", 299},
+		{"charset", "POST", "localhost:7787", "", "application/json; charset=utf-8", 299},
+		{"get", "GET", "[::1]:7787", "", "", 299},
+		{"cross-site form", "POST", "127.0.0.1:7787", "https://evil.example", "text/plain", 403},
+		{"origin on get", "GET", "127.0.0.1:7787", "https://evil.example", "", 403},
+		{"dns rebinding", "GET", "evil.example:7787", "", "", 403},
+		{"text/plain", "POST", "127.0.0.1:7787", "", "text/plain", 415},
+	}
+	for _, c := range cases {
+		r := httptest.NewRequest(c.method, "http://"+c.host+"/v1/sessions", nil)
+		r.Host = c.host
+		if c.origin != "" {
+			r.Header.Set("Origin", c.origin)
+		}
+		if c.ct != "" {
+			r.Header.Set("Content-Type", c.ct)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != c.want {
+			t.Errorf("%s: got %d, want %d", c.name, w.Code, c.want)
+		}
+	}
 }

@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -47,7 +50,39 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
 	})
-	return logReads(mux, cfg.Log, cfg.Socket)
+	var root http.Handler = logReads(mux, cfg.Log, cfg.Socket)
+	if cfg.Socket == "tcp" {
+		root = refuseBrowsers(root)
+	}
+	return root
+}
+
+// refuseBrowsers guards the optional TCP listener, which has no peer check, against web
+// pages: a page can make a browser send a "simple" cross-site POST (text/plain, no preflight)
+// or, through DNS rebinding, read answers. So on TCP: no Origin header (browsers send one on
+// such requests), a Host that is an IP literal or localhost, and POST bodies declared as JSON.
+func refuseBrowsers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		switch {
+		case r.Header.Get("Origin") != "":
+			writeError(w, &bus.Error{Status: http.StatusForbidden, Code: "bad_request", Detail: "requests from web pages are refused"})
+		case host != "localhost" && net.ParseIP(strings.Trim(host, "[]")) == nil:
+			writeError(w, &bus.Error{Status: http.StatusForbidden, Code: "bad_request", Detail: "Host must be an IP address or localhost"})
+		case r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")):
+			writeError(w, &bus.Error{Status: http.StatusUnsupportedMediaType, Code: "bad_request", Detail: "Content-Type must be application/json"})
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
 }
 
 // logReads logs requests that change nothing at debug level (state-changing requests are
