@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"path/filepath"
 	"testing"
 )
@@ -23,7 +24,9 @@ func FuzzRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	absent := filepath.Join(f.TempDir(), "absent.sock")
-	b := &bridge{cfg: Config{AgentSock: absent, HTTPSock: absent, Version: "fuzz"}}
+	// Log as Run would set it: a valid send/reply reaches the dial of the absent agent.sock,
+	// whose failure is logged.
+	b := &bridge{cfg: Config{AgentSock: absent, HTTPSock: absent, Version: "fuzz", Log: slog.New(slog.DiscardHandler)}}
 	b.http = nil
 	f.Fuzz(func(t *testing.T, line []byte) {
 		req, resp := parse(line)
