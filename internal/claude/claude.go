@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/xmsg/xmsg/internal/peercred"
 )
@@ -51,12 +52,27 @@ type Session struct {
 // Start is the session's recorded process start time (the pid-reuse guard).
 func (s Session) Start() string { return procStart(s.ProcStart) }
 
-// Scanner reads the configured session directories.
+// Scanner reads the configured session directories. Safe for concurrent use.
 type Scanner struct {
 	Dirs []string
 	Proc peercred.Proc
 	UID  int // files must be owned by this uid
 	Log  *slog.Logger
+
+	mu     sync.Mutex
+	parsed map[string]parsedFile // by path: the last version read, to skip re-parsing it
+	warned map[string]string     // by path: the problem last logged, so each is logged once
+}
+
+// fileKey identifies one version of a file; the zero key is never trusted.
+type fileKey struct {
+	dev, ino    uint64
+	size, mtime int64
+}
+
+type parsedFile struct {
+	key  fileKey
+	file File
 }
 
 // procStart accepts the start time as Claude writes it: a JSON string or a number.
@@ -81,33 +97,66 @@ func (s *Scanner) AnyDir() bool {
 // Scan returns every readable session, live or not, with fork claims assigned.
 func (s *Scanner) Scan() []Session {
 	var out []Session
+	seen := map[string]bool{}
 	for _, dir := range s.Dirs {
-		out = append(out, s.scanDir(dir)...)
+		out = append(out, s.scanDir(dir, seen)...)
 	}
+	s.forget(seen)
 	// Fork claims are deterministic: the first file by sorted canonical path keeps the id.
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	// Only live sessions take part: a stale file left by a dead session must not push the live
 	// one off its own id.
-	seen := map[string]int{}
+	seen2 := map[string]int{}
 	for i := range out {
 		out[i].ID = out[i].SessionID
 		if !out[i].Live {
 			continue
 		}
 		key := strings.ToLower(out[i].SessionID)
-		seen[key]++
-		if n := seen[key]; n > 1 {
+		seen2[key]++
+		if n := seen2[key]; n > 1 {
 			out[i].ID = fmt.Sprintf("%s~%d", out[i].SessionID, n)
 		}
 	}
 	return out
 }
 
-func (s *Scanner) scanDir(dir string) []Session {
+// warn logs a problem with a session file once, not on every rescan (every request rescans).
+func (s *Scanner) warn(path, problem string, attrs ...any) {
+	s.mu.Lock()
+	if s.warned == nil {
+		s.warned = map[string]string{}
+	}
+	again := s.warned[path] == problem
+	s.warned[path] = problem
+	s.mu.Unlock()
+	if !again {
+		s.Log.Warn(problem, append([]any{"path", path}, attrs...)...)
+	}
+}
+
+// forget drops what is remembered about files that are gone or fine now.
+func (s *Scanner) forget(seen map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range s.parsed {
+		if !seen[p] {
+			delete(s.parsed, p)
+		}
+	}
+	for p := range s.warned {
+		if !seen["!"+p] {
+			delete(s.warned, p)
+		}
+	}
+}
+
+func (s *Scanner) scanDir(dir string, seen map[string]bool) []Session {
 	names, err := listDir(dir)
 	if err != nil {
 		if !os.IsNotExist(err) {
-			s.Log.Warn("session dir unreadable", "dir", dir, "err", err)
+			s.warn(dir, "session dir unreadable", "err", err)
+			seen["!"+dir] = true
 		}
 		return nil
 	}
@@ -122,16 +171,38 @@ func (s *Scanner) scanDir(dir string) []Session {
 		if !strings.HasSuffix(name, ".json") {
 			continue
 		}
-		raw, err := readSessionFile(dir, name, s.UID)
+		path := filepath.Join(dir, name)
+		var cached File
+		raw, key, err := readSessionFile(dir, name, s.UID, func(k fileKey) bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			p, ok := s.parsed[path]
+			cached = p.file
+			return ok && k != (fileKey{}) && p.key == k
+		})
 		if err != nil {
-			s.Log.Warn("session file skipped", "dir", dir, "file", name, "err", err)
+			s.warn(path, "session file skipped", "err", err)
+			seen["!"+path] = true
 			continue
 		}
-		var f File
-		if err := json.Unmarshal(raw, &f); err != nil || f.SessionID == "" || f.PID <= 0 {
-			s.Log.Warn("session file malformed", "dir", dir, "file", name)
-			continue
+		f := cached
+		if raw != nil {
+			f = File{}
+			if err := json.Unmarshal(raw, &f); err != nil || f.SessionID == "" || f.PID <= 0 {
+				s.warn(path, "session file malformed")
+				seen["!"+path] = true
+				continue
+			}
+			if key != (fileKey{}) {
+				s.mu.Lock()
+				if s.parsed == nil {
+					s.parsed = map[string]parsedFile{}
+				}
+				s.parsed[path] = parsedFile{key: key, file: f}
+				s.mu.Unlock()
+			}
 		}
+		seen[path] = true
 		out = append(out, Session{File: f, Path: filepath.Join(canonDir, name), Live: s.Proc.Alive(f.PID, procStart(f.ProcStart))})
 	}
 	return out
