@@ -20,18 +20,22 @@ import (
 )
 
 // httpSockPath is the bus's http.sock: --http-sock, then $XMSG_HTTP_SOCK, then the default.
-func httpSockPath(flagValue string) (string, error) {
+func httpSockPath(flagValue string) (string, error) { return sockPath("http", flagValue) }
+
+// sockPath is one of the bus's sockets: the flag, then $XMSG_<NAME>_SOCK, then
+// $XDG_RUNTIME_DIR/xmsg/<name>.sock.
+func sockPath(name, flagValue string) (string, error) {
 	if flagValue != "" {
 		return flagValue, nil
 	}
-	if v := os.Getenv("XMSG_HTTP_SOCK"); v != "" {
+	if v := os.Getenv("XMSG_" + strings.ToUpper(name) + "_SOCK"); v != "" {
 		return v, nil
 	}
 	rt := os.Getenv("XDG_RUNTIME_DIR")
 	if rt == "" {
-		return "", fmt.Errorf("XDG_RUNTIME_DIR is not set; pass --http-sock")
+		return "", fmt.Errorf("XDG_RUNTIME_DIR is not set; pass --%s-sock", name)
 	}
-	return filepath.Join(rt, "xmsg", "http.sock"), nil
+	return filepath.Join(rt, "xmsg", name+".sock"), nil
 }
 
 // busClient speaks HTTP to http.sock.

@@ -15,8 +15,8 @@ import (
 func mcpCmd(args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	httpSock := fs.String("http-sock", os.Getenv("XMSG_HTTP_SOCK"), "bus http.sock (env XMSG_HTTP_SOCK)")
-	agentSock := fs.String("agent-sock", os.Getenv("XMSG_AGENT_SOCK"), "bus agent.sock (env XMSG_AGENT_SOCK)")
+	httpFlag := fs.String("http-sock", "", "bus http.sock (env XMSG_HTTP_SOCK)")
+	agentFlag := fs.String("agent-sock", "", "bus agent.sock (env XMSG_AGENT_SOCK)")
 	replyOnlyEnv, _ := strconv.ParseBool(os.Getenv("XMSG_REPLY_ONLY"))
 	replyOnly := fs.Bool("reply-only", replyOnlyEnv, "offer only the reply tool (env XMSG_REPLY_ONLY)")
 	fs.String("sessions-dir", "", "accepted for compatibility; the bus discovers sessions")
@@ -24,18 +24,14 @@ func mcpCmd(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return usageError{fmt.Sprintf("mcp: %v", err)}
 	}
-	if *httpSock == "" || *agentSock == "" {
-		rt := os.Getenv("XDG_RUNTIME_DIR")
-		if rt == "" {
-			return fmt.Errorf("mcp: XDG_RUNTIME_DIR is not set; pass --http-sock and --agent-sock")
-		}
-		if *httpSock == "" {
-			*httpSock = rt + "/xmsg/http.sock"
-		}
-		if *agentSock == "" {
-			*agentSock = rt + "/xmsg/agent.sock"
-		}
+	httpSock, err := sockPath("http", *httpFlag)
+	if err != nil {
+		return fmt.Errorf("mcp: %w", err)
 	}
-	return mcp.Run(context.Background(), mcp.Config{AgentSock: *agentSock, HTTPSock: *httpSock, ReplyOnly: *replyOnly,
+	agentSock, err := sockPath("agent", *agentFlag)
+	if err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	return mcp.Run(context.Background(), mcp.Config{AgentSock: agentSock, HTTPSock: httpSock, ReplyOnly: *replyOnly,
 		In: stdin, Out: stdout, Log: newLogger("warn", os.Stderr), Version: version})
 }

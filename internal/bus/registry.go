@@ -62,7 +62,7 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	want, err1 := peercred.Canonical(trusted)
 	got, err2 := b.cfg.Exe(cred.PID)
 	if err1 != nil || err2 != nil || got != want {
-		b.cfg.Log.Warn("svc attestation failed", "service", name, "peer_pid", cred.PID, "trusted_err", errString(err1), "exe_err", errString(err2))
+		b.cfg.Log.Warn("svc attestation failed", "service", name, "peer_pid", cred.PID, "trusted_err", err1, "exe_err", err2)
 		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d executable does not match trusted executable for service '%s'", cred.PID, name)
 	}
 	start, err := b.cfg.Proc.StartTime(cred.PID)
@@ -147,10 +147,3 @@ func (b *Bus) liveRegistrations() []*Registration {
 
 // Registrations counts live registrations, for STATUS=.
 func (b *Bus) Registrations() int { return len(b.liveRegistrations()) }
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
