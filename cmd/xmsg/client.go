@@ -12,18 +12,19 @@ import (
 	"net/url"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/xmsg/xmsg/internal/activation"
 )
 
 // httpSockPath is the bus's http.sock: --http-sock, then $XMSG_HTTP_SOCK, then the default.
 func httpSockPath(flagValue string) (string, error) { return sockPath("http", flagValue) }
 
-// sockPath is one of the bus's sockets: the flag, then $XMSG_<NAME>_SOCK, then
-// $XDG_RUNTIME_DIR/xmsg/<name>.sock.
+// sockPath is one of the bus's sockets: the flag, then $XMSG_<NAME>_SOCK, then the path the
+// daemon binds by default (activation.DefaultPath, the one function both sides use).
 func sockPath(name, flagValue string) (string, error) {
 	if flagValue != "" {
 		return flagValue, nil
@@ -31,11 +32,11 @@ func sockPath(name, flagValue string) (string, error) {
 	if v := os.Getenv("XMSG_" + strings.ToUpper(name) + "_SOCK"); v != "" {
 		return v, nil
 	}
-	rt := os.Getenv("XDG_RUNTIME_DIR")
-	if rt == "" {
-		return "", fmt.Errorf("XDG_RUNTIME_DIR is not set; pass --%s-sock", name)
+	p, err := activation.DefaultPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%v; pass --%s-sock or set XMSG_%s_SOCK", err, name, strings.ToUpper(name))
 	}
-	return filepath.Join(rt, "xmsg", name+".sock"), nil
+	return p, nil
 }
 
 // busClient speaks HTTP to http.sock.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -381,11 +382,24 @@ func TestStopEndsLongPolls(t *testing.T) {
 	}
 }
 
-// TestMissingSessionDirIsCreated: on a fresh machine ~/.claude/sessions may not exist yet when
-// the bus starts; it is created (0700) before the sandbox, so a session started later is found.
+// TestMissingSessionDirIsCreated: ~/.claude/sessions may not exist yet when the bus starts;
+// it is created (0700) before the sandbox, so a session started later is found. Only the
+// last component is created, inside a parent that exists and is the daemon's: a missing
+// parent is left alone (as root, a mistyped path would otherwise build a tree from /).
 func TestMissingSessionDirIsCreated(t *testing.T) {
-	fresh := filepath.Join(shortTemp(t), "home", ".claude", "sessions")
-	d := newDaemon(t, "--sessions-dir", fresh)
+	home := shortTemp(t)
+	noParent := filepath.Join(home, "typo", "sessions")
+	if err := os.Mkdir(filepath.Join(home, ".claude"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fresh := filepath.Join(home, ".claude", "sessions")
+	d := newDaemon(t, "--sessions-dir", fresh, "--sessions-dir", noParent)
+	if _, err := os.Lstat(filepath.Dir(noParent)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing parent was created: %v", err)
+	}
+	if !strings.Contains(d.stderr.String(), "session dir missing and not created") {
+		t.Errorf("no warning for the session dir without a parent:\n%s", d.stderr)
+	}
 	fi, err := os.Stat(fresh)
 	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("session dir: %v %v, want a 0700 directory", fi, err)

@@ -65,3 +65,60 @@ func TestSdNotifySequence(t *testing.T) {
 	}
 	d.stopped = true
 }
+
+// TestFailedReadyStopsTheDaemon: systemd waits for READY=1 (Type=notify), so a READY=1 that
+// cannot be sent is a failed start: the daemon exits non-zero with a line saying so, instead
+// of serving while the unit stays "activating". The notify socket's queue is filled first, so
+// the daemon's send times out.
+func TestFailedReadyStopsTheDaemon(t *testing.T) {
+	dir := shortTemp(t)
+	path := filepath.Join(dir, "notify.sock")
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	filler, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close()
+	filled := 0
+	for filled < 100000 {
+		filler.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := filler.Write([]byte("STATUS=filler")); err != nil {
+			break
+		}
+		filled++
+	}
+	if filled == 100000 {
+		t.Fatal("the notify socket's queue never filled")
+	}
+	base := shortTemp(t)
+	rt, sess := filepath.Join(base, "rt"), filepath.Join(base, "s")
+	if err := mkdirs(rt, sess); err != nil {
+		t.Fatal(err)
+	}
+	cmd := xmsgCmd([]string{"XDG_RUNTIME_DIR=" + rt, "HOME=" + base, "NOTIFY_SOCKET=" + path},
+		"serve", "--db-path", filepath.Join(base, "state", "xmsg.db"), "--sessions-dir", sess)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("daemon exited 0 although READY=1 failed:\n%s", stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "notify: send") {
+			t.Errorf("exit without a line naming the failed notification:\n%s", stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("daemon still running 30 s after its READY=1 failed:\n%s", stderr.String())
+	}
+}

@@ -58,4 +58,12 @@ func TestRunningDaemonIsConfined(t *testing.T) {
 	if !strings.Contains(d.stderr.String(), "permission denied") {
 		t.Errorf("no permission-denied warning for the late directory:\n%s", d.stderr)
 	}
+	// Self-bound socket files are removed at stop, also under Landlock (a remove-only rule on
+	// the socket directory; without it unlinkat fails with EACCES and the files stay).
+	d.stop()
+	for _, name := range []string{"http", "agent", "register"} {
+		if _, err := os.Lstat(d.sock(name)); !os.IsNotExist(err) {
+			t.Errorf("%s.sock after stop under Landlock: %v, want it removed", name, err)
+		}
+	}
 }

@@ -14,12 +14,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"syscall"
 	"time"
 
@@ -37,6 +35,7 @@ import (
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/registersock"
 	"github.com/xmsg/xmsg/internal/sandbox"
+	"github.com/xmsg/xmsg/internal/servergroup"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -59,12 +58,33 @@ func newLogger(level string, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// instance is one `xmsg serve` while it starts, serves and stops. Each startup step is one
+// method; what a step opens is closed by close, in reverse order.
+type instance struct {
+	cfg   *config.Config
+	log   *slog.Logger
+	facts doctor.Facts
+
+	store  *store.Store
+	socks  *activation.Sockets
+	tcp    net.Listener
+	notify *notify.Notifier
+	exe    func(pid int) (string, error) // nil: no service executables to attest
+
+	closers []func() error
+}
+
 // serve runs the daemon. The startup order is fixed (DESIGN.md §2) and each step depends on
 // the one before: credentials and the store are opened while the whole filesystem is still
 // reachable, the notify socket is connected before Landlock could forbid it, and the sandbox
 // is applied before the first byte from a client is read.
 func serve(args []string, stdout io.Writer) error {
-	// 1. Configuration and credentials.
+	// Signals are caught from the first line: a SIGTERM that arrives during startup ends it
+	// between two steps, with everything opened so far closed again, instead of killing the
+	// process half-started (and, once the notify socket is open, it says STOPPING=1).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
 	cfg, err := config.Parse(args, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		config.Usage(stdout)
@@ -73,23 +93,70 @@ func serve(args []string, stdout io.Writer) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	log := newLogger(cfg.LogLevel, os.Stderr)
-	facts := doctor.Facts{Daemon: true, PeerGate: true, TCPListen: cfg.Listen, Systemd: os.Getenv("INVOCATION_ID") != ""}
-	credSource, err := loadCredentials(cfg, log)
+	d := &instance{cfg: cfg, log: newLogger(cfg.LogLevel, os.Stderr)}
+	d.facts = doctor.Facts{Daemon: true, PeerGate: true, TCPListen: cfg.Listen, Systemd: os.Getenv("INVOCATION_ID") != ""}
+	defer d.close()
+
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{"credentials", d.loadCredentials}, // 1. configuration (above) and credentials
+		{"store", d.openStore},             // 2.
+		{"sockets", d.acquireSockets},      // 3.
+		{"notify", d.openNotify},           // 4.
+		{"exe helper", d.startExeHelper},   // 4b.
+		{"sandbox", d.applySandbox},        // 5.
+	}
+	for _, step := range steps {
+		if err := step.run(); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			d.log.Info("stopped during startup", "after", step.name)
+			if d.notify != nil {
+				d.notify.Stopping()
+			}
+			return nil
+		}
+	}
+	return d.serve(ctx) // 6. and 7.
+}
+
+// onClose queues fn for close, which runs the queue in reverse order.
+func (d *instance) onClose(fn func() error) { d.closers = append(d.closers, fn) }
+
+func (d *instance) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		if err := d.closers[i](); err != nil {
+			d.log.Warn("close", "err", err)
+		}
+	}
+}
+
+// loadCredentials is step 1: the federation credentials, checked now so that a bad
+// deployment fails at start.
+func (d *instance) loadCredentials() error {
+	src, err := loadCredentials(d.cfg, d.log)
+	d.facts.Credentials = string(src)
+	return err
+}
+
+// openStore is step 2. A second daemon on the same file fails here after one second.
+func (d *instance) openStore() error {
+	st, err := store.Open(d.cfg.DBPath, time.Second)
 	if err != nil {
 		return err
 	}
-	facts.Credentials = string(credSource)
+	d.store = st
+	d.onClose(st.Close)
+	return nil
+}
 
-	// 2. The store. A second daemon on the same file fails here after one second.
-	st, err := store.Open(cfg.DBPath, time.Second)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	// 3. Sockets: inherited from systemd, or bound here.
-	paths, err := socketPaths(cfg)
+// acquireSockets is step 3: the sockets inherited from systemd, or bound here; and the
+// optional TCP listener, bound now because the sandbox refuses TCP binds later.
+func (d *instance) acquireSockets() error {
+	paths, err := activation.ResolvePaths(activation.Paths{HTTP: d.cfg.HTTPSock, Agent: d.cfg.AgentSock, Register: d.cfg.RegisterSock})
 	if err != nil {
 		return err
 	}
@@ -97,62 +164,68 @@ func serve(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer socks.Close()
-	facts.SocketActivation, facts.Missing = socks.Activated, socks.Missing
+	d.socks = socks
+	d.onClose(socks.Close)
+	d.facts.SocketActivation, d.facts.Missing = socks.Activated, socks.Missing
 	if !socks.Activated {
-		facts.SocketDir = filepath.Dir(paths.HTTP)
+		d.facts.SocketDir = filepath.Dir(paths.HTTP)
 	}
 	for _, name := range socks.Missing {
-		log.Warn("socket not passed by systemd; not served", "socket", name)
+		d.log.Warn("socket not passed by systemd; not served", "socket", name)
 	}
-	var tcp net.Listener
-	if cfg.Listen != "" {
-		// Bound before the sandbox, which refuses TCP binds; no peer check (PROTOCOL.md §2.3).
-		if tcp, err = net.Listen("tcp", cfg.Listen); err != nil {
-			return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	if d.cfg.Listen != "" {
+		// No peer check on TCP (PROTOCOL.md §2.3): the address is the operator's choice.
+		tcp, err := net.Listen("tcp", d.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", d.cfg.Listen, err)
 		}
-		defer tcp.Close()
-		facts.TCPListen = tcp.Addr().String()
-		log.Warn("tcp listener without peer check", "addr", tcp.Addr().String())
+		d.tcp = tcp
+		d.onClose(ignoreClosed(tcp.Close))
+		d.facts.TCPListen = tcp.Addr().String()
+		d.log.Warn("tcp listener without peer check", "addr", tcp.Addr().String())
 	}
+	return nil
+}
 
-	// 4. sd_notify, connected now: after Landlock scoping an abstract socket would be out of reach.
-	facts.Watchdog = notify.WatchdogInterval()
+// openNotify is step 4: sd_notify, connected now, because after Landlock's scoping an
+// abstract notify socket would be out of reach.
+func (d *instance) openNotify() error {
+	d.facts.Watchdog = notify.WatchdogInterval()
 	n, err := notify.Open()
 	if err != nil {
 		return err
 	}
-	defer n.Close()
-	facts.Notify = n.Enabled()
+	d.notify = n
+	d.onClose(n.Close)
+	d.facts.Notify = n.Enabled()
+	return nil
+}
 
-	// 4b. The exe attestation helper: Landlock will deny this process /proc/<pid>/exe of
-	// processes outside its domain, so a helper started now (outside the domain) reads it.
-	var exe func(int) (string, error)
-	if len(cfg.SvcExe) > 0 && runtime.GOOS == "linux" {
-		self, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("exe helper: %w", err)
-		}
-		helper, err := exehelper.Start(self, os.Environ())
-		if err != nil {
-			return err
-		}
-		defer helper.Close()
-		exe = helper.Exe
+// startExeHelper is step 4b: Landlock will deny this process /proc/<pid>/exe of processes
+// outside its domain, so a helper started now (outside the domain) reads it for service
+// attestation.
+func (d *instance) startExeHelper() error {
+	if len(d.cfg.SvcExe) == 0 || runtime.GOOS != "linux" {
+		return nil
 	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("exe helper: %w", err)
+	}
+	helper, err := exehelper.Start(self, os.Environ())
+	if err != nil {
+		return err
+	}
+	d.onClose(helper.Close)
+	d.exe = helper.Exe
+	return nil
+}
 
-	// 5. Landlock. Its rules need an open directory, so a session directory that does not
-	// exist yet would stay unreadable for the daemon's lifetime: create missing ones now
-	// (0700, like Claude would) so that a session started later is found.
-	for _, dir := range cfg.SessionsDirs {
-		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				log.Warn("session dir missing and not creatable; sessions there stay invisible", "dir", dir, "err", err)
-			} else {
-				log.Info("session dir created", "dir", dir)
-			}
-		}
-	}
+// applySandbox is step 5: Landlock, then a self-check from inside that what is reported is
+// in force.
+func (d *instance) applySandbox() error {
+	d.prepareSessionDirs()
+	cfg := d.cfg
 	policy := sandbox.Policy{
 		ReadWrite: []string{filepath.Dir(cfg.DBPath)}, // bbolt file, its lock and growth
 		ReadOnly:  append([]string{"/proc"}, cfg.SessionsDirs...),
@@ -163,161 +236,179 @@ func serve(args []string, stdout io.Writer) error {
 		ConnectUnix: []string{"/"},
 		Require:     cfg.RequireLandlock,
 	}
-	if d := creds.Dir(); d != "" {
-		policy.ReadOnly = append(policy.ReadOnly, d) // credential reload reads them again
+	if !d.socks.Activated && d.facts.SocketDir != "" {
+		// Self-bound sockets are removed at stop; removing is all that is allowed there
+		// (under socket activation the socket units own the files).
+		policy.RemoveFiles = []string{d.facts.SocketDir}
 	}
-	report, err := sandbox.Apply(policy, log)
+	if dir := creds.Dir(); dir != "" {
+		policy.ReadOnly = append(policy.ReadOnly, dir) // credential reload reads them again
+	}
+	report, err := sandbox.Apply(policy, d.log)
 	if err != nil {
 		return err
 	}
-	facts.LandlockABI = report.ABI
-	facts.Landlock = report.String()
-	log.Info(report.String())
-	// Trust, but verify: probe from inside that the restrictions reported are in force.
+	d.facts.LandlockABI = report.ABI
+	d.facts.Landlock = report.String()
+	d.log.Info(report.String())
 	check, err := sandbox.SelfCheck(report, policy)
 	if err != nil {
 		if cfg.RequireLandlock {
 			return err
 		}
-		log.Warn("landlock self-check failed", "err", err)
+		d.log.Warn("landlock self-check failed", "err", err)
 	} else {
-		log.Info(check)
+		d.log.Info(check)
 	}
-	for _, line := range facts.Lines() {
-		log.Info("protection", "status", line)
+	for _, line := range d.facts.Lines() {
+		d.log.Info("protection", "status", line)
 	}
+	return nil
+}
 
-	// 6. Serve.
+// prepareSessionDirs creates missing session directories before the sandbox: a Landlock
+// rule needs an open directory, so one that does not exist now would stay unreadable for
+// the daemon's lifetime. Only the last component is created (0700, as Claude would), and
+// only inside an existing parent owned by the daemon's uid: a daemon running as root must
+// not build a directory tree from a mistyped path, and a directory made inside somebody
+// else's directory would be theirs to swap.
+func (d *instance) prepareSessionDirs() {
+	for _, dir := range d.cfg.SessionsDirs {
+		if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := createSessionDir(dir); err != nil {
+			d.log.Warn("session dir missing and not created; sessions there stay invisible", "dir", dir, "err", err)
+			continue
+		}
+		d.log.Info("session dir created", "dir", dir)
+	}
+}
+
+// serve is steps 6 and 7: build the bus, serve every socket as one server group, send
+// READY=1 once all of them run, keep STATUS= current, and on SIGTERM say STOPPING=1 and
+// drain. It returns an error, and so the daemon exits non-zero, when a server fails.
+func (d *instance) serve(ctx context.Context) error {
+	cfg := d.cfg
 	proc := peercred.Proc{}
 	uid := uint32(os.Geteuid())
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
-		SvcExe: cfg.SvcExe, Store: st, Proc: proc, Exe: exe, Log: log,
-		Claude: &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: log},
+		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log,
+		Claude: &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: d.log},
 	})
 	defer b.Close()
-	doctorLines := func() []string { return facts.Lines() }
+	doctorLines := func() []string { return d.facts.Lines() }
 	// Cancelled when the stop begins, so HTTP long-polls answer at once instead of holding
 	// the drain until its deadline.
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	defer stopHTTP()
-	var servers []func(context.Context) error
-	var wg sync.WaitGroup
-	start := func(name string, fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("server stopped", "socket", name, "err", err)
-			}
-		}()
-	}
-	if socks.HTTP != nil {
-		srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: log, Socket: "http", Doctor: doctorLines})
+
+	group := servergroup.Group{Drain: drainTimeout}
+	addHTTP := func(name string, l net.Listener) {
+		srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: d.log, Socket: name, Doctor: doctorLines})
 		srv.BaseContext = func(net.Listener) context.Context { return httpCtx }
-		l := gate.Listener(socks.HTTP, uid, "http", log)
-		start("http", func() error { return srv.Serve(l) })
-		servers = append(servers, srv.Shutdown)
+		group.Add(servergroup.Server{Name: name, Serve: func() error { return srv.Serve(l) },
+			Shutdown: func(c context.Context) error { stopHTTP(); return srv.Shutdown(c) }})
 	}
-	if tcp != nil {
-		srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: log, Socket: "tcp", Doctor: doctorLines})
-		srv.BaseContext = func(net.Listener) context.Context { return httpCtx }
-		start("tcp", func() error { return srv.Serve(tcp) })
-		servers = append(servers, srv.Shutdown)
+	if d.socks.HTTP != nil {
+		addHTTP("http", gate.Listener(d.socks.HTTP, uid, "http", d.log))
 	}
-	var agent *agentsock.Server
-	if socks.Agent != nil {
-		agent = agentsock.New(agentsock.Config{Bus: b, Proc: proc, Log: log, Host: cfg.HostLabel,
-			MaxLine: cfg.AgentMaxLine, MaxFrame: cfg.MaxBody*6 + 4096, MaxConns: cfg.AgentMaxConns, IdleTimeout: cfg.AgentIdleTimeout, WriteTimeout: cfg.AgentWriteTimeout})
-		l := gate.Listener(socks.Agent, uid, "agent", log)
-		start("agent", func() error { return agent.Serve(l) })
-		servers = append(servers, agent.Shutdown)
+	if d.tcp != nil {
+		addHTTP("tcp", d.tcp)
 	}
-	var register *registersock.Server
-	if socks.Register != nil {
-		register = registersock.New(registersock.Config{Bus: b, Proc: proc, Log: log})
-		l := gate.Listener(socks.Register, uid, "register", log)
-		start("register", func() error { return register.Serve(l) })
-		servers = append(servers, register.Shutdown)
+	var conns []func() int
+	if d.socks.Agent != nil {
+		agent := agentsock.New(agentsock.Config{Bus: b, Proc: proc, Log: d.log, Host: cfg.HostLabel,
+			MaxLine: cfg.AgentMaxLine, MaxFrame: cfg.MaxBody*6 + 4096, MaxConns: cfg.AgentMaxConns,
+			IdleTimeout: cfg.AgentIdleTimeout, WriteTimeout: cfg.AgentWriteTimeout})
+		l := gate.Listener(d.socks.Agent, uid, "agent", d.log)
+		group.Add(servergroup.Server{Name: "agent", Serve: func() error { return agent.Serve(l) }, Shutdown: agent.Shutdown})
+		conns = append(conns, agent.Conns)
 	}
-	// Every listener was listening before this point (bound or inherited), so each socket
-	// accepts now: connections queue in the kernel backlog until Serve picks them up.
-	log.Info("serving", "db", cfg.DBPath, "host_label", cfg.HostLabel, "services", cfg.SvcNames())
-	n.Ready()
+	if d.socks.Register != nil {
+		register := registersock.New(registersock.Config{Bus: b, Proc: proc, Log: d.log})
+		l := gate.Listener(d.socks.Register, uid, "register", d.log)
+		group.Add(servergroup.Server{Name: "register", Serve: func() error { return register.Serve(l) }, Shutdown: register.Shutdown})
+		conns = append(conns, register.Conns)
+	}
+	if group.Len() == 0 {
+		return errors.New("serve: no socket to serve (systemd passed none of http, agent, register)")
+	}
 
 	status := func() {
 		c, _ := b.Counts()
-		conns := 0
-		if agent != nil {
-			conns += agent.Conns()
+		n := 0
+		for _, f := range conns {
+			n += f()
 		}
-		if register != nil {
-			conns += register.Conns()
+		d.notify.Status(fmt.Sprintf("serving: %d registrations, %d connections, %d messages, %d queued", b.Registrations(), n, c.Messages, c.Queued))
+	}
+	// The status ticker stops with the group, whichever way it stops.
+	tickCtx, stopTicks := context.WithCancel(ctx)
+	defer stopTicks()
+	readyFailed := false // then the notify socket is unusable: no STOPPING=1 either
+	group.Started = func() error {
+		// Every listener was listening before this point (bound or inherited), so each
+		// socket accepts now: connections queue in the kernel backlog until Serve runs.
+		d.log.Info("serving", "db", cfg.DBPath, "host_label", cfg.HostLabel, "services", cfg.SvcNames())
+		// systemd waits for READY=1 (Type=notify); one that does not arrive would leave the
+		// unit "activating" until it times out, so a failed send is a failed start.
+		if err := d.notify.Ready(); err != nil {
+			readyFailed = true
+			return fmt.Errorf("serve: %w", err)
 		}
-		n.Status(fmt.Sprintf("serving: %d registrations, %d connections, %d messages, %d queued", b.Registrations(), conns, c.Messages, c.Queued))
+		status()
+		go d.tick(tickCtx, status)
+		return nil
 	}
-	status()
-	tick := 10 * time.Second
-	if facts.Watchdog > 0 && facts.Watchdog/2 < tick {
-		tick = facts.Watchdog / 2
-	}
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	for {
-		select {
-		case <-ticker.C:
-			status()
-			if facts.Watchdog > 0 {
-				n.Watchdog()
-			}
-			continue
-		case sig := <-sigs:
-			log.Info("stopping", "signal", sig.String())
+	group.Stopping = func() {
+		stopTicks()
+		if ctx.Err() != nil {
+			d.log.Info("stopping", "reason", "signal")
 		}
-		break
-	}
-
-	// 7. Stop: tell systemd, stop accepting, drain in-flight requests (bounded).
-	n.Stopping()
-	stopHTTP()
-	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer cancel()
-	for _, shutdown := range servers {
-		if err := shutdown(ctx); err != nil {
-			log.Warn("drain incomplete", "err", err)
+		if !readyFailed {
+			d.notify.Stopping()
 		}
 	}
-	wg.Wait()
-	log.Info("stopped")
+	if err := group.Run(ctx); err != nil {
+		d.log.Error("stopped with an error", "err", err)
+		return err
+	}
+	d.log.Info("stopped")
 	return nil
 }
 
-func socketPaths(cfg *config.Config) (activation.Paths, error) {
-	p := activation.Paths{HTTP: cfg.HTTPSock, Agent: cfg.AgentSock, Register: cfg.RegisterSock}
-	if p.HTTP != "" && p.Agent != "" && p.Register != "" {
-		return p, nil
+// tick keeps STATUS= current and pets the watchdog (at half its interval) until ctx ends.
+func (d *instance) tick(ctx context.Context, status func()) {
+	every := 10 * time.Second
+	if w := d.facts.Watchdog; w > 0 && w/2 < every {
+		every = w / 2
 	}
-	def, err := activation.DefaultPaths()
-	if err != nil {
-		// Under socket activation the paths are not used (unless LISTEN_PID names another
-		// process, and then Acquire falls back to binding and refuses the empty paths).
-		if os.Getenv("LISTEN_FDS") != "" {
-			return p, nil
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			status()
+			if d.facts.Watchdog > 0 {
+				d.notify.Watchdog()
+			}
 		}
-		return p, err
 	}
-	if p.HTTP == "" {
-		p.HTTP = def.HTTP
+}
+
+// ignoreClosed makes closing an already closed listener a no-op: servers close their
+// listeners on shutdown, and the daemon closes them again on the way out.
+func ignoreClosed(close func() error) func() error {
+	return func() error {
+		if err := close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
 	}
-	if p.Agent == "" {
-		p.Agent = def.Agent
-	}
-	if p.Register == "" {
-		p.Register = def.Register
-	}
-	return p, nil
 }
 
 // loadCredentials reads and validates the federation credentials, from
@@ -380,4 +471,18 @@ func loadCredentials(cfg *config.Config, log *slog.Logger) (creds.Source, error)
 		log.Info("credential loaded", "name", "peers", "source", string(source))
 	}
 	return source, nil
+}
+
+// createSessionDir makes dir (0700) when its parent exists and belongs to the daemon's uid.
+func createSessionDir(dir string) error {
+	parent := filepath.Dir(dir)
+	fi, err := os.Stat(parent)
+	if err != nil {
+		return fmt.Errorf("parent: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || !fi.IsDir() || int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("parent %s is not a directory owned by uid %d", parent, os.Geteuid())
+	}
+	return os.Mkdir(dir, 0o700)
 }

@@ -94,6 +94,43 @@ func DefaultPaths() (Paths, error) {
 	}, nil
 }
 
+// DefaultPath returns the default path of one socket (NameHTTP, NameAgent or NameRegister):
+// the one the daemon binds when it binds its own, so the CLI and the MCP bridge, which call
+// this too, find the daemon wherever it runs (on macOS without XDG_RUNTIME_DIR as well).
+func DefaultPath(name string) (string, error) {
+	dir, err := DefaultDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, name+".sock"), nil
+}
+
+// ResolvePaths returns p with every empty path set to its default. Under socket activation
+// the paths are not used, so a missing default directory is then no error (unless
+// LISTEN_PID names another process: then Acquire falls back to binding and refuses the
+// empty paths itself).
+func ResolvePaths(p Paths) (Paths, error) {
+	if p.HTTP != "" && p.Agent != "" && p.Register != "" {
+		return p, nil
+	}
+	def, err := DefaultPaths()
+	if err != nil {
+		if os.Getenv("LISTEN_FDS") != "" {
+			return p, nil
+		}
+		return p, err
+	}
+	for _, f := range []struct {
+		dst *string
+		def string
+	}{{&p.HTTP, def.HTTP}, {&p.Agent, def.Agent}, {&p.Register, def.Register}} {
+		if *f.dst == "" {
+			*f.dst = f.def
+		}
+	}
+	return p, nil
+}
+
 // Acquire returns the three listeners. Outcomes:
 //
 //   - LISTEN_FDS set and LISTEN_PID equal to our pid: the inherited fds,

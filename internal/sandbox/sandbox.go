@@ -60,6 +60,9 @@ type Policy struct {
 	// ReadOnly: /proc (peer attestation), the Claude session directories,
 	// $CREDENTIALS_DIRECTORY. Files beneath may be read and directories listed.
 	ReadOnly []string
+	// RemoveFiles: directories where files may only be removed, nothing else: the directory
+	// of the self-bound sockets, whose files the daemon removes at stop.
+	RemoveFiles []string
 	// ConnectUnix: directories holding pathname Unix sockets the daemon connects to
 	// after Apply (the Claude inbox sockets). Enforced from ABI 9; below that Landlock
 	// does not restrict such connects.

@@ -38,6 +38,8 @@ const (
 	// sockets. Dropped by the best-effort downgrade on older kernels, where such connects
 	// are not restricted at all.
 	connectUnix landlock.AccessFSSet = ll.AccessFSResolveUnix
+	// unlink(2) of files directly beneath a directory (a directory right only).
+	removeFile landlock.AccessFSSet = ll.AccessFSRemoveFile
 )
 
 // installFilter is installSocketFilter; a variable so that a test can show the gap the
@@ -183,6 +185,11 @@ func rulesFor(p Policy, log *slog.Logger) ([]landlock.Rule, error) {
 	}
 	// /proc (attestation), session dirs (discovery), credentials (reload): read only.
 	if err := add(p.ReadOnly, "read_only", readDir, readFile); err != nil {
+		return nil, err
+	}
+	// The self-bound socket directory: removing the socket files at stop, nothing else (no
+	// reading, no creating: a file planted there stays out of reach).
+	if err := add(p.RemoveFiles, "remove_file", removeFile, removeFile); err != nil {
 		return nil, err
 	}
 	// Inbox sockets of Claude sessions: connect only, no read or write of files there.
