@@ -30,16 +30,17 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lineserver"
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
-// Defaults of the per-socket limits (DESIGN.md §3).
+// Defaults of the per-socket limits (DESIGN.md §3), from package limits.
 const (
-	DefaultMaxLine      = 1 << 20
-	DefaultMaxConns     = 32
-	DefaultIdleTimeout  = 60 * time.Second
-	DefaultWriteTimeout = 10 * time.Second
+	DefaultMaxLine      = limits.AgentMaxLine
+	DefaultMaxConns     = limits.AgentMaxConns
+	DefaultIdleTimeout  = limits.AgentIdleTimeout
+	DefaultWriteTimeout = limits.AgentWriteTimeout
 )
 
 // Config of the server. Zero limits take the defaults above.

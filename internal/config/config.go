@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/xmsg/xmsg/internal/limits"
 )
 
 // Config is the daemon's configuration.
@@ -37,46 +39,142 @@ type Config struct {
 	LogLevel                          string
 }
 
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
-
-// option describes one flag for both parsing and --help.
+// option is one flag: its name, environment variable, default and how a value is stored.
+// The table below is the only place a flag's default is written: parsing uses def as the
+// value when neither the flag nor the environment gives one, and --help prints it. Where
+// the default is worked out at run time (hostname, paths), def is "" and doc says what it is.
 type option struct {
-	name, env, def, usage string
+	name, env string
+	def       string // in the flag's own syntax; "" = computed (see doc) or none
+	doc       string // --help's text for the default when def is ""
+	usage     string
+	list      bool // repeatable; each value may itself be a list
+	boolean   bool // --name alone means true
+	set       func(c *Config, v string) error
 }
 
+func str(dst func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *dst(c) = v; return nil }
+}
+
+func integer(name string, min int, dst func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < min {
+			return fmt.Errorf("config: --%s: %q is not an integer >= %d", name, v, min)
+		}
+		*dst(c) = n
+		return nil
+	}
+}
+
+// seconds is a whole number of seconds, like the protocol's TTL flags.
+func seconds(name string, dst func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("config: --%s: %q is not an integer >= 1", name, v)
+		}
+		*dst(c) = time.Duration(n) * time.Second
+		return nil
+	}
+}
+
+// duration is a Go duration ("60s"); a bare number is seconds.
+func duration(name string, dst func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			n, err2 := strconv.Atoi(v)
+			if err2 != nil {
+				return fmt.Errorf("config: --%s: %q is not a duration (e.g. 60s)", name, v)
+			}
+			d = time.Duration(n) * time.Second
+		}
+		if d <= 0 {
+			return fmt.Errorf("config: --%s: must be positive", name)
+		}
+		*dst(c) = d
+		return nil
+	}
+}
+
+func secs(d time.Duration) string { return strconv.Itoa(int(d / time.Second)) }
+
 var options = []option{
-	{"http-sock", "XMSG_HTTP_SOCK", "$XDG_RUNTIME_DIR/xmsg/http.sock", "HTTP API socket path (ignored under socket activation)"},
-	{"agent-sock", "XMSG_AGENT_SOCK", "$XDG_RUNTIME_DIR/xmsg/agent.sock", "attested JSON-lines socket path"},
-	{"register-sock", "XMSG_REGISTER_SOCK", "$XDG_RUNTIME_DIR/xmsg/register.sock", "registration socket path"},
-	{"listen", "XMSG_LISTEN", "none", "optional TCP HTTP listener IP:PORT (no peer check; loopback/pod use only)"},
-	{"host-label", "XMSG_HOST_LABEL", "hostname", "host label in sender badges and id@host refs"},
-	{"sessions-dir", "XMSG_SESSIONS_DIR", "~/.claude/sessions", "Claude session directory (repeatable, ':'-separated lists)"},
-	{"max-body", "XMSG_MAX_BODY", "65536", "maximum message body in bytes"},
-	{"db-path", "XMSG_DB_PATH", "$STATE_DIRECTORY/xmsg.db, else $XDG_STATE_HOME/xmsg/xmsg.db", "bbolt database file"},
-	{"reply-ttl", "XMSG_REPLY_TTL", "604800", "retention of messages, replies and queues, in seconds"},
-	{"idempotency-ttl", "XMSG_IDEMPOTENCY_TTL", "86400", "retention of idempotency keys, in seconds"},
-	{"svc-exe", "XMSG_SVC_EXE", "none", "trusted service executable NAME=PATH (repeatable, ',' lists)"},
-	{"peers-file", "XMSG_PEERS_FILE", "none", "federation peers JSON (prefer LoadCredential=peers)"},
-	{"fed-listen", "XMSG_FED_LISTEN", "none", "federation mTLS listener IP:PORT (not available in this build)"},
-	{"fed-cert", "XMSG_FED_CERT", "none", "federation certificate PEM path (prefer LoadCredential=fed-cert)"},
-	{"fed-key", "XMSG_FED_KEY", "none", "federation key PEM path (prefer LoadCredential=fed-key)"},
-	{"fed-ca", "XMSG_FED_CA", "none", "federation CA bundle PEM path (prefer LoadCredential=fed-ca)"},
-	{"agent-max-line", "XMSG_AGENT_MAX_LINE", "1048576", "agent.sock maximum line length in bytes"},
-	{"agent-max-conns", "XMSG_AGENT_MAX_CONNS", "32", "agent.sock concurrent connections (the next is closed)"},
-	{"agent-idle-timeout", "XMSG_AGENT_IDLE_TIMEOUT", "60s", "agent.sock idle connections are closed after this"},
-	{"agent-write-timeout", "XMSG_AGENT_WRITE_TIMEOUT", "10s", "agent.sock writes the client does not read are abandoned after this"},
-	{"require-landlock", "XMSG_REQUIRE_LANDLOCK", "false", "refuse to start unless Landlock enforces filesystem, network and scoping"},
-	{"log-level", "XMSG_LOG_LEVEL", "info", "debug, info, warn or error"},
+	{name: "http-sock", env: "XMSG_HTTP_SOCK", doc: "$XDG_RUNTIME_DIR/xmsg/http.sock", usage: "HTTP API socket path (ignored under socket activation)",
+		set: str(func(c *Config) *string { return &c.HTTPSock })},
+	{name: "agent-sock", env: "XMSG_AGENT_SOCK", doc: "$XDG_RUNTIME_DIR/xmsg/agent.sock", usage: "attested JSON-lines socket path",
+		set: str(func(c *Config) *string { return &c.AgentSock })},
+	{name: "register-sock", env: "XMSG_REGISTER_SOCK", doc: "$XDG_RUNTIME_DIR/xmsg/register.sock", usage: "registration socket path",
+		set: str(func(c *Config) *string { return &c.RegisterSock })},
+	{name: "listen", env: "XMSG_LISTEN", doc: "none", usage: "optional TCP HTTP listener IP:PORT (no peer check; loopback/pod use only)",
+		set: func(c *Config, v string) error {
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				return fmt.Errorf("config: --listen %q: want IP:PORT", v)
+			}
+			c.Listen = v
+			return nil
+		}},
+	{name: "host-label", env: "XMSG_HOST_LABEL", doc: "the hostname", usage: "host label in sender badges and id@host refs",
+		set: str(func(c *Config) *string { return &c.HostLabel })},
+	{name: "sessions-dir", env: "XMSG_SESSIONS_DIR", def: "~/.claude/sessions", usage: "Claude session directory (repeatable, ':'-separated lists; XMSG_SESSIONS_DIRS is read too)", list: true},
+	{name: "max-body", env: "XMSG_MAX_BODY", def: strconv.Itoa(limits.MaxBody), usage: "maximum message body in bytes",
+		set: integer("max-body", 1, func(c *Config) *int { return &c.MaxBody })},
+	{name: "db-path", env: "XMSG_DB_PATH", doc: "$STATE_DIRECTORY/xmsg.db, else $XDG_STATE_HOME/xmsg/xmsg.db, else ~/.local/state/xmsg/xmsg.db", usage: "bbolt database file",
+		set: str(func(c *Config) *string { return &c.DBPath })},
+	{name: "reply-ttl", env: "XMSG_REPLY_TTL", def: secs(limits.ReplyTTL), usage: "retention of messages, replies and queues, in seconds",
+		set: seconds("reply-ttl", func(c *Config) *time.Duration { return &c.ReplyTTL })},
+	{name: "idempotency-ttl", env: "XMSG_IDEMPOTENCY_TTL", def: secs(limits.IdempotencyTTL), usage: "retention of idempotency keys, in seconds",
+		set: seconds("idempotency-ttl", func(c *Config) *time.Duration { return &c.IdempotencyTTL })},
+	{name: "svc-exe", env: "XMSG_SVC_EXE", doc: "none", usage: "trusted service executable NAME=PATH (repeatable, ',' lists)", list: true},
+	{name: "peers-file", env: "XMSG_PEERS_FILE", doc: "none", usage: "federation peers JSON (prefer LoadCredential=peers)",
+		set: str(func(c *Config) *string { return &c.PeersFile })},
+	{name: "fed-listen", env: "XMSG_FED_LISTEN", doc: "none", usage: "federation mTLS listener IP:PORT (not available in this build)",
+		set: func(c *Config, v string) error {
+			return errors.New("config: --fed-listen: the federation listener is not available in this build")
+		}},
+	{name: "fed-cert", env: "XMSG_FED_CERT", doc: "none", usage: "federation certificate PEM path (prefer LoadCredential=fed-cert)",
+		set: str(func(c *Config) *string { return &c.FedCert })},
+	{name: "fed-key", env: "XMSG_FED_KEY", doc: "none", usage: "federation key PEM path (prefer LoadCredential=fed-key)",
+		set: str(func(c *Config) *string { return &c.FedKey })},
+	{name: "fed-ca", env: "XMSG_FED_CA", doc: "none", usage: "federation CA bundle PEM path (prefer LoadCredential=fed-ca)",
+		set: str(func(c *Config) *string { return &c.FedCA })},
+	{name: "agent-max-line", env: "XMSG_AGENT_MAX_LINE", def: strconv.Itoa(limits.AgentMaxLine), usage: "agent.sock maximum line length in bytes",
+		set: integer("agent-max-line", 1024, func(c *Config) *int { return &c.AgentMaxLine })},
+	{name: "agent-max-conns", env: "XMSG_AGENT_MAX_CONNS", def: strconv.Itoa(limits.AgentMaxConns), usage: "agent.sock concurrent connections (the next is closed)",
+		set: integer("agent-max-conns", 1, func(c *Config) *int { return &c.AgentMaxConns })},
+	{name: "agent-idle-timeout", env: "XMSG_AGENT_IDLE_TIMEOUT", def: limits.AgentIdleTimeout.String(), usage: "agent.sock idle connections are closed after this",
+		set: duration("agent-idle-timeout", func(c *Config) *time.Duration { return &c.AgentIdleTimeout })},
+	{name: "agent-write-timeout", env: "XMSG_AGENT_WRITE_TIMEOUT", def: limits.AgentWriteTimeout.String(), usage: "agent.sock writes the client does not read are abandoned after this",
+		set: duration("agent-write-timeout", func(c *Config) *time.Duration { return &c.AgentWriteTimeout })},
+	{name: "require-landlock", env: "XMSG_REQUIRE_LANDLOCK", def: "false", usage: "refuse to start unless Landlock enforces filesystem, network and scoping", boolean: true,
+		set: func(c *Config, v string) (err error) {
+			if c.RequireLandlock, err = strconv.ParseBool(v); err != nil {
+				return fmt.Errorf("config: --require-landlock: %q is not a boolean", v)
+			}
+			return nil
+		}},
+	{name: "log-level", env: "XMSG_LOG_LEVEL", def: "info", usage: "debug, info, warn or error",
+		set: func(c *Config, v string) error {
+			switch v {
+			case "debug", "info", "warn", "error":
+				c.LogLevel = v
+				return nil
+			}
+			return fmt.Errorf("config: --log-level %q: want debug, info, warn or error", v)
+		}},
 }
 
 // Usage writes the help text: every flag with its environment variable and default.
 func Usage(w io.Writer) {
 	fmt.Fprint(w, "usage: xmsg serve [flags]\n\nRuns the bus. Every flag falls back to its environment variable, then its default.\n\n")
 	for _, o := range options {
-		fmt.Fprintf(w, "  --%-20s %s\n  %22s env %s, default %s\n", o.name, o.usage, "", o.env, o.def)
+		def := o.def
+		if def == "" {
+			def = o.doc
+		}
+		fmt.Fprintf(w, "  --%-20s %s\n  %22s env %s, default %s\n", o.name, o.usage, "", o.env, def)
 	}
 }
 
@@ -84,19 +182,19 @@ func Usage(w io.Writer) {
 func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	vals := map[string]*string{}
-	var sessions, svc stringList
+	given := map[string][]string{}
 	for _, o := range options {
-		switch o.name {
-		case "sessions-dir":
-			fs.Var(&sessions, o.name, o.usage)
-		case "svc-exe":
-			fs.Var(&svc, o.name, o.usage)
-		case "require-landlock":
-			vals[o.name] = new(string)
-			fs.BoolFunc(o.name, o.usage, func(s string) error { *vals["require-landlock"] = s; return nil })
-		default:
-			vals[o.name] = fs.String(o.name, "", o.usage)
+		name := o.name
+		add := func(v string) error { given[name] = append(given[name], v); return nil }
+		if o.boolean {
+			fs.BoolFunc(name, o.usage, func(v string) error {
+				if v == "" {
+					v = "true"
+				}
+				return add(v)
+			})
+		} else {
+			fs.Func(name, o.usage, add)
 		}
 	}
 	if err := fs.Parse(args); err != nil {
@@ -108,73 +206,40 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("config: unexpected argument %q", fs.Arg(0))
 	}
-	get := func(name string) string {
-		if v := *vals[name]; v != "" {
-			return v
+	c := &Config{}
+	for _, o := range options {
+		if o.list {
+			continue // below: lists merge several sources
 		}
-		for _, o := range options {
-			if o.name == name {
-				return getenv(o.env)
-			}
+		v := ""
+		if vs := given[o.name]; len(vs) > 0 {
+			v = vs[len(vs)-1] // the last flag wins, as with the flag package
 		}
-		return ""
-	}
-	c := &Config{
-		HTTPSock: get("http-sock"), AgentSock: get("agent-sock"), RegisterSock: get("register-sock"),
-		Listen: get("listen"), HostLabel: get("host-label"), DBPath: get("db-path"),
-		PeersFile: get("peers-file"), FedListen: get("fed-listen"),
-		FedCert: get("fed-cert"), FedKey: get("fed-key"), FedCA: get("fed-ca"),
-		LogLevel: or(get("log-level"), "info"),
+		if v == "" {
+			v = getenv(o.env)
+		}
+		if v == "" {
+			v = o.def
+		}
+		if v == "" {
+			continue
+		}
+		if err := o.set(c, v); err != nil {
+			return nil, err
+		}
 	}
 	var err error
-	ints := []struct {
-		name string
-		def  int
-		dst  *int
-		min  int
-	}{{"max-body", 65536, &c.MaxBody, 1}, {"agent-max-line", 1 << 20, &c.AgentMaxLine, 1024}, {"agent-max-conns", 32, &c.AgentMaxConns, 1}}
-	for _, i := range ints {
-		if *i.dst, err = intValue(i.name, get(i.name), i.def, i.min); err != nil {
-			return nil, err
-		}
-	}
-	secs := []struct {
-		name string
-		def  int
-		dst  *time.Duration
-	}{{"reply-ttl", 604800, &c.ReplyTTL}, {"idempotency-ttl", 86400, &c.IdempotencyTTL}}
-	for _, s := range secs {
-		n, err := intValue(s.name, get(s.name), s.def, 1)
-		if err != nil {
-			return nil, err
-		}
-		*s.dst = time.Duration(n) * time.Second
-	}
-	durs := []struct {
-		name string
-		def  time.Duration
-		dst  *time.Duration
-	}{{"agent-idle-timeout", 60 * time.Second, &c.AgentIdleTimeout}, {"agent-write-timeout", 10 * time.Second, &c.AgentWriteTimeout}}
-	for _, d := range durs {
-		if *d.dst, err = durationValue(d.name, get(d.name), d.def); err != nil {
-			return nil, err
-		}
-	}
-	if v := get("require-landlock"); v != "" {
-		if c.RequireLandlock, err = strconv.ParseBool(v); err != nil {
-			return nil, fmt.Errorf("config: --require-landlock: %q is not a boolean", v)
-		}
-	}
 	if c.HostLabel == "" {
 		if c.HostLabel, err = os.Hostname(); err != nil || c.HostLabel == "" {
 			c.HostLabel = "localhost"
 		}
 	}
-	if c.SessionsDirs, err = sessionDirs(sessions, getenv); err != nil {
+	if c.SessionsDirs, err = sessionDirs(given["sessions-dir"], getenv); err != nil {
 		return nil, err
 	}
+	svc := given["svc-exe"]
 	if len(svc) == 0 && getenv("XMSG_SVC_EXE") != "" {
-		svc = stringList{getenv("XMSG_SVC_EXE")}
+		svc = []string{getenv("XMSG_SVC_EXE")}
 	}
 	if c.SvcExe, err = svcExe(svc); err != nil {
 		return nil, err
@@ -182,57 +247,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	if c.DBPath, err = dbPath(c.DBPath, getenv); err != nil {
 		return nil, err
 	}
-	if c.Listen != "" {
-		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-			return nil, fmt.Errorf("config: --listen %q: want IP:PORT", c.Listen)
-		}
-	}
-	if c.FedListen != "" {
-		return nil, errors.New("config: --fed-listen: the federation listener is not available in this build")
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		return nil, fmt.Errorf("config: --log-level %q: want debug, info, warn or error", c.LogLevel)
-	}
 	return c, nil
-}
-
-func or(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-func intValue(name, v string, def, min int) (int, error) {
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < min {
-		return 0, fmt.Errorf("config: --%s: %q is not an integer >= %d", name, v, min)
-	}
-	return n, nil
-}
-
-func durationValue(name, v string, def time.Duration) (time.Duration, error) {
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		// Bare numbers are seconds, like the TTL flags.
-		n, err2 := strconv.Atoi(v)
-		if err2 != nil {
-			return 0, fmt.Errorf("config: --%s: %q is not a duration (e.g. 60s)", name, v)
-		}
-		d = time.Duration(n) * time.Second
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("config: --%s: must be positive", name)
-	}
-	return d, nil
 }
 
 func home(getenv func(string) string) string {
@@ -266,7 +281,7 @@ func sessionDirs(flags []string, getenv func(string) string) ([]string, error) {
 		}
 	}
 	if len(raw) == 0 {
-		raw = []string{"~/.claude/sessions"}
+		raw = []string{optionDefault("sessions-dir")}
 	}
 	seen := map[string]bool{}
 	var out []string
@@ -336,4 +351,14 @@ func (c *Config) SvcNames() []string {
 	}
 	sort.Strings(n)
 	return n
+}
+
+// optionDefault is the table's default of one flag.
+func optionDefault(name string) string {
+	for _, o := range options {
+		if o.name == name {
+			return o.def
+		}
+	}
+	return ""
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xmsg/xmsg/internal/limits"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -60,5 +62,33 @@ func TestRequireLandlockFromEnvAndFlag(t *testing.T) {
 	c, _ = Parse([]string{"--require-landlock"}, env(map[string]string{"HOME": "/h"}))
 	if !c.RequireLandlock {
 		t.Error("--require-landlock ignored")
+	}
+}
+
+// TestHelpShowsTheDefaultsParseUses: --help prints, for every flag, the very default that
+// Parse applies (one table holds both), and the numeric defaults are package limits' values.
+func TestHelpShowsTheDefaultsParseUses(t *testing.T) {
+	var help strings.Builder
+	Usage(&help)
+	for _, o := range options {
+		want := o.def
+		if want == "" {
+			want = o.doc
+		}
+		if want == "" {
+			t.Errorf("--%s has neither a default nor a description of one", o.name)
+		}
+		if !strings.Contains(help.String(), "env "+o.env+", default "+want+"\n") {
+			t.Errorf("--help lacks %q for --%s", "default "+want, o.name)
+		}
+	}
+	c, err := Parse(nil, env(map[string]string{"HOME": "/h"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxBody != limits.MaxBody || c.AgentMaxLine != limits.AgentMaxLine || c.AgentMaxConns != limits.AgentMaxConns ||
+		c.AgentIdleTimeout != limits.AgentIdleTimeout || c.AgentWriteTimeout != limits.AgentWriteTimeout ||
+		c.ReplyTTL != limits.ReplyTTL || c.IdempotencyTTL != limits.IdempotencyTTL || c.LogLevel != "info" {
+		t.Errorf("Parse(nil) = %+v, want package limits' defaults", c)
 	}
 }

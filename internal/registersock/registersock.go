@@ -28,20 +28,21 @@ import (
 	"unicode/utf8"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lineserver"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
-// Defaults (PROTOCOL.md §2.5, §5.6).
+// Defaults (PROTOCOL.md §2.5, §5.6), from package limits.
 const (
-	DefaultFirstFrameTimeout = 30 * time.Second
-	DefaultMaxFirstFrame     = 65536
-	DefaultMaxFrame          = 65536*6 + 4096
+	DefaultFirstFrameTimeout = limits.RegisterFirstFrameTimeout
+	DefaultMaxFirstFrame     = limits.RegisterMaxFirstFrame
+	DefaultMaxFrame          = limits.RegisterMaxFrame
 	// DefaultMaxConns caps connections served at once. Each costs goroutines (a registered
 	// one two: the frame loop and its reader) and a read buffer, so a flood from one uid must
 	// not grow them without bound; 64 leaves room for every service and session a user runs.
-	DefaultMaxConns = 64
+	DefaultMaxConns = limits.RegisterMaxConns
 	// writeTimeout abandons a response the client does not read. A deliver frame that is not
 	// written stays queued and is delivered again.
 	writeTimeout = 10 * time.Second

@@ -1,0 +1,37 @@
+// Package limits holds the default bounds of the daemon's sockets: the one place that the
+// servers (for a zero Config field), the flags (their defaults and --help) and the docs take
+// them from. Each bound exists so that no single client can take more than its share of a
+// socket's slots, memory or time; see docs/design.md §3.
+package limits
+
+import "time"
+
+// Message sizes (PROTOCOL.md §5.6).
+const (
+	// MaxBody is the largest message body in bytes (--max-body).
+	MaxBody = 65536
+)
+
+// agent.sock (PROTOCOL.md §2.4 and the decisions table).
+const (
+	AgentMaxLine      = 1 << 20          // bytes per request line (--agent-max-line)
+	AgentMaxConns     = 32               // connections at once; the next is closed (--agent-max-conns)
+	AgentIdleTimeout  = 60 * time.Second // no complete line for this long: closed (--agent-idle-timeout)
+	AgentWriteTimeout = 10 * time.Second // an answer the client does not read: abandoned (--agent-write-timeout)
+)
+
+// register.sock (PROTOCOL.md §2.5).
+const (
+	RegisterFirstFrameTimeout = 30 * time.Second
+	RegisterMaxFirstFrame     = 65536
+	RegisterMaxFrame          = 65536*6 + 4096
+	// RegisterMaxConns caps connections served at once. Each costs goroutines (a registered
+	// one also a long-poll waiter), so without a cap one client could exhaust the daemon.
+	RegisterMaxConns = 64
+)
+
+// Retention (PROTOCOL.md §5.6).
+const (
+	ReplyTTL       = 7 * 24 * time.Hour // messages, replies, queues (--reply-ttl)
+	IdempotencyTTL = 24 * time.Hour     // idempotency keys (--idempotency-ttl)
+)
