@@ -54,7 +54,7 @@ let
     || tier.federation.peers != { }
     || tier.federation.peersFile != null;
 
-  # The peers JSON (PROTOCOL.md §8.2) holds addresses, pins and policy, no secrets, so it may
+  # The peers JSON (docs/protocol.md §8.2) holds addresses, pins and policy, no secrets, so it may
   # live in the Nix store; it still travels as the credential "peers" like the rest.
   peersJSON =
     name: tier:
@@ -285,6 +285,11 @@ let
     SystemCallErrorNumber = "EPERM";
   };
 
+  docLinks = tier: [
+    "file://${tier.package}/share/doc/xmsg/operations.md"
+    "file://${tier.package}/share/doc/xmsg/security.md"
+  ];
+
   tierService =
     name: tier:
     let
@@ -294,6 +299,8 @@ let
     in
     {
       description = "xmsg message bus, tier ${name}";
+      # The operator's guide and the security model, installed by the package (nix/package.nix).
+      documentation = docLinks tier;
       # Socket activated: no wantedBy, the first connection to any of the three sockets starts it.
       requires = sockets;
       after = sockets;
@@ -377,6 +384,7 @@ let
 
   tierSocket = name: tier: sock: {
     description = "xmsg tier ${name}: ${sock} socket";
+    documentation = docLinks tier;
     # No partOf = the service, on purpose: then every restart of the service (also
     # Restart=on-failure after a crash) would restart the socket, closing it and resetting every
     # connection waiting in its backlog. The socket outlives the daemon, and a client that
@@ -693,7 +701,7 @@ let
               }
             '';
             description = ''
-              Federation peers (the peers file of the daemon, PROTOCOL.md §8.2), written to a
+              Federation peers (the peers file of the daemon, docs/protocol.md §8.2), written to a
               JSON file in the Nix store (it holds addresses, pins and policy, no secrets) and
               delivered as the credential `peers`. Mutually exclusive with {option}`peersFile`.
             '';

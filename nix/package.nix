@@ -33,6 +33,11 @@ buildGoModule {
     runHook postCheck
   '';
 
+  # The units' Documentation= (nix/module.nix) points at these.
+  postInstall = ''
+    install -Dm0644 -t "$out/share/doc/xmsg" README.md docs/*.md
+  '';
+
   meta = {
     description = "Per-user local message bus for AI agent sessions and services, one instance per tier user";
     mainProgram = "xmsg";

@@ -22,6 +22,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -311,12 +312,13 @@ func moduleUnits(t *testing.T, lib, root, tier, settings string) map[string]unit
 	// The NixOS unit options the module uses, and where NixOS writes them.
 	unitLevel := map[string]string{
 		"description": "Description", "requires": "Requires", "after": "After", "partOf": "PartOf",
+		"documentation": "Documentation",
 	}
 	convert := func(def map[string]any, body string) unit {
 		u := unit{"Unit": {}, body: {}}
 		for opt, val := range def {
 			switch opt {
-			case "description", "requires", "after", "partOf":
+			case "description", "requires", "after", "partOf", "documentation":
 				u["Unit"][unitLevel[opt]] = nixValue(val)
 			case "wantedBy":
 				u["Install"] = map[string][]string{"WantedBy": nixValue(val)}
@@ -404,6 +406,10 @@ func TestNixModuleMatchesSystemdUnits(t *testing.T) {
 				}
 			}
 		}
+		// The documents are the same; only where the package installs them differs.
+		if w, g := docNames(want["Unit"]["Documentation"]), docNames(mod["Unit"]["Documentation"]); len(w) == 0 || !slices.Equal(g, w) {
+			t.Errorf("%s Documentation: module %q, systemd/%s %q (the directory may differ)", instance, g, file, w)
+		}
 		if execs := want["Service"]["ExecStart"]; len(execs) > 0 {
 			w := normalize(execs)
 			g := normalize(mod["Service"]["ExecStart"])
@@ -412,6 +418,15 @@ func TestNixModuleMatchesSystemdUnits(t *testing.T) {
 			}
 		}
 	}
+}
+
+// docNames returns the file names of Documentation= URIs, in order.
+func docNames(vals []string) []string {
+	var names []string
+	for _, uri := range normalize(vals) {
+		names = append(names, path.Base(uri))
+	}
+	return names
 }
 
 // render writes a unit back as unit-file text, one assignment per value, keys sorted.

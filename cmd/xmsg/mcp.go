@@ -11,7 +11,7 @@ import (
 	"github.com/xmsg/xmsg/internal/mcp"
 )
 
-// mcpCmd runs the MCP bridge on stdin/stdout (PROTOCOL.md §2.8, §10.2).
+// mcpCmd runs the MCP bridge on stdin/stdout (docs/protocol.md §2.8, §10.2).
 func mcpCmd(args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)

@@ -74,7 +74,7 @@ type instance struct {
 	closers []func() error
 }
 
-// serve runs the daemon. The startup order is fixed (DESIGN.md §2) and each step depends on
+// serve runs the daemon. The startup order is fixed (docs/design.md §2) and each step depends on
 // the one before: credentials and the store are opened while the whole filesystem is still
 // reachable, the notify socket is connected before Landlock could forbid it, and the sandbox
 // is applied before the first byte from a client is read.
@@ -174,7 +174,7 @@ func (d *instance) acquireSockets() error {
 		d.log.Warn("socket not passed by systemd; not served", "socket", name)
 	}
 	if d.cfg.Listen != "" {
-		// No peer check on TCP (PROTOCOL.md §2.3): the address is the operator's choice.
+		// No peer check on TCP (docs/protocol.md §2.3): the address is the operator's choice.
 		tcp, err := net.Listen("tcp", d.cfg.Listen)
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", d.cfg.Listen, err)

@@ -43,7 +43,7 @@ const (
 )
 
 // ErrInsecureSocketDir is wrapped by every error about the socket directory
-// (PROTOCOL.md §2.1 calls this startup error insecure_socket_dir).
+// (docs/protocol.md §2.1 calls this startup error insecure_socket_dir).
 var ErrInsecureSocketDir = errors.New("insecure_socket_dir")
 
 // Paths are the socket file paths used when self-binding. Each must be
@@ -70,7 +70,7 @@ type Sockets struct {
 // blank it fails (wrapping [ErrInsecureSocketDir]) rather than falling back
 // to a shared directory such as /tmp, where another user could have planted
 // the directory first; on macOS it falls back to the per-user Darwin temp
-// dir as PROTOCOL.md §2.1 says.
+// dir as docs/protocol.md §2.1 says.
 func DefaultDir() (string, error) {
 	if d := strings.TrimSpace(os.Getenv("XDG_RUNTIME_DIR")); d != "" {
 		return filepath.Join(d, "xmsg"), nil

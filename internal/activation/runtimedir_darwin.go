@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// fallbackRuntimeDir returns the per-user Darwin temp dir (PROTOCOL.md §2.1),
+// fallbackRuntimeDir returns the per-user Darwin temp dir (docs/protocol.md §2.1),
 // which macOS creates 0700 for each user; "" if it cannot be found.
 func fallbackRuntimeDir() string {
 	out, err := exec.Command("/usr/bin/getconf", "DARWIN_USER_TEMP_DIR").Output()

@@ -1,5 +1,5 @@
 // Package agentsock serves agent.sock: newline-delimited JSON requests from processes of our own
-// uid, each attested by the kernel and /proc (PROTOCOL.md §2.4, §4.1).
+// uid, each attested by the kernel and /proc (docs/protocol.md §2.4, §4.1).
 //
 // Who the caller is never comes from the request. The listener (a gate.Listener) has already
 // refused other uids; here the peer's pid comes from SO_PEERCRED, its start time is read at
@@ -35,7 +35,7 @@ import (
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
-// Defaults of the per-socket limits (DESIGN.md §3), from package limits.
+// Defaults of the per-socket limits (docs/design.md §3), from package limits.
 const (
 	DefaultMaxLine      = limits.AgentMaxLine
 	DefaultMaxConns     = limits.AgentMaxConns
@@ -49,8 +49,8 @@ type Config struct {
 	Proc    peercred.Proc
 	Log     *slog.Logger
 	MaxLine int // bytes per request line, without the newline
-	// MaxFrame is the protocol's frame cap, max_body*6+4096 (PROTOCOL.md §2.4); 0 = none.
-	// The decisions table keeps it in addition to MaxLine: the smaller of the two applies.
+	// MaxFrame is the protocol's frame cap, max_body*6+4096 (docs/protocol.md §2.4); 0 = none.
+	// It is kept in addition to MaxLine (docs/protocol.md §2.4): the smaller of the two applies.
 	MaxFrame     int
 	MaxConns     int           // connections served at once; the next is closed at accept
 	IdleTimeout  time.Duration // no complete line for this long: close
@@ -242,7 +242,7 @@ func errorLine(code, detail string) []byte {
 }
 
 // encode renders one response line. HTML escaping is off so the bytes match the original
-// server's; the content is the same either way.
+// xmsg's (docs/protocol.md §4.1); the content is the same either way.
 func encode(v any) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -325,7 +325,7 @@ func (s *Server) send(caller bus.Caller, req request) []byte {
 	return encode(sendResp{Status: "ok", Delivery: d})
 }
 
-// sendError maps bus refusals to agent.sock's codes (PROTOCOL.md §4.1 send).
+// sendError maps bus refusals to agent.sock's codes (docs/protocol.md §4.1 send).
 func sendError(err error, ref string) *bus.Error {
 	e := bus.AsError(err)
 	switch e.Code {

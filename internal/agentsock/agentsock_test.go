@@ -51,7 +51,7 @@ func wantError(t *testing.T, got map[string]any, code, detail string) {
 	}
 }
 
-// TestMatrixXmsgSequence runs matrix-xmsg's frames exactly (PROTOCOL.md §11.2 "Current"): it
+// TestMatrixXmsgSequence runs matrix-xmsg's frames exactly (docs/protocol.md §11.2 "Current"): it
 // registers as svc, forwards a question to a Claude session through agent.sock with
 // push_replies, the session replies through agent.sock, and the pushed reply reaches the
 // service's queue carrying `reply to message_id=<id>`; ack; nothing is left.
@@ -131,7 +131,7 @@ func TestMatrixXmsgSequence(t *testing.T) {
 	}
 }
 
-// TestDispatcherSequence follows the dispatcher daemon's client (PROTOCOL.md §11.1): register
+// TestDispatcherSequence follows the dispatcher daemon's client (docs/protocol.md §11.1): register
 // without cwd, one-shot agent.sock sends with push_replies false and an idempotency key, reply,
 // and not_found for a session that is not running.
 func TestDispatcherSequence(t *testing.T) {
@@ -240,7 +240,7 @@ func TestClaimedIdentityIgnored(t *testing.T) {
 	}
 }
 
-// TestErrors covers every error code agent.sock answers (PROTOCOL.md §4.1).
+// TestErrors covers every error code agent.sock answers (docs/protocol.md §4.1).
 func TestErrors(t *testing.T) {
 	e := svcEnv(t, socktest.Options{MaxBody: 16})
 	sender := socktest.Start(t, "")

@@ -117,7 +117,7 @@ type Caller struct {
 // Actor is the caller's audit name, e.g. "claude:alice".
 func (c Caller) Actor() string { return c.Harness + ":" + c.Name }
 
-// SessionView is a Session object of PROTOCOL.md §3.3.
+// SessionView is a Session object of docs/protocol.md §3.3.
 type SessionView struct {
 	SessionID  string          `json:"sessionId"`
 	Name       *string         `json:"name"`
@@ -206,7 +206,7 @@ func splitHarness(ref string) (harness, bare string) {
 	return "", ref
 }
 
-// Resolve finds the one live local session ref names (PROTOCOL.md §5.2). A harness prefix
+// Resolve finds the one live local session ref names (docs/protocol.md §5.2). A harness prefix
 // pins the search to that harness: "svc:guard" never resolves to a session that merely
 // calls itself "svc:guard", whatever its harness.
 func (b *Bus) Resolve(ref string) (Target, error) {
@@ -302,7 +302,7 @@ func (b *Bus) resolveRegistered(harness, bare string, isPID bool, pid int) (Targ
 
 // Identify attributes a peer pid to a session by walking its ancestors (at most 32): a live
 // Claude session whose pid and procStart match, or a registration whose pid and start time
-// match (PROTOCOL.md §4.1).
+// match (docs/protocol.md §4.1).
 func (b *Bus) Identify(pid int) (Caller, error) {
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
 	if err == nil {

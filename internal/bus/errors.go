@@ -6,7 +6,7 @@ import (
 	"net/http"
 )
 
-// Error is a refusal with the protocol's status and code (PROTOCOL.md §3.1, §4.1). Servers
+// Error is a refusal with the protocol's status and code (docs/protocol.md §3.1, §4.1). Servers
 // render it in their own wire shape.
 type Error struct {
 	Status int    // HTTP status

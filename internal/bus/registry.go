@@ -13,7 +13,7 @@ import (
 )
 
 // Registration is a live svc or uid-admitted session registered on register.sock. It lives in
-// memory only: clients re-register after a daemon restart (PROTOCOL.md §9).
+// memory only: clients re-register after a daemon restart (docs/protocol.md §9).
 type Registration struct {
 	Harness      string // "svc", "pi", "opencode", "hermes"
 	SessionID    string // "svc:<name>" or "<harness>:<uuid v4>"
@@ -41,7 +41,7 @@ func (b *Bus) checkUID(cred peercred.Cred) *Error {
 	return nil
 }
 
-// RegisterService admits a svc registration after exe attestation (PROTOCOL.md §7.2).
+// RegisterService admits a svc registration after exe attestation (docs/protocol.md §7.2).
 // connectStart is the peer's start time as read when it connected ("" = not known): if the
 // pid now belongs to another process, nothing is registered and nothing is replaced.
 func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart string) (*Registration, error) {

@@ -14,7 +14,7 @@ import (
 	"github.com/xmsg/xmsg/internal/store"
 )
 
-// ReplyResult is the answer to an accepted reply (PROTOCOL.md §4.1 `reply`).
+// ReplyResult is the answer to an accepted reply (docs/protocol.md §4.1 `reply`).
 type ReplyResult struct {
 	MessageID        string  `json:"messageId"` // the ORIGINAL message
 	Seq              uint64  `json:"seq"`
@@ -26,7 +26,7 @@ type ReplyResult struct {
 	PushedMessageID  *string `json:"pushedMessageId"`
 }
 
-// ReplyView is a Reply object of PROTOCOL.md §3.7.
+// ReplyView is a Reply object of docs/protocol.md §3.7.
 type ReplyView struct {
 	Seq              uint64  `json:"seq"`
 	MessageID        string  `json:"messageId"`

@@ -1,5 +1,5 @@
 // Package claude discovers Claude Code sessions from their session files and delivers one
-// message line to a session's inbox socket (PROTOCOL.md §5.1, §2.7).
+// message line to a session's inbox socket (docs/protocol.md §5.1, §2.7).
 //
 // Session files are re-read on every call: Claude writes and removes them as sessions come and
 // go, and a cache would answer with sessions that are gone. Files are opened without following
@@ -43,7 +43,7 @@ type File struct {
 type Session struct {
 	File
 	// ID is the address of this session: the file's sessionId, or sessionId~N when the same
-	// id is live in more than one directory (fork claims, PROTOCOL.md decisions table).
+	// id is live in more than one directory (fork claims, docs/protocol.md §5.1).
 	ID   string
 	Path string // canonical path of the session file
 	Live bool   // pid alive and its start time equals procStart

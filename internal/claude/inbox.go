@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// InboxTimeout bounds connect and write to a session's inbox socket (PROTOCOL.md §2.7).
+// InboxTimeout bounds connect and write to a session's inbox socket (docs/protocol.md §2.7).
 const InboxTimeout = 5 * time.Second
 
 // ErrInboxTimeout means the inbox did not accept the line in time (HTTP 504).

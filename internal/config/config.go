@@ -312,7 +312,7 @@ func svcExe(values []string) (map[string]string, error) {
 			item = strings.TrimSpace(item)
 			name, path, ok := strings.Cut(item, "=")
 			if !ok {
-				continue // PROTOCOL.md §7.1: entries without '=' are ignored
+				continue // docs/protocol.md §7.1: entries without '=' are ignored
 			}
 			name = strings.TrimPrefix(strings.TrimSpace(name), "svc:")
 			path = strings.TrimSpace(path)

@@ -1,4 +1,4 @@
-// Package creds reads the daemon's credentials (DESIGN.md §5): the federation certificate,
+// Package creds reads the daemon's credentials (docs/design.md §5): the federation certificate,
 // key, CA and the peers file.
 //
 // Under systemd they come from $CREDENTIALS_DIRECTORY/<name> (LoadCredential=); otherwise a

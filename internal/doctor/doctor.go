@@ -1,5 +1,5 @@
 // Package doctor says which protections are in force and which portable fallback applies
-// in their place (DESIGN.md §7). The daemon fills Facts at startup; `xmsg doctor` prints
+// in their place (docs/design.md §7). The daemon fills Facts at startup; `xmsg doctor` prints
 // the daemon's Lines and those of Machine, what this machine and environment offer.
 package doctor
 
@@ -41,7 +41,7 @@ type Facts struct {
 const NotApplied = "not applied"
 
 // Lines returns one human line per mechanism, each naming the fallback in force when the
-// mechanism is absent (the table of DESIGN.md §7).
+// mechanism is absent (the table of docs/design.md §7).
 func (f Facts) Lines() []string {
 	var l []string
 
@@ -105,7 +105,7 @@ func (f Facts) Lines() []string {
 	if f.TCPListen == "" {
 		l = append(l, "tcp listener: none")
 	} else {
-		// PROTOCOL.md §2.3: the TCP listener has no peer check.
+		// docs/protocol.md §2.3: the TCP listener has no peer check.
 		l = append(l, "tcp listener: "+f.TCPListen+" (no peer-uid check on TCP)")
 	}
 

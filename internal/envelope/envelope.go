@@ -1,5 +1,5 @@
 // Package envelope holds xmsg's sender sanitizers and message envelopes
-// (PROTOCOL.md §5.3–§5.5 and §6). Everything here is a pure function of its
+// (docs/protocol.md §5.3–§5.5 and §6). Everything here is a pure function of its
 // arguments: no I/O, no clock, no randomness, so it can be fuzzed freely.
 //
 // Two kinds of sender names exist. An anonymous name (HTTP `from`) is a claim
@@ -18,7 +18,7 @@ import (
 )
 
 // MaxSenderRunes is the maximum length of a sender badge in Unicode scalars,
-// including the "xmsg@<host> · " prefix (PROTOCOL.md §5.6).
+// including the "xmsg@<host> · " prefix (docs/protocol.md §5.6).
 const MaxSenderRunes = 64
 
 // MaxIdempotencyKeyRunes is the maximum length of an idempotency key (§5.5).
@@ -49,8 +49,9 @@ const (
 //   - otherwise '"', '<' and '>' are dropped, space runs collapsed, and the
 //     result trimmed; an empty result is refused.
 //
-// Every refusal is a *SenderError. '@' is allowed, as in the original
-// server: without ':' it cannot form the "<harness>:" part of a badge.
+// Every refusal is a *SenderError. '@' is allowed, as in the original xmsg
+// (docs/protocol.md §6.1): without ':' it cannot form the "<harness>:" part
+// of a badge.
 func Anonymous(from string) (string, error) {
 	if strings.ContainsAny(from, ":/") {
 		return "", &SenderError{Detail: detailSenderSeparator}
@@ -244,7 +245,8 @@ type claudeLine struct {
 // followed by one '\n'. It comes from a real JSON encoder, which escapes
 // every control character (and U+2028/U+2029), so the terminator is the
 // only newline in the line whatever the body. HTML escaping is off to match
-// the original server byte for byte; it parses to the same content either way.
+// the original xmsg byte for byte (docs/protocol.md §6.3); it parses to the same content
+// either way.
 func ClaudeLine(fromName, body string) ([]byte, error) {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
@@ -291,7 +293,7 @@ func ValidIdempotencyKey(k string) error {
 }
 
 // SplitRemote splits a remote ref "<target>@<host>" at its last '@'
-// (PROTOCOL.md §1). ok is false when there is no '@' or either part is
+// (docs/protocol.md §1). ok is false when there is no '@' or either part is
 // empty; the ref is then local.
 func SplitRemote(ref string) (target, host string, ok bool) {
 	i := strings.LastIndexByte(ref, '@')

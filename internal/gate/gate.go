@@ -1,4 +1,4 @@
-// Package gate is the peer gate of every xmsg socket (DESIGN.md §3): a
+// Package gate is the peer gate of every xmsg socket (docs/design.md §3): a
 // net.Listener wrapper whose Accept hands out only connections from
 // processes running as the daemon's own uid.
 //

@@ -1,4 +1,4 @@
-// Package httpapi serves the HTTP API of PROTOCOL.md §3 on http.sock (and the optional TCP
+// Package httpapi serves the HTTP API of docs/protocol.md §3 on http.sock (and the optional TCP
 // listener). Anonymous senders can send and read replies; replying is socket-only.
 package httpapi
 
@@ -36,7 +36,8 @@ func Handler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /v1/sessions", h.sessions)
-	// Not in the original protocol: lets `xmsg doctor` show the running instance's protections.
+	// Not in the original xmsg (docs/protocol.md §3.9): lets `xmsg doctor` show the running
+	// instance's protections.
 	mux.HandleFunc("GET /v1/doctor", h.doctor)
 	mux.HandleFunc("GET /v1/sessions/{ref}", h.session)
 	mux.HandleFunc("POST /v1/sessions/{ref}/messages", h.send)
@@ -109,7 +110,7 @@ func (w *statusWriter) WriteHeader(status int) {
 	w.ResponseWriter.WriteHeader(status)
 }
 
-// NewServer wraps Handler with the socket limits of DESIGN.md §3: a 5 s header deadline and
+// NewServer wraps Handler with the socket limits of docs/design.md §3: a 5 s header deadline and
 // 64 KiB of headers, and a write timeout that leaves room for a 60 s long-poll.
 func NewServer(cfg Config) *http.Server {
 	return &http.Server{
@@ -217,7 +218,7 @@ func DecodeSend(body []byte) (SendRequest, error) {
 
 func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 	max := h.cfg.MaxBody
-	// The size limit applies to the raw body, before any parsing (PROTOCOL.md §3.5 step 1).
+	// The size limit applies to the raw body, before any parsing (docs/protocol.md §3.5 step 1).
 	if r.ContentLength > int64(max) {
 		writeError(w, &bus.Error{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Detail: fmt.Sprintf("body %d exceeds limit %d", r.ContentLength, max)})
 		return

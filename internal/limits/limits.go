@@ -6,13 +6,13 @@ package limits
 
 import "time"
 
-// Message sizes (PROTOCOL.md §5.6).
+// Message sizes (docs/protocol.md §5.6).
 const (
 	// MaxBody is the largest message body in bytes (--max-body).
 	MaxBody = 65536
 )
 
-// agent.sock (PROTOCOL.md §2.4 and the decisions table).
+// agent.sock (docs/protocol.md §2.4).
 const (
 	AgentMaxLine      = 1 << 20          // bytes per request line (--agent-max-line)
 	AgentMaxConns     = 32               // connections at once; the next is closed (--agent-max-conns)
@@ -20,7 +20,7 @@ const (
 	AgentWriteTimeout = 10 * time.Second // an answer the client does not read: abandoned (--agent-write-timeout)
 )
 
-// register.sock (PROTOCOL.md §2.5).
+// register.sock (docs/protocol.md §2.5).
 const (
 	RegisterFirstFrameTimeout = 30 * time.Second
 	RegisterMaxFirstFrame     = 65536
@@ -30,7 +30,7 @@ const (
 	RegisterMaxConns = 64
 )
 
-// Retention (PROTOCOL.md §5.6).
+// Retention (docs/protocol.md §5.6).
 const (
 	ReplyTTL       = 7 * 24 * time.Hour // messages, replies, queues (--reply-ttl)
 	IdempotencyTTL = 24 * time.Hour     // idempotency keys (--idempotency-ttl)

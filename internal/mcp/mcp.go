@@ -1,5 +1,5 @@
 // Package mcp is `xmsg mcp`: a Model Context Protocol server on stdin/stdout that gives an agent
-// session the xmsg tools list, send and reply (PROTOCOL.md §2.8).
+// session the xmsg tools list, send and reply (docs/protocol.md §2.8).
 //
 // The bridge holds no identity of its own. send and reply go to agent.sock, where the daemon
 // attests the caller from this process's pid by walking its ancestors up to the agent session

@@ -4,7 +4,7 @@
 // Unlike go-systemd's daemon.SdNotify, which connects anew for every
 // message, [Open] connects once, early, and every later message is written
 // to that connected socket. The daemon's startup order depends on it
-// (DESIGN.md §2, step 4): the notify socket is connected before the Landlock
+// (docs/design.md §2, step 4): the notify socket is connected before the Landlock
 // sandbox is applied, and afterwards a new connect would be refused —
 // Landlock's abstract-unix scoping (ABI 6) forbids connecting to an
 // abstract socket outside the sandbox (systemd's NOTIFY_SOCKET may be one),
@@ -45,7 +45,7 @@ type Notifier struct {
 // that child processes do not send notifications in our name. Outcomes:
 //
 //   - NOTIFY_SOCKET unset or empty: (nil, nil); notifications are silently
-//     off (DESIGN.md §7).
+//     off (docs/design.md §7).
 //   - connected: (n, nil).
 //   - an address that is neither absolute nor abstract, or a failed
 //     connect: (nil, err).

@@ -3,7 +3,7 @@
 // and the /proc facts used for attestation (start time as a pid-reuse guard,
 // parent pid for the ancestor walk, the canonical executable path).
 //
-// It is the only package of xmsg that reads /proc (PROTOCOL.md Appendix A).
+// It is the only package of xmsg that reads /proc (docs/protocol.md Appendix A).
 // Every function fails closed: when a fact cannot be read exactly, the
 // caller gets an error (or false), never a guess.
 package peercred

@@ -1,6 +1,6 @@
 // Package registersock serves register.sock: a service (svc) or a uid-admitted session (pi,
 // opencode, hermes) registers with its first frame and then long-polls its queue on the same
-// connection (PROTOCOL.md §2.5, §4.2, §7).
+// connection (docs/protocol.md §2.5, §4.2, §7).
 //
 // A registration belongs to its connection. It is made from the kernel's peer credentials (and
 // for svc the peer's executable), never from ids in the request; every later frame acts on that
@@ -34,7 +34,7 @@ import (
 	"github.com/xmsg/xmsg/internal/store"
 )
 
-// Defaults (PROTOCOL.md §2.5, §5.6), from package limits.
+// Defaults (docs/protocol.md §2.5, §5.6), from package limits.
 const (
 	DefaultFirstFrameTimeout = limits.RegisterFirstFrameTimeout
 	DefaultMaxFirstFrame     = limits.RegisterMaxFirstFrame
@@ -298,7 +298,7 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 		}
 		return encode(deliverFrame(reg, p)), true
 	case req.Action == "ack":
-		// Always ok, as in the original: acking an id that is not this session's pending
+		// Always ok, as in the original xmsg (docs/protocol.md §4.2): acking an id that is not this session's pending
 		// message changes nothing (the bus scopes it to reg), and says nothing about it.
 		if err := s.cfg.Bus.Ack(reg, req.MessageID); err != nil {
 			s.cfg.Log.Error("ack failed", "socket", "register", "actor", actor, "err", err)
@@ -309,8 +309,8 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 			s.refuse(actor, "reply", "messageId and text are required")
 			return errorLine("messageId and text are required"), true
 		}
-		// Unlike the original (which recorded `pushed` without pushing), a local reply here
-		// is pushed like an agent.sock reply (decisions table).
+		// Unlike the original xmsg (which recorded `pushed` without pushing), a local reply
+		// here is pushed like an agent.sock reply (docs/protocol.md §7.4).
 		res, err := s.cfg.Bus.Reply(context.WithoutCancel(ctx), reg.Caller(), req.MessageID, req.Text, "register")
 		if err != nil {
 			e := bus.AsError(err)
@@ -378,7 +378,7 @@ type (
 	}
 )
 
-// errorLine is register.sock's error shape: no code field (PROTOCOL.md §4.2).
+// errorLine is register.sock's error shape: no code field (docs/protocol.md §4.2).
 func errorLine(detail string) []byte { return encode(errorResp{Status: "error", Detail: detail}) }
 
 func encode(v any) []byte {
@@ -398,7 +398,7 @@ func isBlank(b []byte) bool {
 	return true
 }
 
-// Kinds of first frame (PROTOCOL.md §4.2 dispatch order).
+// Kinds of first frame (docs/protocol.md §4.2 dispatch order).
 const (
 	kindCheck   = "check"
 	kindSession = "session"

@@ -1,7 +1,7 @@
-// Package sandbox restricts the running xmsg daemon with Landlock (DESIGN.md §6).
+// Package sandbox restricts the running xmsg daemon with Landlock (docs/design.md §6).
 //
 // Apply is called once, after the sockets, the store and the sd_notify socket are open
-// (DESIGN.md §2 step 5): Landlock only governs what is opened, connected or bound after it,
+// (docs/design.md §2 step 5): Landlock only governs what is opened, connected or bound after it,
 // so the file descriptors the daemon already holds keep working.
 //
 // What the policy allows, and nothing else:

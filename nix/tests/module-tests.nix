@@ -139,6 +139,10 @@ lib.runTests {
     expr = twoTiers.systemd.sockets."xmsg-agent@public";
     expected = {
       description = "xmsg tier public: agent socket";
+      documentation = [
+        "file://${builtins.storeDir}/00000000000000000000000000000000-xmsg-0.0.0/share/doc/xmsg/operations.md"
+        "file://${builtins.storeDir}/00000000000000000000000000000000-xmsg-0.0.0/share/doc/xmsg/security.md"
+      ];
       wantedBy = [ "sockets.target" ];
       listenStreams = [ "/run/xmsg-public/xmsg/agent.sock" ];
       socketConfig = {

@@ -8,7 +8,7 @@
 //
 // The nspawn tests (vmtests/nspawn) and the NixOS VM tests (vmtests/*.nix) both drive it, so
 // its command line is stable. It depends on the standard library only and speaks the wire
-// protocol itself (PROTOCOL.md §3, §4), like an independent client would.
+// protocol itself (docs/protocol.md §3, §4), like an independent client would.
 //
 // Commands:
 //

@@ -1,0 +1,246 @@
+package docs
+
+import (
+	"bufio"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// root is the repository root: this package is docs/.
+const root = ".."
+
+// sourceFiles returns the repository's text files that may cite the docs (relative paths).
+func sourceFiles(t *testing.T) []string {
+	t.Helper()
+	exts := []string{".go", ".nix", ".md", ".sh", ".service", ".socket", ".conf", ".txt"}
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel == ".git" || rel == "vendor" || strings.HasPrefix(d.Name(), "result") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if slices.Contains(exts, filepath.Ext(path)) || rel == filepath.Join(".ci", "run") {
+			files = append(files, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// sections returns the section numbers of a doc's headings: "## 4. Socket protocols" gives
+// "4", "### 4.2 register.sock" gives "4.2", "## Appendix A. ..." gives "Appendix A".
+func sections(t *testing.T, name string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heading := regexp.MustCompile(`^#{2,4} (Appendix [A-Z]|[0-9]+(?:\.[0-9]+)*)\.? `)
+	got := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		if m := heading.FindStringSubmatch(sc.Text()); m != nil {
+			got[m[1]] = true
+		}
+	}
+	return got
+}
+
+// TestCitedSectionsExist: every "docs/protocol.md §4.2" (or "docs/design.md §2", or
+// "Appendix A") anywhere in the tree names a heading of that file, so a renumbered section
+// cannot leave comments pointing at nothing.
+func TestCitedSectionsExist(t *testing.T) {
+	docs := map[string]map[string]bool{}
+	for _, d := range []string{"protocol.md", "design.md", "security.md", "operations.md"} {
+		docs[d] = sections(t, d)
+	}
+	cite := regexp.MustCompile(`docs/([a-z]+\.md) (§[0-9]+(?:\.[0-9]+)*|Appendix [A-Z])`)
+	n := 0
+	for _, f := range sourceFiles(t) {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range cite.FindAllStringSubmatch(string(b), -1) {
+			n++
+			secs, ok := docs[m[1]]
+			if !ok {
+				t.Errorf("%s cites docs/%s, which does not exist", f, m[1])
+				continue
+			}
+			if sec := strings.TrimPrefix(m[2], "§"); !secs[sec] {
+				t.Errorf("%s cites docs/%s %s: no such section", f, m[1], m[2])
+			}
+		}
+	}
+	if n < 40 {
+		t.Errorf("found %d citations of docs/*.md sections; want the code's ~50 (is the pattern broken?)", n)
+	}
+}
+
+// TestNoReferencesOutsideRepo: the specs the project was written from do not ship with it,
+// so nothing may point at them; the docs in this directory replace them.
+func TestNoReferencesOutsideRepo(t *testing.T) {
+	// Spelled in pieces so that this file does not match itself.
+	banned := []string{"PROTOCOL" + ".md", "DESIGN" + ".md", "STYLE" + ".md", "../" + "shared", "decisions " + "table"}
+	for _, f := range sourceFiles(t) {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, s := range banned {
+				if strings.Contains(line, s) {
+					t.Errorf("%s:%d: %q points outside the repository; cite docs/ instead", f, i+1, s)
+				}
+			}
+		}
+	}
+}
+
+// TestReadmeLayout: the README's Layout block names every package directory and top-level
+// directory of the tree, and nothing that does not exist.
+func TestReadmeLayout(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "## Layout")
+	if i < 0 {
+		t.Fatal("README.md has no Layout section")
+	}
+	block := s[i:]
+	start := strings.Index(block, "```\n")
+	end := strings.Index(block[start+4:], "```")
+	if start < 0 || end < 0 {
+		t.Fatal("README.md Layout has no code block")
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(block[start+4:start+4+end], "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		for _, p := range strings.Split(f[0], ",") {
+			if p = strings.TrimSuffix(strings.TrimSpace(p), "/"); p != "" {
+				listed[p] = true
+			}
+		}
+	}
+	for p := range listed {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("README Layout lists %s, which does not exist", p)
+		}
+	}
+	// Every directory under internal/ and cmd/ that holds Go files, and every top-level
+	// directory, must be listed (a nested test-support package too).
+	want := map[string]bool{}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && e.Name() != "internal" && e.Name() != "cmd" && !strings.HasPrefix(e.Name(), "result") {
+			want[e.Name()] = true
+		}
+	}
+	for _, top := range []string{"internal", "cmd"} {
+		filepath.WalkDir(filepath.Join(root, top), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || filepath.Ext(path) != ".go" {
+				return err
+			}
+			rel, _ := filepath.Rel(root, filepath.Dir(path))
+			if !strings.Contains(rel, "testdata") {
+				want[filepath.ToSlash(rel)] = true
+			}
+			return nil
+		})
+	}
+	for p := range want {
+		if !listed[p] {
+			t.Errorf("README Layout does not list %s", p)
+		}
+	}
+}
+
+// TestUnitDocumentation: every Documentation= of the systemd units, and every link the NixOS
+// module renders, names a document this repository has and installs.
+func TestUnitDocumentation(t *testing.T) {
+	units, err := filepath.Glob(filepath.Join(root, "systemd", "*.s*"))
+	if err != nil || len(units) == 0 {
+		t.Fatalf("no units found: %v", err)
+	}
+	const prefix = "file:///usr/local/share/doc/xmsg/"
+	for _, u := range units {
+		b, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, line := range strings.Split(string(b), "\n") {
+			v, ok := strings.CutPrefix(line, "Documentation=")
+			if !ok {
+				continue
+			}
+			found = true
+			for _, uri := range strings.Fields(v) {
+				name, ok := strings.CutPrefix(uri, prefix)
+				if !ok {
+					t.Errorf("%s: Documentation=%s: want %s<doc>, where operations.md installs the docs", filepath.Base(u), uri, prefix)
+					continue
+				}
+				if _, err := os.Stat(name); err != nil {
+					t.Errorf("%s: Documentation=%s: docs/%s does not exist", filepath.Base(u), uri, name)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s has no Documentation=", filepath.Base(u))
+		}
+	}
+	// The install step the units rely on is the one the docs give.
+	for _, f := range []string{"operations.md", filepath.Join(root, "README.md")} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "docs/*.md /usr/local/share/doc/xmsg/") {
+			t.Errorf("%s does not show installing docs/*.md into /usr/local/share/doc/xmsg/", f)
+		}
+	}
+	mod, err := os.ReadFile(filepath.Join(root, "nix", "module.nix"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg, err := os.ReadFile(filepath.Join(root, "nix", "package.nix"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := regexp.MustCompile(`/share/doc/xmsg/([a-z]+\.md)`).FindAllStringSubmatch(string(mod), -1)
+	if len(links) == 0 {
+		t.Error("nix/module.nix renders no documentation links")
+	}
+	for _, m := range links {
+		if _, err := os.Stat(m[1]); err != nil {
+			t.Errorf("nix/module.nix links share/doc/xmsg/%s: docs/%s does not exist", m[1], m[1])
+		}
+	}
+	if !strings.Contains(string(pkg), `share/doc/xmsg" README.md docs/*.md`) {
+		t.Error("nix/package.nix does not install docs/*.md into share/doc/xmsg")
+	}
+}
