@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
 // unit is a parsed unit file: section -> key -> values in file order. Repeated keys keep every
@@ -181,10 +183,9 @@ func TestTierSnippets(t *testing.T) {
 // checks that ExecStart= names an executable). Needs root for unshare -m.
 func analyze(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	requireTools(t, "systemd-analyze", "unshare")
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "systemd-analyze runs in a private mount namespace, which needs root")
-	}
+	ostest.RequireTool(t, "systemd-analyze")
+	ostest.RequireTool(t, "unshare")
+	ostest.Need(t, os.Geteuid() == 0, "root (systemd-analyze runs in a private mount namespace)")
 	script := `set -e
 mount -t tmpfs -o mode=0755 xmsg-analyze /run
 mount -t tmpfs -o mode=0755 xmsg-analyze /usr/local/bin
@@ -237,23 +238,4 @@ func findings(out string) string {
 		}
 	}
 	return b.String()
-}
-
-func requireTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			skipOrFail(t, tool+" not found")
-		}
-	}
-}
-
-// skipOrFail skips a test whose prerequisite is missing, except in CI, where a missing
-// prerequisite means the check silently did not run.
-func skipOrFail(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true: %s", why)
-	}
-	t.Skip(why)
 }

@@ -30,16 +30,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// nixSkipOrFail skips when a prerequisite is missing, except in CI.
-func nixSkipOrFail(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true: %s", why)
-	}
-	t.Skip(why)
-}
+	"github.com/xmsg/xmsg/internal/ostest"
+)
 
 // nixRepo returns the repository root (the parent of vmtests/).
 func nixRepo(t *testing.T) string {
@@ -58,9 +51,7 @@ func nixRepo(t *testing.T) string {
 func nixTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
-	if err != nil {
-		nixSkipOrFail(t, name+" not found (Debian: apt-get install --no-install-recommends nix-bin)")
-	}
+	ostest.Need(t, err == nil, name+" on PATH (Debian: apt-get install --no-install-recommends nix-bin)")
 	return p
 }
 
@@ -453,14 +444,9 @@ var nixExposureLine = regexp.MustCompile(`Overall exposure level for \S+: ([0-9.
 // exposure (0-10) and the findings.
 func nixAnalyzeSecurity(t *testing.T, path string) (float64, string) {
 	t.Helper()
-	for _, tool := range []string{"systemd-analyze", "unshare"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			nixSkipOrFail(t, tool+" not found")
-		}
-	}
-	if os.Geteuid() != 0 {
-		nixSkipOrFail(t, "systemd-analyze runs in a private mount namespace, which needs root")
-	}
+	ostest.RequireTool(t, "systemd-analyze")
+	ostest.RequireTool(t, "unshare")
+	ostest.Need(t, os.Geteuid() == 0, "root (systemd-analyze runs in a private mount namespace)")
 	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c",
 		`mount -t tmpfs -o mode=0755 xmsg-analyze /run && exec systemd-analyze security --offline=true --no-pager "$1"`, "sh", path)
 	cmd.Env = append(os.Environ(), "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0", "LC_ALL=C")
@@ -609,9 +595,8 @@ func TestVendorHash(t *testing.T) {
 	nixTrackInputs(t, root, ".go", "go.mod", "go.sum", ".nix", ".sh")
 	// The go command that runs this test vendors the modules, as in nixpkgs' goModules.
 	goBin := filepath.Join(runtime.GOROOT(), "bin")
-	if _, err := os.Stat(filepath.Join(goBin, "go")); err != nil {
-		nixSkipOrFail(t, "the go command is not next to GOROOT: "+err.Error())
-	}
+	_, err := os.Stat(filepath.Join(goBin, "go"))
+	ostest.Need(t, err == nil, "the go command next to GOROOT")
 	cmd := exec.Command("sh", filepath.Join(root, "nix", "vendor-hash.sh"), "--check")
 	cmd.Env = append(os.Environ(), "PATH="+goBin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"NIX_CONFIG=build-users-group =")

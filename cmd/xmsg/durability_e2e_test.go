@@ -7,12 +7,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
 func runWorker(t *testing.T, d *daemon, env ...string) []string {
 	t.Helper()
-	cmd := xmsgCmd(nil)
-	cmd.Env = append(os.Environ(), append([]string{"XMSG_TEST_ROLE=worker", "NAME=worker", "REGISTER_SOCK=" + d.sock("register")}, env...)...)
+	cmd := ostest.Command("", "worker")
+	cmd.Env = append(cmd.Env, append([]string{"NAME=worker", "REGISTER_SOCK=" + d.sock("register")}, env...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,134 +11,53 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/daemontest"
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
-// The test binary doubles as helper processes (fake Claude sessions), selected by env.
+// The test binary doubles as its helper processes (ostest roles): the daemon and the CLI
+// themselves ("xmsg"), a service ("worker"), ostest's raw client (run as another uid for the
+// peer gate), and daemontest's puppets, which stand in for Claude sessions and for clients
+// speaking a real client's frames.
 func TestMain(m *testing.M) {
-	switch os.Getenv("XMSG_TEST_ROLE") {
-	case "claude":
-		fakeClaude()
-		return
-	case "rawclient":
-		rawClient()
-		return
-	case "worker":
-		worker()
-		return
-	case "xmsg":
-		// Run as the real CLI: e2e tests start the daemon from this same binary, which keeps
-		// the suite to one build.
-		os.Args = append([]string{"xmsg"}, os.Args[1:]...)
-		main()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	ostest.Main(m, daemontest.Roles(), ostest.Roles{
+		"worker": func() int { worker(); return 0 },
+		"xmsg": func() int {
+			// Run as the real CLI: e2e tests start the daemon from this same binary, which
+			// keeps the suite to one build.
+			os.Args = append([]string{"xmsg"}, os.Args[1:]...)
+			main()
+			return 0
+		},
+	})
 }
 
-// fakeClaude is a stand-in Claude Code session: a real process with a real inbox socket and
-// a real session file naming its pid and start time. Every line it receives is appended to
-// $INBOX_LOG. It exits when stdin closes.
-func fakeClaude() {
-	dir, id, name := os.Getenv("SESSION_DIR"), os.Getenv("SESSION_ID"), os.Getenv("SESSION_NAME")
-	sock := os.Getenv("INBOX_SOCK")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	start, err := peercred.Proc{}.StartTime(os.Getpid())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	f := map[string]any{"pid": os.Getpid(), "sessionId": id, "cwd": os.Getenv("SESSION_CWD"), "status": "idle", "kind": "interactive",
-		"startedAt": 1700000000000, "updatedAt": 1700000000000, "procStart": start, "messagingSocketPath": sock}
-	if name != "" {
-		f["name"] = name
-	}
-	raw, _ := json.Marshal(f)
-	tmp := filepath.Join(dir, "."+id+".tmp")
-	os.WriteFile(tmp, raw, 0o600)
-	os.Rename(tmp, filepath.Join(dir, os.Getenv("SESSION_FILE")))
-	fmt.Println("ready")
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			data, _ := io.ReadAll(c)
-			c.Close()
-			lf, _ := os.OpenFile(os.Getenv("INBOX_LOG"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-			lf.Write(data)
-			lf.Close()
-		}
-	}()
-	io.Copy(io.Discard, os.Stdin)
-}
-
+// session is a fake Claude Code session (daemontest.Claude): a real process, a real session
+// file naming its pid and start time, and a real inbox socket.
 type session struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	log   string
-	id    string
+	*daemontest.Claude
+	id  string
+	pid int
 }
 
-// lines returns what the inbox received so far.
-func (s *session) lines(t *testing.T) []string {
-	t.Helper()
-	raw, _ := os.ReadFile(s.log)
-	var out []string
-	for _, l := range strings.SplitAfter(string(raw), "\n") {
-		if l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// waitLines waits until the inbox holds at least n lines (the fake session records a line
-// after the daemon has already answered) and returns them all.
+// waitLines waits until the inbox holds at least n lines (the inbox records a line after the
+// daemon has already answered) and returns them all.
 func (s *session) waitLines(t *testing.T, n int) []string {
 	t.Helper()
-	for i := 0; i < 1000; i++ {
-		if l := s.lines(t); len(l) >= n {
-			return l
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return s.lines(t)
+	return s.Inbox.WaitLines(n)
 }
 
-// startClaude starts a fake session writing its file into dir.
+// startClaude starts a fake session writing its file into dir. The file name carries the
+// name's length so that one id can have several files in one directory (a stale and a live
+// one).
 func startClaude(t *testing.T, dir, id, name, cwd string) *session {
 	t.Helper()
-	sockDir, err := os.MkdirTemp("", "inbox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	s := &session{log: filepath.Join(sockDir, "inbox.log"), id: id}
-	s.cmd = exec.Command(os.Args[0])
-	s.cmd.Env = append(os.Environ(), "XMSG_TEST_ROLE=claude", "SESSION_DIR="+dir, "SESSION_ID="+id, "SESSION_NAME="+name,
-		"SESSION_CWD="+cwd, "SESSION_FILE="+id+"-"+strconv.Itoa(len(name))+".json", "INBOX_SOCK="+filepath.Join(sockDir, "inbox.sock"), "INBOX_LOG="+s.log)
-	s.stdin, _ = s.cmd.StdinPipe()
-	out, _ := s.cmd.StdoutPipe()
-	s.cmd.Stderr = os.Stderr
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.stdin.Close(); s.cmd.Wait() })
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
-		t.Fatalf("fake claude did not start: %q", line)
-	}
-	return s
+	c := daemontest.StartClaude(t, dir, id+"-"+strconv.Itoa(len(name))+".json", id, name, cwd)
+	return &session{Claude: c, id: id, pid: c.PID}
 }
 
 // daemon is a running `xmsg serve` from this test binary.
@@ -151,23 +67,11 @@ type daemon struct {
 	rt      string // XDG_RUNTIME_DIR
 	db      string
 	sess    string // sessions dir
-	stderr  *syncBuffer
+	stderr  *daemontest.LogBuffer
 	args    []string
 	env     []string
 	stopped bool
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func shortTemp(t *testing.T) string {
 	// Unix socket paths are limited to 108 bytes; t.TempDir() paths can be longer.
@@ -180,8 +84,8 @@ func shortTemp(t *testing.T) string {
 }
 
 func xmsgCmd(env []string, args ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), "XMSG_TEST_ROLE=xmsg"), env...)
+	cmd := ostest.Command("", "xmsg", args...)
+	cmd.Env = append(cmd.Env, env...)
 	return cmd
 }
 
@@ -200,7 +104,7 @@ func newDaemon(t *testing.T, extra ...string) *daemon {
 
 func (d *daemon) start() {
 	d.t.Helper()
-	d.stderr = &syncBuffer{}
+	d.stderr = &daemontest.LogBuffer{}
 	d.cmd = xmsgCmd(d.env, d.args...)
 	d.cmd.Stderr = d.stderr
 	if err := d.cmd.Start(); err != nil {

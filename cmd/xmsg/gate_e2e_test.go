@@ -4,7 +4,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -31,22 +30,13 @@ func TestPeerGateOnRunningDaemon(t *testing.T) {
 		"register": `{"action":"check","conversation_id":"x"}` + "\n",
 	}
 	// The other user must be able to run the client: a world-readable copy of this binary.
-	bin := filepath.Join(shortTemp(t), "client")
-	os.Chmod(filepath.Dir(bin), 0o755)
-	raw, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, raw, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, bin := ostest.WorldExe(t, "client")
 	for name, req := range requests {
 		if err := os.Chmod(d.sock(name), 0o777); err != nil {
 			t.Fatal(err)
 		}
 		probe := func(cred *syscall.Credential) string {
-			cmd := exec.Command(bin)
-			cmd.Env = append(os.Environ(), "XMSG_TEST_ROLE=rawclient", "SOCK="+d.sock(name), "REQUEST="+req)
+			cmd := ostest.DialCommand(bin, d.sock(name), req)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 			out, err := cmd.Output()
 			if err != nil {

@@ -28,7 +28,7 @@ func TestHealthzAndSessions(t *testing.T) {
 		t.Fatalf("sessions = %d %v, want one", status, v)
 	}
 	got := list[0].(map[string]any)
-	if got["sessionId"] != s.id || got["name"] != "alice" || got["harness"] != "claude" || got["pid"] != float64(s.cmd.Process.Pid) {
+	if got["sessionId"] != s.id || got["name"] != "alice" || got["harness"] != "claude" || got["pid"] != float64(s.pid) {
 		t.Errorf("session = %v", got)
 	}
 	if _, ok := got["registered"]; ok {
@@ -46,7 +46,7 @@ func TestHealthzAndSessions(t *testing.T) {
 			t.Errorf("sessions%s: got %d entries, want %d", c.q, len(l), c.want)
 		}
 	}
-	for _, ref := range []string{s.id, strings.ToUpper(s.id), "claude:" + s.id, "session:" + s.id, "alice", strconv.Itoa(s.cmd.Process.Pid)} {
+	for _, ref := range []string{s.id, strings.ToUpper(s.id), "claude:" + s.id, "session:" + s.id, "alice", strconv.Itoa(s.pid)} {
 		if status, v := d.do("GET", "/v1/sessions/"+ref, ""); status != 200 || field(v, "sessionId") != s.id {
 			t.Errorf("GET /v1/sessions/%s = %d %v", ref, status, v)
 		}
@@ -73,8 +73,7 @@ func TestGoneAndAmbiguous(t *testing.T) {
 	startClaude(t, d.sess, "aaaaaaaa-0000-0000-0000-000000000002", "twin", "/")
 	status, v := d.do("POST", "/v1/sessions/twin/messages", `{"from":"bob","text":"hi"}`)
 	wantError(t, status, v, 409, "ambiguous")
-	a.stdin.Close()
-	a.cmd.Wait()
+	a.Exit()
 	status, v = d.do("GET", "/v1/sessions/"+a.id, "")
 	wantError(t, status, v, 410, "gone")
 	status, v = d.do("POST", "/v1/sessions/"+a.id+"/messages", `{"from":"bob","text":"hi"}`)
@@ -468,8 +467,7 @@ func TestStaleFileDoesNotTakeTheClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale.stdin.Close()
-	stale.cmd.Wait()
+	stale.Exit()
 	// Keep the dead file under a name that sorts first, in another dir that sorts first.
 	first := filepath.Join(filepath.Dir(d.sess), "a-sessions")
 	os.Mkdir(first, 0o700)
@@ -479,7 +477,7 @@ func TestStaleFileDoesNotTakeTheClaim(t *testing.T) {
 	d.args = append(d.args, "--sessions-dir", first)
 	d.start()
 	live := startClaude(t, d.sess, id, "", "/")
-	if status, v := d.do("GET", "/v1/sessions/"+id, ""); status != 200 || field(v, "pid") != float64(live.cmd.Process.Pid) {
+	if status, v := d.do("GET", "/v1/sessions/"+id, ""); status != 200 || field(v, "pid") != float64(live.pid) {
 		t.Errorf("GET %s = %d %v, want the live session under its own id", id, status, v)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xmsg/xmsg/internal/daemontest"
 )
 
 // TestSdNotifySequence: the real daemon under a real notify socket says READY=1 (after its
@@ -101,7 +103,7 @@ func TestFailedReadyStopsTheDaemon(t *testing.T) {
 	}
 	cmd := xmsgCmd([]string{"XDG_RUNTIME_DIR=" + rt, "HOME=" + base, "NOTIFY_SOCKET=" + path},
 		"serve", "--db-path", filepath.Join(base, "state", "xmsg.db"), "--sessions-dir", sess)
-	var stderr syncBuffer
+	var stderr daemontest.LogBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

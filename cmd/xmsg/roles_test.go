@@ -4,26 +4,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"time"
 )
-
-// rawClient connects to $SOCK, writes $REQUEST and prints how many bytes came back before
-// EOF. It is run as another OS user to probe the peer gate.
-func rawClient() {
-	c, err := net.Dial("unix", os.Getenv("SOCK"))
-	if err != nil {
-		fmt.Printf("dial-error %v\n", err)
-		return
-	}
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	c.Write([]byte(os.Getenv("REQUEST")))
-	c.(*net.UnixConn).CloseWrite() // no more requests: a line server answers, then closes
-	n, _ := io.Copy(io.Discard, c)
-	fmt.Printf("bytes=%d\n", n)
-}
 
 // worker is a service process: it registers as svc:$NAME on $REGISTER_SOCK, takes every
 // queued message (acking each unless $NO_ACK is set), prints each text on a line, and exits

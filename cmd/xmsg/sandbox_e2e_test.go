@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xmsg/xmsg/internal/ostest"
 	"github.com/xmsg/xmsg/internal/sandbox"
 )
 
@@ -19,12 +20,7 @@ import (
 //     the directory that was there at startup keeps working (the positive control), and the
 //     bus serves on.
 func TestRunningDaemonIsConfined(t *testing.T) {
-	if sandbox.Probe() < 6 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("Landlock ABI >= 6 is required in CI")
-		}
-		t.Skip("kernel without Landlock ABI >= 6")
-	}
+	ostest.Need(t, sandbox.Probe() >= 6, "Landlock ABI 6")
 	late := filepath.Join(shortTemp(t), "late-sessions")
 	d := newDaemon(t, "--require-landlock", "--sessions-dir", late)
 	log := d.stderr.String()

@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
 func TestDefaultDir(t *testing.T) {
@@ -79,7 +81,7 @@ func TestEnsureDir(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.root {
-				requireRoot(t)
+				ostest.RequireRoot(t)
 			}
 			dir := filepath.Join(t.TempDir(), "xmsg")
 			if tt.name == "parent missing" {

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
 // listen is one -l/--fdname pair for systemd-socket-activate.
@@ -28,10 +30,7 @@ type listen struct {
 // the sockets itself and execs the re-executed test binary (runChild) with
 // LISTEN_FDS/LISTEN_FDNAMES, exactly as systemd does for a service.
 func TestSocketActivation(t *testing.T) {
-	tool, err := exec.LookPath("systemd-socket-activate")
-	if err != nil {
-		skipOrFail(t, "systemd-socket-activate not installed (Debian package systemd)")
-	}
+	tool := ostest.RequireTool(t, "systemd-socket-activate") // Debian package systemd
 	all := []listen{{"register.sock", "register"}, {"http.sock", "http"}, {"agent.sock", "agent"}}
 	tests := []struct {
 		name    string
@@ -112,7 +111,7 @@ func TestSocketActivation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.root {
-				requireRoot(t)
+				ostest.RequireRoot(t)
 			}
 			dir := mkdir0700(t, "xmsg")
 			sockDir := dir
@@ -135,7 +134,7 @@ func TestSocketActivation(t *testing.T) {
 			}
 			// systemd-socket-activate passes only TERM, PATH, USER,
 			// HOME and -E variables to its child.
-			args = append(args, "-E", envChild+"=1", "-E", envChildDir+"="+sockDir, "--", exe)
+			args = append(args, "-E", ostest.Role(childRole), "-E", envChildDir+"="+sockDir, "--", exe)
 			cmd := exec.Command(tool, args...)
 			stdoutPipe, err := cmd.StdoutPipe()
 			if err != nil {
@@ -362,9 +361,9 @@ func TestListenFDs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(exe)
+			cmd := ostest.Command(exe, childRole)
 			cmd.Dir = mkdir0700(t, "cwd") // a good socket dir, for the relative case
-			cmd.Env = append(os.Environ(), envChild+"=1", envSetListenPID+"=1",
+			cmd.Env = append(cmd.Env, envSetListenPID+"=1",
 				envChildDir+"="+filepath.Join(t.TempDir(), "self"))
 			cmd.Env = append(cmd.Env, tt.env...)
 			var dial string

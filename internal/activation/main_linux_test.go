@@ -14,11 +14,12 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
 // Environment of the re-executed test binary (see runChild).
 const (
-	envChild        = "XMSG_ACTIVATION_CHILD"          // "1": run as the activated child
 	envChildDir     = "XMSG_ACTIVATION_DIR"            // self-bind directory handed to Acquire
 	envSetListenPID = "XMSG_ACTIVATION_SET_LISTEN_PID" // "1": set LISTEN_PID to our own pid first
 	envCloexecFD3   = "XMSG_ACTIVATION_CLOEXEC_FD3"    // "1": make fd 3 a close-on-exec fd of our own
@@ -32,12 +33,10 @@ const (
 	childSetupFailed   = 5
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv(envChild) == "1" {
-		os.Exit(runChild())
-	}
-	os.Exit(m.Run())
-}
+// childRole is the ostest role of the re-executed test binary (runChild).
+const childRole = "activated"
+
+func TestMain(m *testing.M) { ostest.Main(m, ostest.Roles{childRole: runChild}) }
 
 // runChild is the daemon stand-in: it calls Acquire exactly as the daemon
 // does, reports on stdout "activated=<bool> missing=<names>", then accepts
@@ -132,22 +131,6 @@ func relativeListenerAt3() error {
 	}
 	// Dup3 without O_CLOEXEC: fd 3 looks inherited.
 	return unix.Dup3(fd, listenFDsStart, 0)
-}
-
-// requireRoot skips the test when not root, or fails it under CI=true.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "needs root")
-	}
-}
-
-func skipOrFail(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI=true, so this is a failure)", why)
-	}
-	t.Skip(why)
 }
 
 // mkdir0700 creates a fresh 0700 directory under t.TempDir().

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/agentsock"
-	"github.com/xmsg/xmsg/internal/agentsock/socktest"
+	"github.com/xmsg/xmsg/internal/daemontest"
 	"github.com/xmsg/xmsg/internal/gate"
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
-func TestMain(m *testing.M) { socktest.Main(m) }
+func TestMain(m *testing.M) { daemontest.Main(m) }
 
 const (
 	claudeID = "11111111-2222-4333-8444-555555555555"
@@ -26,9 +26,9 @@ const (
 )
 
 // svcEnv is a daemon that trusts the test binary as service "matrix-xmsg" and "dispatcher".
-func svcEnv(t *testing.T, opt socktest.Options) *socktest.Env {
+func svcEnv(t *testing.T, opt daemontest.Options) *daemontest.Env {
 	opt.SvcExe = map[string]string{"matrix-xmsg": os.Args[0], "dispatcher": os.Args[0]}
-	return socktest.New(t, opt)
+	return daemontest.New(t, opt)
 }
 
 func field(t *testing.T, m map[string]any, path ...string) any {
@@ -56,8 +56,8 @@ func wantError(t *testing.T, got map[string]any, code, detail string) {
 // push_replies, the session replies through agent.sock, and the pushed reply reaches the
 // service's queue carrying `reply to message_id=<id>`; ack; nothing is left.
 func TestMatrixXmsgSequence(t *testing.T) {
-	e := svcEnv(t, socktest.Options{})
-	session := socktest.Start(t, "")
+	e := svcEnv(t, daemontest.Options{})
+	session := daemontest.Start(t, "")
 	inbox := e.Claude(session.PID, claudeID, "expert")
 
 	bot, reg := e.Service("", "matrix-xmsg")
@@ -78,7 +78,7 @@ func TestMatrixXmsgSequence(t *testing.T) {
 	if got, want := field(t, got, "delivery", "bytes"), float64(len("what is 2+2?")); got != want {
 		t.Fatalf("bytes: got %v, want %v", got, want)
 	}
-	content := socktest.InboxContent(t, inbox.Next(t))
+	content := daemontest.InboxContent(t, inbox.Next(t))
 	if !strings.Contains(content, `from-name="xmsg@testhost · svc:matrix-xmsg"`) || !strings.Contains(content, "what is 2+2?") ||
 		!strings.Contains(content, "[xmsg] message_id="+id) {
 		t.Fatalf("inbox content %q lacks the attested sender, the text or the message id", content)
@@ -125,7 +125,7 @@ func TestMatrixXmsgSequence(t *testing.T) {
 	if r2["status"] != "ok" || field(t, r2, "reply", "pushOutcome") != "pushed" || field(t, r2, "reply", "sessionRef") != "svc:matrix-xmsg" {
 		t.Fatalf("bot reply: got %v, want ok pushed from svc:matrix-xmsg", r2)
 	}
-	content = socktest.InboxContent(t, inbox.Next(t))
+	content = daemontest.InboxContent(t, inbox.Next(t))
 	if !strings.Contains(content, "reply to message_id="+pushedID) || !strings.Contains(content, "thanks") {
 		t.Fatalf("inbox content %q: want the pushed reply to %s", content, pushedID)
 	}
@@ -135,11 +135,11 @@ func TestMatrixXmsgSequence(t *testing.T) {
 // without cwd, one-shot agent.sock sends with push_replies false and an idempotency key, reply,
 // and not_found for a session that is not running.
 func TestDispatcherSequence(t *testing.T) {
-	e := svcEnv(t, socktest.Options{})
-	session := socktest.Start(t, "")
+	e := svcEnv(t, daemontest.Options{})
+	session := daemontest.Start(t, "")
 	inbox := e.Claude(session.PID, claudeID, "")
 
-	disp := socktest.Start(t, "")
+	disp := daemontest.Start(t, "")
 	reg := disp.Dial(e.RegPath)
 	if got := disp.Call(reg, map[string]any{"harness": "svc", "name": "dispatcher"}); got["status"] != "ok" || got["sessionId"] != "svc:dispatcher" {
 		t.Fatalf("register: got %v", got)
@@ -182,10 +182,10 @@ func TestDispatcherSequence(t *testing.T) {
 // TestNotRecipient: a process of our uid that is no session and no registration, nor descends
 // from one, cannot send or reply.
 func TestNotRecipient(t *testing.T) {
-	e := svcEnv(t, socktest.Options{})
-	session := socktest.Start(t, "")
+	e := svcEnv(t, daemontest.Options{})
+	session := daemontest.Start(t, "")
 	e.Claude(session.PID, claudeID, "")
-	stranger := socktest.Start(t, "")
+	stranger := daemontest.Start(t, "")
 	c := stranger.Dial(e.AgentPath)
 	want := fmt.Sprintf("peer PID %d does not descend from an active agent session", stranger.PID)
 	wantError(t, stranger.Call(c, map[string]any{"action": "send", "ref": claudeID, "text": "hi"}), "not_recipient", want)
@@ -200,10 +200,10 @@ func TestNotRecipient(t *testing.T) {
 
 // TestAncestorWalk: a child of a session process (as an MCP bridge is) acts as that session.
 func TestAncestorWalk(t *testing.T) {
-	e := svcEnv(t, socktest.Options{})
-	target := socktest.Start(t, "")
+	e := svcEnv(t, daemontest.Options{})
+	target := daemontest.Start(t, "")
 	inbox := e.Claude(target.PID, otherID, "target")
-	nested := socktest.StartNested(t) // PID is the parent's; the dialer is its child
+	nested := daemontest.StartNested(t) // PID is the parent's; the dialer is its child
 	e.Claude(nested.PID, claudeID, "alice")
 	c := nested.Dial(e.AgentPath)
 	got := nested.Call(c, map[string]any{"action": "send", "ref": "target", "text": "hello"})
@@ -220,10 +220,10 @@ func TestAncestorWalk(t *testing.T) {
 // TestClaimedIdentityIgnored: identity fields written by the client change nothing: the badge,
 // the return address and the idempotency scope all come from attestation.
 func TestClaimedIdentityIgnored(t *testing.T) {
-	e := svcEnv(t, socktest.Options{})
-	target := socktest.Start(t, "")
+	e := svcEnv(t, daemontest.Options{})
+	target := daemontest.Start(t, "")
 	inbox := e.Claude(target.PID, otherID, "")
-	sender := socktest.Start(t, "")
+	sender := daemontest.Start(t, "")
 	e.Claude(sender.PID, claudeID, "alice")
 	c := sender.Dial(e.AgentPath)
 	got := sender.Call(c, map[string]any{"action": "send", "ref": otherID, "text": "hi", "from": "svc:root", "fromName": "xmsg@testhost · svc:root",
@@ -231,7 +231,7 @@ func TestClaimedIdentityIgnored(t *testing.T) {
 	if got["status"] != "ok" || field(t, got, "delivery", "fromName") != "xmsg@testhost · claude:alice" {
 		t.Fatalf("got %v, want ok with the attested badge", got)
 	}
-	if content := socktest.InboxContent(t, inbox.Next(t)); strings.Contains(content, "svc:root") || strings.Contains(content, "evil") {
+	if content := daemontest.InboxContent(t, inbox.Next(t)); strings.Contains(content, "svc:root") || strings.Contains(content, "evil") {
 		t.Fatalf("claimed identity reached the inbox: %q", content)
 	}
 	m, err := e.Bus.Message(field(t, got, "delivery", "messageId").(string))
@@ -242,25 +242,25 @@ func TestClaimedIdentityIgnored(t *testing.T) {
 
 // TestErrors covers every error code agent.sock answers (docs/protocol.md §4.1).
 func TestErrors(t *testing.T) {
-	e := svcEnv(t, socktest.Options{MaxBody: 16})
-	sender := socktest.Start(t, "")
+	e := svcEnv(t, daemontest.Options{MaxBody: 16})
+	sender := daemontest.Start(t, "")
 	e.Claude(sender.PID, claudeID, "alice")
-	target := socktest.Start(t, "")
+	target := daemontest.Start(t, "")
 	inbox := e.Claude(target.PID, otherID, "")
 	// Two live sessions named "twin": ambiguous.
-	twin1, twin2 := socktest.Start(t, ""), socktest.Start(t, "")
+	twin1, twin2 := daemontest.Start(t, ""), daemontest.Start(t, "")
 	e.Claude(twin1.PID, "aaaaaaaa-0000-4000-8000-000000000001", "twin")
 	e.Claude(twin2.PID, "bbbbbbbb-0000-4000-8000-000000000002", "twin")
 	// A session whose process exited: gone.
-	dead := socktest.Start(t, "")
+	dead := daemontest.Start(t, "")
 	e.Claude(dead.PID, "cccccccc-0000-4000-8000-000000000003", "dead")
 	dead.Kill()
 	// A live session whose inbox socket does not exist: delivery failed.
-	noInbox := socktest.Start(t, "")
+	noInbox := daemontest.Start(t, "")
 	e.Claude(noInbox.PID, "dddddddd-0000-4000-8000-000000000004", "noinbox")
 	os.Remove(filepath.Join(e.Dir, "inbox-dddddddd.sock"))
 	// A live process that is no session: unregistered.
-	plain := socktest.Start(t, "")
+	plain := daemontest.Start(t, "")
 
 	c := sender.Dial(e.AgentPath)
 	ok := sender.Call(c, map[string]any{"action": "send", "ref": otherID, "text": "x", "idempotency_key": "k"})
@@ -308,15 +308,15 @@ func TestErrors(t *testing.T) {
 
 // TestMaxConns: the 33rd connection is closed at once; after one closes, a new one is served.
 func TestMaxConns(t *testing.T) {
-	e := socktest.New(t, socktest.Options{})
-	var clients []*socktest.Client
+	e := daemontest.New(t, daemontest.Options{})
+	var clients []*daemontest.Client
 	for i := 0; i < agentsock.DefaultMaxConns; i++ {
-		c := socktest.Dial(t, e.AgentPath)
+		c := daemontest.Dial(t, e.AgentPath)
 		// An answer proves the server holds this connection.
 		wantError(t, c.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
 		clients = append(clients, c)
 	}
-	extra := socktest.Dial(t, e.AgentPath)
+	extra := daemontest.Dial(t, e.AgentPath)
 	extra.C.Write([]byte(`{"action":"x"}` + "\n")) // may fail: the server may have closed it already
 	if line, eof := extra.Recv(); !eof {
 		t.Fatalf("connection 33: got %q, want it closed", line)
@@ -325,16 +325,16 @@ func TestMaxConns(t *testing.T) {
 		t.Fatalf("refusal not logged")
 	}
 	clients[0].C.Close()
-	socktest.WaitFor(t, "a slot to free", func() bool { return e.Agent.Conns() < agentsock.DefaultMaxConns })
-	again := socktest.Dial(t, e.AgentPath)
+	daemontest.WaitFor(t, "a slot to free", func() bool { return e.Agent.Conns() < agentsock.DefaultMaxConns })
+	again := daemontest.Dial(t, e.AgentPath)
 	wantError(t, again.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
 }
 
 func TestFraming(t *testing.T) {
-	e := socktest.New(t, socktest.Options{Agent: agentsock.Config{MaxLine: 1024}})
+	e := daemontest.New(t, daemontest.Options{Agent: agentsock.Config{MaxLine: 1024}})
 	unknown := `{"status":"error","error":"bad_request","detail":"unknown action: 'x'"}`
 	t.Run("line too long: error, then closed", func(t *testing.T) {
-		c := socktest.Dial(t, e.AgentPath)
+		c := daemontest.Dial(t, e.AgentPath)
 		c.Write([]byte(`{"action":"` + strings.Repeat("x", 2000) + `"}` + "\n" + `{"action":"x"}` + "\n"))
 		line, _ := c.Recv()
 		if want := `{"status":"error","error":"payload_too_large","detail":"line exceeds 1024 bytes"}`; line != want {
@@ -345,7 +345,7 @@ func TestFraming(t *testing.T) {
 		}
 	})
 	t.Run("line of exactly the limit is served", func(t *testing.T) {
-		c := socktest.Dial(t, e.AgentPath)
+		c := daemontest.Dial(t, e.AgentPath)
 		req := `{"action":"x"}`
 		c.Write([]byte(req + strings.Repeat(" ", 1024-len(req)) + "\n"))
 		if line, _ := c.Recv(); line != unknown {
@@ -353,7 +353,7 @@ func TestFraming(t *testing.T) {
 		}
 	})
 	t.Run("invalid UTF-8: error, then closed", func(t *testing.T) {
-		c := socktest.Dial(t, e.AgentPath)
+		c := daemontest.Dial(t, e.AgentPath)
 		c.Write([]byte("{\"action\":\"\xff\"}\n{\"action\":\"x\"}\n"))
 		line, _ := c.Recv()
 		if want := `{"status":"error","error":"bad_request","detail":"frame is not valid UTF-8"}`; line != want {
@@ -364,7 +364,7 @@ func TestFraming(t *testing.T) {
 		}
 	})
 	t.Run("invalid JSON: error, connection stays", func(t *testing.T) {
-		c := socktest.Dial(t, e.AgentPath)
+		c := daemontest.Dial(t, e.AgentPath)
 		for _, bad := range []string{"{nope", "[1,2]", `"str"`, `{"action":"x"} {}`, "null"} {
 			c.Write([]byte(bad + "\n"))
 			line, _ := c.Recv()
@@ -377,14 +377,14 @@ func TestFraming(t *testing.T) {
 		wantError(t, c.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
 	})
 	t.Run("blank lines are ignored", func(t *testing.T) {
-		c := socktest.Dial(t, e.AgentPath)
+		c := daemontest.Dial(t, e.AgentPath)
 		c.Write([]byte("\n  \r\n\t\n{\"action\":\"x\"}\n"))
 		if line, _ := c.Recv(); line != unknown {
 			t.Fatalf("got %q, want %q", line, unknown)
 		}
 	})
 	t.Run("last line without newline is answered", func(t *testing.T) {
-		c := socktest.Dial(t, e.AgentPath)
+		c := daemontest.Dial(t, e.AgentPath)
 		c.Write([]byte(`{"action":"x"}`))
 		c.C.CloseWrite()
 		if line, _ := c.Recv(); line != unknown {
@@ -395,8 +395,8 @@ func TestFraming(t *testing.T) {
 
 // TestMaxFrame: the protocol's frame cap applies when it is below MaxLine.
 func TestMaxFrame(t *testing.T) {
-	e := socktest.New(t, socktest.Options{Agent: agentsock.Config{MaxLine: 4096, MaxFrame: 100}})
-	c := socktest.Dial(t, e.AgentPath)
+	e := daemontest.New(t, daemontest.Options{Agent: agentsock.Config{MaxLine: 4096, MaxFrame: 100}})
+	c := daemontest.Dial(t, e.AgentPath)
 	c.Write([]byte(`{"action":"` + strings.Repeat("x", 100) + `"}` + "\n"))
 	if line, _ := c.Recv(); line != `{"status":"error","error":"payload_too_large","detail":"line exceeds 100 bytes"}` {
 		t.Fatalf("got %q", line)
@@ -405,8 +405,8 @@ func TestMaxFrame(t *testing.T) {
 
 // TestIdleTimeout: a connection that sends no complete line is closed.
 func TestIdleTimeout(t *testing.T) {
-	e := socktest.New(t, socktest.Options{Agent: agentsock.Config{IdleTimeout: 100 * time.Millisecond}})
-	c := socktest.Dial(t, e.AgentPath)
+	e := daemontest.New(t, daemontest.Options{Agent: agentsock.Config{IdleTimeout: 100 * time.Millisecond}})
+	c := daemontest.Dial(t, e.AgentPath)
 	wantError(t, c.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
 	c.Write([]byte(`{"action":`)) // half a line does not count
 	if line, eof := c.Recv(); !eof {
@@ -417,27 +417,27 @@ func TestIdleTimeout(t *testing.T) {
 // TestWriteTimeout: a client that sends but never reads is dropped once the server cannot
 // write, instead of holding a server goroutine forever.
 func TestWriteTimeout(t *testing.T) {
-	e := socktest.New(t, socktest.Options{Agent: agentsock.Config{WriteTimeout: 100 * time.Millisecond}})
-	c := socktest.Dial(t, e.AgentPath)
+	e := daemontest.New(t, daemontest.Options{Agent: agentsock.Config{WriteTimeout: 100 * time.Millisecond}})
+	c := daemontest.Dial(t, e.AgentPath)
 	c.C.SetReadBuffer(4096)
 	// Each answer echoes a 200 KiB action name: a few fill every socket buffer.
 	frame := []byte(`{"action":"` + strings.Repeat("x", 200<<10) + `"}` + "\n")
 	go func() {
-		c.C.SetWriteDeadline(time.Now().Add(socktest.Wait))
+		c.C.SetWriteDeadline(time.Now().Add(daemontest.Wait))
 		for i := 0; i < 64; i++ {
 			if _, err := c.C.Write(frame); err != nil {
 				return
 			}
 		}
 	}()
-	socktest.WaitFor(t, "the unread connection to be dropped", func() bool { return e.Agent.Conns() == 0 && strings.Contains(e.Logs.String(), "write abandoned") })
+	daemontest.WaitFor(t, "the unread connection to be dropped", func() bool { return e.Agent.Conns() == 0 && strings.Contains(e.Logs.String(), "write abandoned") })
 }
 
 // TestPIDGuard: a connection whose connecting process exited is closed at its next frame, even
 // though a live process (here the connector's own child, which inherited the socket) writes it.
 func TestPIDGuard(t *testing.T) {
-	e := svcEnv(t, socktest.Options{})
-	session := socktest.Start(t, "")
+	e := svcEnv(t, daemontest.Options{})
+	session := daemontest.Start(t, "")
 	e.Claude(session.PID, claudeID, "")
 	c := session.Dial(e.AgentPath)
 	if got := session.Call(c, map[string]any{"action": "x"}); got["status"] != "error" {
@@ -455,12 +455,12 @@ func TestPIDGuard(t *testing.T) {
 
 // TestShutdown: Serve returns net.ErrClosed, idle connections are closed, new ones refused.
 func TestShutdown(t *testing.T) {
-	e := socktest.New(t, socktest.Options{})
-	c := socktest.Dial(t, e.AgentPath)
+	e := daemontest.New(t, daemontest.Options{})
+	c := daemontest.Dial(t, e.AgentPath)
 	wantError(t, c.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
 	// Bounded below the idle timeout: the idle connection must be woken by Shutdown, not
 	// outwaited.
-	ctx, cancel := context.WithTimeout(context.Background(), socktest.Wait)
+	ctx, cancel := context.WithTimeout(context.Background(), daemontest.Wait)
 	defer cancel()
 	if err := e.Agent.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
@@ -486,13 +486,13 @@ func TestShutdown(t *testing.T) {
 // TestUngatedConnectionRefused: a listener without the gate yields connections with no
 // credentials; they are closed unanswered.
 func TestUngatedConnectionRefused(t *testing.T) {
-	e := socktest.New(t, socktest.Options{})
+	e := daemontest.New(t, daemontest.Options{})
 	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "raw.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	go e.Agent.Serve(l)
-	c := socktest.Dial(t, l.Addr().String())
+	c := daemontest.Dial(t, l.Addr().String())
 	c.C.Write([]byte(`{"action":"x"}` + "\n")) // may fail: the server may have closed already
 	if line, eof := c.Recv(); !eof {
 		t.Fatalf("got %q, want closed", line)
@@ -505,7 +505,7 @@ func TestUngatedConnectionRefused(t *testing.T) {
 // TestStartTimeUnreadable: Proc pointing at an empty tree cannot read the peer's start time,
 // so every connection is closed unanswered (fail closed).
 func TestStartTimeUnreadable(t *testing.T) {
-	e := socktest.New(t, socktest.Options{})
+	e := daemontest.New(t, daemontest.Options{})
 	s := agentsock.New(agentsock.Config{Bus: e.Bus, Proc: peercred.Proc{Root: t.TempDir()}, Log: e.Log})
 	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "a.sock"))
 	if err != nil {
@@ -513,7 +513,7 @@ func TestStartTimeUnreadable(t *testing.T) {
 	}
 	go s.Serve(gate.Listener(l, uint32(os.Geteuid()), "agent", nil))
 	t.Cleanup(func() { s.Shutdown(context.Background()) })
-	c := socktest.Dial(t, l.Addr().String())
+	c := daemontest.Dial(t, l.Addr().String())
 	c.C.Write([]byte(`{"action":"x"}` + "\n")) // may fail: the server may have closed already
 	if line, eof := c.Recv(); !eof {
 		t.Fatalf("got %q, want closed", line)

@@ -12,8 +12,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/xmsg/xmsg/internal/agentsock/socktest"
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/daemontest"
 )
 
 // The two baselines put the socket benchmarks in proportion: every xmsg exchange is at least
@@ -83,9 +83,9 @@ func BenchmarkBaselineBboltCommit(b *testing.B) {
 
 // benchService registers the benchmark process itself as svc:bench (the test binary is its
 // trusted executable) and returns its register.sock connection.
-func benchService(b *testing.B) (*socktest.Env, *socktest.Client) {
-	e := socktest.New(b, socktest.Options{SvcExe: map[string]string{"bench": os.Args[0]}})
-	reg := socktest.Dial(b, e.RegPath)
+func benchService(b *testing.B) (*daemontest.Env, *daemontest.Client) {
+	e := daemontest.New(b, daemontest.Options{SvcExe: map[string]string{"bench": os.Args[0]}})
+	reg := daemontest.Dial(b, e.RegPath)
 	if got := reg.Call(map[string]any{"harness": "svc", "name": "bench"}); got["status"] != "ok" {
 		b.Fatalf("register: %v", got)
 	}
@@ -112,7 +112,7 @@ func BenchmarkServicePollDeliverAck(b *testing.B) {
 		}
 		reg.Write(poll)
 		line, _ := reg.Recv()
-		id := socktest.DeliveredID(b, line)
+		id := daemontest.DeliveredID(b, line)
 		reg.Write([]byte(`{"action":"ack","messageId":"` + id + `"}` + "\n"))
 		if ok, _ := reg.Recv(); ok != `{"status":"ok"}` {
 			b.Fatalf("ack: %s", ok)
@@ -125,7 +125,7 @@ func BenchmarkServicePollDeliverAck(b *testing.B) {
 // send-to-deliver metric but part of ns/op).
 func BenchmarkAgentSendToServiceDeliver(b *testing.B) {
 	e, reg := benchService(b)
-	agent := socktest.Dial(b, e.AgentPath)
+	agent := daemontest.Dial(b, e.AgentPath)
 	send := []byte(`{"action":"send","ref":"svc:bench","text":"benchmark message","push_replies":false}` + "\n")
 	var latency time.Duration
 	b.ResetTimer()
@@ -138,7 +138,7 @@ func BenchmarkAgentSendToServiceDeliver(b *testing.B) {
 		}
 		line, _ := reg.Recv()
 		latency += time.Since(start)
-		id := socktest.DeliveredID(b, line)
+		id := daemontest.DeliveredID(b, line)
 		reg.Write([]byte(`{"action":"ack","messageId":"` + id + `"}` + "\n"))
 		reg.Recv()
 	}

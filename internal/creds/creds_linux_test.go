@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,7 +16,7 @@ import (
 	"github.com/xmsg/xmsg/internal/ostest"
 )
 
-const childEnv = "XMSG_CREDS_TEST_CHILD"
+const childEnv = "XMSG_CREDS_TEST_CHILD" // the credential the "reader" child reads
 
 type childResult struct {
 	Content string
@@ -26,19 +25,18 @@ type childResult struct {
 }
 
 func TestMain(m *testing.M) {
-	if name := os.Getenv(childEnv); name != "" {
-		// Child: read one credential as whoever we were started as, report on stdout.
-		b, src, err := Read(name, "")
+	ostest.Main(m, ostest.Roles{"reader": func() int {
+		// Read one credential as whoever we were started as, report on stdout.
+		b, src, err := Read(os.Getenv(childEnv), "")
 		res := childResult{Content: string(b), Source: src}
 		if err != nil {
 			res.Err = err.Error()
 		}
 		if json.NewEncoder(os.Stdout).Encode(res) != nil {
-			os.Exit(2)
+			return 2
 		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return 0
+	}})
 }
 
 func setACL(t *testing.T, path string, entries []aclEntry) {
@@ -140,8 +138,9 @@ func TestReadAsServiceUser(t *testing.T) {
 		{"world-readable", "", "group or others (mode 0444"},
 	}
 	for _, tt := range tests {
-		cmd := exec.Command(bin)
-		cmd.Env = []string{childEnv + "=" + tt.cred, "CREDENTIALS_DIRECTORY=" + credDir}
+		cmd := ostest.Command(bin, "reader")
+		// Nothing of ours but the role: the child sees only what the test gives it.
+		cmd.Env = []string{ostest.Role("reader"), childEnv + "=" + tt.cred, "CREDENTIALS_DIRECTORY=" + credDir}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 		out, err := cmd.Output()
 		if err != nil {

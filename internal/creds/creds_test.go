@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
 const secret = "SECRET-CONTENT-7f3a"
@@ -100,12 +102,7 @@ func checkErrorText(t *testing.T, err error) {
 }
 
 func TestReadOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root to chown")
-		}
-		t.Skip("needs root to chown")
-	}
+	ostest.Need(t, os.Geteuid() == 0, "root, to chown")
 	t.Setenv("CREDENTIALS_DIRECTORY", "")
 	path := filepath.Join(t.TempDir(), "fed-key")
 	write(t, path, []byte(secret), 0o400)

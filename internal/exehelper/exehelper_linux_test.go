@@ -13,20 +13,26 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
+// The helper is this test binary in the role "helper", standing in for `xmsg __exe-helper`
+// (cmd/xmsg's main dispatches Arg; its e2e tests run that path).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == Arg {
+	ostest.Main(m, ostest.Roles{"helper": func() int {
 		if err := Serve(); err != nil {
-			os.Exit(1)
+			return 1
 		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return 0
+	}})
 }
 
+// helperEnv is the environment Start passes to the helper: ours, in the role "helper".
+func helperEnv() []string { return append(os.Environ(), ostest.Role("helper")) }
+
 func TestExeThroughTheHelper(t *testing.T) {
-	c, err := Start(os.Args[0], os.Environ())
+	c, err := Start(os.Args[0], helperEnv())
 	if err != nil {
 		t.Fatal(err)
 	}

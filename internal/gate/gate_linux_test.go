@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,25 +20,9 @@ import (
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
-// clientEnv makes the test binary act as a child client: it connects to the
-// Unix socket named by the variable, writes one line, and prints how many
-// bytes it read back before EOF (or any error).
-const clientEnv = "XMSG_GATE_TEST_CLIENT"
-
-func TestMain(m *testing.M) {
-	if sock := os.Getenv(clientEnv); sock != "" {
-		c, err := net.Dial("unix", sock)
-		if err != nil {
-			fmt.Printf("dial-error %v\n", err)
-			os.Exit(0)
-		}
-		c.Write([]byte("ping\n"))
-		n, _ := io.Copy(io.Discard, c)
-		fmt.Printf("bytes=%d\n", n)
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+// The child client is ostest's DialRole: it connects, writes one line, and prints how many
+// bytes it read back before EOF (or the dial error).
+func TestMain(m *testing.M) { ostest.Main(m) }
 
 // openSocket listens on dir/name with mode 0777, so that file permissions
 // stop nobody and only the gate can.
@@ -61,8 +44,7 @@ func openSocket(t *testing.T, dir, name string) (*net.UnixListener, string) {
 // returns the bytes it got back and its pid.
 func runClient(t *testing.T, bin, sock string, cred *syscall.Credential) (got int, pid int) {
 	t.Helper()
-	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = append(os.Environ(), clientEnv+"="+sock)
+	cmd := ostest.DialCommand(bin, sock, "ping\n")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	out, err := cmd.Output()
 	if err != nil {

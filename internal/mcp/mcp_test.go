@@ -11,11 +11,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xmsg/xmsg/internal/agentsock/socktest"
+	"github.com/xmsg/xmsg/internal/daemontest"
 	"github.com/xmsg/xmsg/internal/mcp"
 )
 
-func TestMain(m *testing.M) { socktest.Main(m) }
+func TestMain(m *testing.M) { daemontest.Main(m) }
 
 // run feeds lines to a bridge and returns every line it wrote, in order.
 func run(t *testing.T, cfg mcp.Config, lines ...string) []string {
@@ -198,9 +198,9 @@ func (b *bridge) tool(name string, args map[string]any) (string, bool) {
 // sent, list reads http.sock.
 func TestBridgeEndToEnd(t *testing.T) {
 	const sessionID = "11111111-2222-4333-8444-555555555555"
-	e := socktest.New(t, socktest.Options{SvcExe: map[string]string{"bot": os.Args[0]}})
+	e := daemontest.New(t, daemontest.Options{SvcExe: map[string]string{"bot": os.Args[0]}})
 	bot, reg := e.Service("", "bot")
-	parent, in, out := socktest.StartMCP(t, e, false)
+	parent, in, out := daemontest.StartMCP(t, e, false)
 	inbox := e.Claude(parent.Process.Pid, sessionID, "alice")
 	b := &bridge{t: t, in: in, out: out}
 
@@ -254,8 +254,8 @@ func TestBridgeEndToEnd(t *testing.T) {
 
 // TestBridgeNotASession: a bridge whose ancestors include no session is refused by the daemon.
 func TestBridgeNotASession(t *testing.T) {
-	e := socktest.New(t, socktest.Options{})
-	parent, in, out := socktest.StartMCP(t, e, false)
+	e := daemontest.New(t, daemontest.Options{})
+	parent, in, out := daemontest.StartMCP(t, e, false)
 	b := &bridge{t: t, in: in, out: out}
 	text, isErr := b.tool("send", map[string]any{"ref": "x", "text": "y"})
 	if !isErr || !strings.HasPrefix(text, "error not_recipient: peer PID ") {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,16 +15,11 @@ import (
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
-const envChild = "XMSG_NOTIFY_CHILD"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(envChild) == "1" {
-		os.Exit(runSandboxedChild())
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { ostest.Main(m, ostest.Roles{"sandboxed": runSandboxedChild}) }
 
 // runSandboxedChild follows the daemon's order: Open, then Landlock (here
 // just the abstract-unix scope), then notify. It proves on the way that the
@@ -64,20 +58,11 @@ func runSandboxedChild() int {
 // the socket was connected by Open, before the sandbox.
 func TestNotifyInsideLandlockScope(t *testing.T) {
 	abi, err := llsys.LandlockGetABIVersion()
-	if err != nil || abi < 6 {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("Landlock ABI %d (%v); want >= 6 (CI=true)", abi, err)
-		}
-		t.Skipf("Landlock ABI %d (%v); abstract-unix scoping needs ABI 6", abi, err)
-	}
+	ostest.Need(t, err == nil && abi >= 6, fmt.Sprintf("Landlock ABI 6 for abstract-unix scoping (the kernel offers %d, %v)", abi, err))
 	addr := "@xmsg-notify-landlock-" + strconv.Itoa(os.Getpid())
 	l := listen(t, addr)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), envChild+"=1", "NOTIFY_SOCKET="+addr)
+	cmd := ostest.Command("", "sandboxed")
+	cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+addr)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

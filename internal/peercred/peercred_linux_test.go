@@ -5,7 +5,6 @@ package peercred
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -20,22 +19,8 @@ import (
 	"github.com/xmsg/xmsg/internal/ostest"
 )
 
-// helperEnv makes the test binary act as a child client: it connects to the
-// Unix socket named by the variable, reads until EOF and exits.
-const helperEnv = "XMSG_PEERCRED_TEST_DIAL"
-
-func TestMain(m *testing.M) {
-	if sock := os.Getenv(helperEnv); sock != "" {
-		c, err := net.Dial("unix", sock)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "dial:", err)
-			os.Exit(2)
-		}
-		io.Copy(io.Discard, c)
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+// The child client is ostest's DialRole: it connects, reads until EOF and exits.
+func TestMain(m *testing.M) { ostest.Main(m) }
 
 // start runs a command and ends it (by its own pid) when the test ends.
 func start(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
@@ -48,21 +33,6 @@ func start(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
 		cmd.Wait()
 	})
 	return cmd
-}
-
-// copyExe copies src to dir/name with mode 0755 and closes it before anyone
-// can exec it.
-func copyExe(t *testing.T, src, dir, name string) string {
-	t.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(dir, name)
-	if err := os.WriteFile(dst, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dst
 }
 
 func sleepPath(t *testing.T) string {
@@ -113,7 +83,7 @@ func TestStatRealChild(t *testing.T) {
 // name) contains a space and ')'.
 func TestStatCommWithParen(t *testing.T) {
 	dir := t.TempDir()
-	exe := copyExe(t, sleepPath(t), dir, "a) b")
+	exe := ostest.CopyExe(t, sleepPath(t), dir, "a) b")
 	cmd := start(t, exec.Command(exe, "60"))
 	st, err := Proc{}.Stat(cmd.Process.Pid)
 	if err != nil {
@@ -190,7 +160,7 @@ func TestExeRealChild(t *testing.T) {
 
 func TestExeDeleted(t *testing.T) {
 	dir := t.TempDir()
-	exe := copyExe(t, sleepPath(t), dir, "sleeper")
+	exe := ostest.CopyExe(t, sleepPath(t), dir, "sleeper")
 	cmd := start(t, exec.Command(exe, "60"))
 	var p Proc
 	if _, err := p.Exe(cmd.Process.Pid); err != nil {
@@ -208,9 +178,9 @@ func TestExeDeleted(t *testing.T) {
 // says deleted, so Exe fails even though the path exists again.
 func TestExeReplacedByRename(t *testing.T) {
 	dir := t.TempDir()
-	exe := copyExe(t, sleepPath(t), dir, "sleeper")
+	exe := ostest.CopyExe(t, sleepPath(t), dir, "sleeper")
 	cmd := start(t, exec.Command(exe, "60"))
-	other := copyExe(t, sleepPath(t), dir, "other")
+	other := ostest.CopyExe(t, sleepPath(t), dir, "other")
 	if err := os.Rename(other, exe); err != nil {
 		t.Fatal(err)
 	}
@@ -226,18 +196,14 @@ func TestExeReplacedByRename(t *testing.T) {
 func TestExeMountedOver(t *testing.T) {
 	ostest.RequireRoot(t)
 	dir := t.TempDir()
-	exe := copyExe(t, sleepPath(t), dir, "sleeper")
+	exe := ostest.CopyExe(t, sleepPath(t), dir, "sleeper")
 	cmd := start(t, exec.Command(exe, "60"))
 	impostor := filepath.Join(dir, "impostor")
 	if err := os.WriteFile(impostor, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount(impostor, exe, "", unix.MS_BIND, ""); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("bind mount: %v", err)
-		}
-		t.Skipf("bind mount: %v", err)
-	}
+	err := unix.Mount(impostor, exe, "", unix.MS_BIND, "")
+	ostest.Need(t, err == nil, fmt.Sprintf("a bind mount (%v)", err))
 	t.Cleanup(func() { unix.Unmount(exe, unix.MNT_DETACH) })
 	if got, err := (Proc{}).Exe(cmd.Process.Pid); err == nil {
 		t.Errorf("Exe(child whose binary path is mounted over) = %q, want an error", got)
@@ -285,8 +251,7 @@ func TestFromConnSelf(t *testing.T) {
 // TestFromConnChild checks that the pid is the connecting process's, not ours.
 func TestFromConnChild(t *testing.T) {
 	l, path := listen(t, t.TempDir())
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), helperEnv+"="+path)
+	cmd := ostest.DialCommand("", path, "")
 	start(t, cmd)
 	c, err := l.AcceptUnix()
 	if err != nil {
@@ -312,8 +277,7 @@ func TestFromConnOtherUser(t *testing.T) {
 	if err := os.Chmod(path, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), helperEnv+"="+path)
+	cmd := ostest.DialCommand(bin, path, "")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
 	start(t, cmd)
 	c, err := l.AcceptUnix()

@@ -11,24 +11,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xmsg/xmsg/internal/agentsock/socktest"
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/daemontest"
 	"github.com/xmsg/xmsg/internal/registersock"
 )
 
-func TestMain(m *testing.M) { socktest.Main(m) }
+func TestMain(m *testing.M) { daemontest.Main(m) }
 
 const claudeID = "11111111-2222-4333-8444-555555555555"
 
-func newEnv(t *testing.T, opt socktest.Options) *socktest.Env {
+func newEnv(t *testing.T, opt daemontest.Options) *daemontest.Env {
 	if opt.SvcExe == nil {
 		opt.SvcExe = map[string]string{"bot": os.Args[0]}
 	}
-	return socktest.New(t, opt)
+	return daemontest.New(t, opt)
 }
 
 // anonSend queues a message for ref as an anonymous HTTP sender would.
-func anonSend(t *testing.T, e *socktest.Env, ref, text string) string {
+func anonSend(t *testing.T, e *daemontest.Env, ref, text string) string {
 	t.Helper()
 	d, err := e.Bus.Send(context.Background(), bus.Send{Ref: ref, Text: text, Bytes: len(text), FromName: "xmsg@testhost · tester",
 		Principal: "http:tester", Socket: "test", Actor: "anon:tester"})
@@ -39,7 +39,7 @@ func anonSend(t *testing.T, e *socktest.Env, ref, text string) string {
 }
 
 func TestFirstFrame(t *testing.T) {
-	e := newEnv(t, socktest.Options{Register: registersock.Config{MaxFirstFrame: 1024}})
+	e := newEnv(t, daemontest.Options{Register: registersock.Config{MaxFirstFrame: 1024}})
 	tests := []struct {
 		name, frame, want string
 	}{
@@ -59,7 +59,7 @@ func TestFirstFrame(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := socktest.Dial(t, e.RegPath)
+			c := daemontest.Dial(t, e.RegPath)
 			c.Write([]byte(tc.frame + "\n"))
 			if line, _ := c.Recv(); line != tc.want {
 				t.Fatalf("got %q, want %q", line, tc.want)
@@ -78,15 +78,15 @@ func TestFirstFrame(t *testing.T) {
 // TestFirstFrameDeadline: a connection that does not send its first frame in time, or sends
 // it without the newline, is closed unanswered.
 func TestFirstFrameDeadline(t *testing.T) {
-	e := newEnv(t, socktest.Options{Register: registersock.Config{FirstFrameTimeout: 100 * time.Millisecond}})
+	e := newEnv(t, daemontest.Options{Register: registersock.Config{FirstFrameTimeout: 100 * time.Millisecond}})
 	for _, partial := range []string{"", `{"harness":"pi"}`} {
-		c := socktest.Dial(t, e.RegPath)
+		c := daemontest.Dial(t, e.RegPath)
 		c.Write([]byte(partial))
 		if line, eof := c.Recv(); !eof {
 			t.Fatalf("partial %q: got %q, want closed", partial, line)
 		}
 	}
-	c := socktest.Dial(t, e.RegPath)
+	c := daemontest.Dial(t, e.RegPath)
 	c.Write([]byte(`{"action":"check"}`))
 	c.C.CloseWrite()
 	if line, eof := c.Recv(); !eof {
@@ -98,10 +98,10 @@ func TestFirstFrameDeadline(t *testing.T) {
 // executable (the same bytes at another path do not count), one live registration at a time.
 func TestServiceAttestation(t *testing.T) {
 	dir := t.TempDir()
-	trusted := socktest.CopyExe(t, dir, "bot")
-	e := newEnv(t, socktest.Options{SvcExe: map[string]string{"bot": trusted}})
+	trusted := daemontest.CopyExe(t, dir, "bot")
+	e := newEnv(t, daemontest.Options{SvcExe: map[string]string{"bot": trusted}})
 
-	impostor := socktest.Start(t, "") // the original test binary: same content, other file
+	impostor := daemontest.Start(t, "") // the original test binary: same content, other file
 	c := impostor.Dial(e.RegPath)
 	got := impostor.Call(c, map[string]any{"harness": "svc", "name": "bot"})
 	want := fmt.Sprintf("peer process %d executable does not match trusted executable for service 'bot'", impostor.PID)
@@ -115,11 +115,11 @@ func TestServiceAttestation(t *testing.T) {
 		t.Fatalf("refusal not logged")
 	}
 
-	bot := socktest.Start(t, trusted)
+	bot := daemontest.Start(t, trusted)
 	if got := bot.Call(bot.Dial(e.RegPath), map[string]any{"harness": "svc", "name": " svc:bot "}); got["status"] != "ok" || got["sessionId"] != "svc:bot" {
 		t.Fatalf("trusted exe (name with svc: prefix and spaces): got %v, want ok svc:bot", got)
 	}
-	second := socktest.Start(t, trusted)
+	second := daemontest.Start(t, trusted)
 	c2 := second.Dial(e.RegPath)
 	got = second.Call(c2, map[string]any{"harness": "svc", "name": "bot"})
 	if got["status"] != "error" || got["detail"] != "service 'svc:bot' already has an active registration" {
@@ -136,7 +136,7 @@ func TestServiceAttestation(t *testing.T) {
 // TestServiceQueue: poll/deliver/ack with origin, long-poll wakeup, at-least-once redelivery
 // to a re-registered service after a crash before the ack.
 func TestServiceQueue(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
+	e := newEnv(t, daemontest.Options{})
 	bot, reg := e.Service("", "bot")
 	if got := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); got["action"] != "timeout" {
 		t.Fatalf("empty poll: got %v, want timeout", got)
@@ -180,8 +180,8 @@ func TestServiceQueue(t *testing.T) {
 // TestSessionRegistration: pi-like sessions get a fresh server-minted id; a claimed id is
 // ignored; frames act only on the connection's own registration; closing ends it.
 func TestSessionRegistration(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
-	p1, p2 := socktest.Start(t, ""), socktest.Start(t, "")
+	e := newEnv(t, daemontest.Options{})
+	p1, p2 := daemontest.Start(t, ""), daemontest.Start(t, "")
 	c1, c2 := p1.Dial(e.RegPath), p2.Dial(e.RegPath)
 	r1 := p1.Call(c1, map[string]any{"harness": "pi", "sessionName": "one", "sessionId": "pi:claimed", "cwd": "/w"})
 	r2 := p2.Call(c2, map[string]any{"harness": "opencode", "session_name": "two"})
@@ -215,14 +215,14 @@ func TestSessionRegistration(t *testing.T) {
 	}
 	// Closing the connection ends the registration.
 	p1.Close(c1)
-	socktest.WaitFor(t, "the registration to end", func() bool { return e.Bus.Registrations() == 1 })
+	daemontest.WaitFor(t, "the registration to end", func() bool { return e.Bus.Registrations() == 1 })
 	if _, err := e.Bus.Resolve("one"); err == nil {
 		t.Fatalf("closed registration still resolves")
 	}
 }
 
 func TestLoopFrames(t *testing.T) {
-	e := newEnv(t, socktest.Options{Register: registersock.Config{MaxFrame: 2048}})
+	e := newEnv(t, daemontest.Options{Register: registersock.Config{MaxFrame: 2048}})
 	bot, reg := e.Service("", "bot")
 	for _, tc := range []struct{ frame, want string }{
 		{`{"action":"dance"}`, `{"status":"error","detail":"unknown action: dance"}`},
@@ -244,7 +244,7 @@ func TestLoopFrames(t *testing.T) {
 	if line, eof := bot.Recv(reg); !eof {
 		t.Fatalf("after oversized frame got %q, want closed", line)
 	}
-	socktest.WaitFor(t, "the registration to end", func() bool { return e.Bus.Registrations() == 0 })
+	daemontest.WaitFor(t, "the registration to end", func() bool { return e.Bus.Registrations() == 0 })
 
 	bot2, reg2 := e.Service("", "bot")
 	bot2.Write(reg2, []byte("{\"action\":\"\xfe\"}\n"))
@@ -259,9 +259,9 @@ func TestLoopFrames(t *testing.T) {
 // TestServiceReply: a svc reply on register.sock to a local message is pushed (decisions
 // table), and the answer names the pushed message.
 func TestServiceReply(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
+	e := newEnv(t, daemontest.Options{})
 	bot, reg := e.Service("", "bot")
-	session := socktest.Start(t, "")
+	session := daemontest.Start(t, "")
 	inbox := e.Claude(session.PID, claudeID, "alice")
 	sc := session.Dial(e.AgentPath)
 	sent := session.Call(sc, map[string]any{"action": "send", "ref": "svc:bot", "text": "ping"})
@@ -275,7 +275,7 @@ func TestServiceReply(t *testing.T) {
 	if got["status"] != "ok" || pushed == "" || pushed == id {
 		t.Fatalf("reply: got %v, want ok with the pushed message id", got)
 	}
-	content := socktest.InboxContent(t, inbox.Next(t))
+	content := daemontest.InboxContent(t, inbox.Next(t))
 	if want := "[xmsg] reply to message_id=" + id + " — message_id=" + pushed; !strings.Contains(content, want) || !strings.Contains(content, "pong") {
 		t.Fatalf("inbox: got %q, want %q and the text", content, want)
 	}
@@ -300,7 +300,7 @@ func TestServiceReply(t *testing.T) {
 func TestPIDGuard(t *testing.T) {
 	for _, action := range []string{"poll", "ack", "reply"} {
 		t.Run(action, func(t *testing.T) {
-			e := newEnv(t, socktest.Options{})
+			e := newEnv(t, daemontest.Options{})
 			bot, reg := e.Service("", "bot")
 			id := anonSend(t, e, "bot", "secret")
 			heir := bot.Handoff(reg)
@@ -318,8 +318,8 @@ func TestPIDGuard(t *testing.T) {
 // TestFirstFrameFromHeir: a registration is made for the process that connected; when that
 // process is gone by the first frame, nobody is registered and the connection is closed.
 func TestFirstFrameFromHeir(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
-	p := socktest.Start(t, "")
+	e := newEnv(t, daemontest.Options{})
+	p := daemontest.Start(t, "")
 	c := p.Dial(e.RegPath)
 	heir := p.Handoff(c)
 	heir.Send(c, map[string]any{"harness": "pi", "sessionName": "stolen"})
@@ -337,7 +337,7 @@ func TestFirstFrameFromHeir(t *testing.T) {
 // TestPIDGuardDuringPoll: a poll that was waiting when the registered process exited hands
 // nothing to the process that inherited the connection.
 func TestPIDGuardDuringPoll(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
+	e := newEnv(t, daemontest.Options{})
 	bot, reg := e.Service("", "bot")
 	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60})
 	heir := bot.Handoff(reg)
@@ -350,26 +350,26 @@ func TestPIDGuardDuringPoll(t *testing.T) {
 // TestHangupEndsPoll: a client that hangs up during a long poll is noticed at once: the
 // registration ends without waiting for the poll's 60 s.
 func TestHangupEndsPoll(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
-	p := socktest.Start(t, "")
+	e := newEnv(t, daemontest.Options{})
+	p := daemontest.Start(t, "")
 	c := p.Dial(e.RegPath)
 	if got := p.Call(c, map[string]any{"harness": "pi", "sessionName": "x"}); got["status"] != "ok" {
 		t.Fatal(got)
 	}
 	p.Send(c, map[string]any{"action": "poll", "waitSecs": 60})
 	p.Close(c)
-	socktest.WaitFor(t, "the connection to end", func() bool { return e.Register.Conns() == 0 })
+	daemontest.WaitFor(t, "the connection to end", func() bool { return e.Register.Conns() == 0 })
 }
 
 // TestShutdown ends waiting polls and registrations; Serve returns net.ErrClosed.
 func TestShutdown(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
+	e := newEnv(t, daemontest.Options{})
 	bot, reg := e.Service("", "bot")
 	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60})
-	idle := socktest.Dial(t, e.RegPath) // no first frame yet
+	idle := daemontest.Dial(t, e.RegPath) // no first frame yet
 	// Served, so that Shutdown must wake it (its first-frame deadline is beyond the bound).
-	socktest.WaitFor(t, "the idle connection to be served", func() bool { return e.Register.Conns() == 2 })
-	ctx, cancel := context.WithTimeout(context.Background(), socktest.Wait)
+	daemontest.WaitFor(t, "the idle connection to be served", func() bool { return e.Register.Conns() == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), daemontest.Wait)
 	defer cancel()
 	if err := e.Register.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
@@ -394,13 +394,13 @@ func TestShutdown(t *testing.T) {
 
 // TestUngated: connections that did not come through the gate are closed unanswered.
 func TestUngated(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
+	e := newEnv(t, daemontest.Options{})
 	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "raw.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	go e.Register.Serve(l)
-	c := socktest.Dial(t, l.Addr().String())
+	c := daemontest.Dial(t, l.Addr().String())
 	c.C.Write([]byte(`{"action":"check"}` + "\n"))
 	if line, eof := c.Recv(); !eof {
 		t.Fatalf("got %q, want closed", line)
@@ -409,7 +409,7 @@ func TestUngated(t *testing.T) {
 
 // TestDeliverFrameShape pins the exact field names matrix-xmsg reads.
 func TestDeliverFrameShape(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
+	e := newEnv(t, daemontest.Options{})
 	bot, reg := e.Service("", "bot")
 	anonSend(t, e, "bot", "x")
 	bot.Send(reg, map[string]any{"action": "poll"}) // default wait
@@ -447,15 +447,15 @@ func TestMaxConns(t *testing.T) {
 			if tc.name == "default" && registersock.DefaultMaxConns != 64 {
 				t.Fatalf("DefaultMaxConns: got %d, want 64", registersock.DefaultMaxConns)
 			}
-			e := newEnv(t, socktest.Options{Register: registersock.Config{MaxConns: tc.cfg}})
-			var held []*socktest.Client
+			e := newEnv(t, daemontest.Options{Register: registersock.Config{MaxConns: tc.cfg}})
+			var held []*daemontest.Client
 			for i := 0; i < tc.served; i++ {
-				held = append(held, socktest.Dial(t, e.RegPath))
+				held = append(held, daemontest.Dial(t, e.RegPath))
 			}
 			// Connections are accepted in order: once all are counted, the next dial is the
 			// one over the cap.
-			socktest.WaitFor(t, "every held connection to be served", func() bool { return e.Register.Conns() == tc.served })
-			extra := socktest.Dial(t, e.RegPath)
+			daemontest.WaitFor(t, "every held connection to be served", func() bool { return e.Register.Conns() == tc.served })
+			extra := daemontest.Dial(t, e.RegPath)
 			extra.C.Write([]byte(`{"action":"check"}` + "\n")) // may fail: the server may have closed it already
 			if line, eof := extra.Recv(); !eof {
 				t.Fatalf("connection %d: got %q, want it closed unanswered", tc.served+1, line)
@@ -470,8 +470,8 @@ func TestMaxConns(t *testing.T) {
 				t.Fatalf("refusal not logged with socket=register, reason and %s:\n%s", want, e.Logs.String())
 			}
 			held[0].C.Close()
-			socktest.WaitFor(t, "a slot to free", func() bool { return e.Register.Conns() < tc.served })
-			again := socktest.Dial(t, e.RegPath)
+			daemontest.WaitFor(t, "a slot to free", func() bool { return e.Register.Conns() < tc.served })
+			again := daemontest.Dial(t, e.RegPath)
 			again.Write([]byte(`{"action":"check"}` + "\n"))
 			if line, _ := again.Recv(); line != check {
 				t.Fatalf("after a slot freed: got %q, want %q", line, check)
@@ -484,9 +484,9 @@ func TestMaxConns(t *testing.T) {
 // invalid UTF-8, then a poll in the same write) must not leave the reader goroutine blocked:
 // the connection slot and the registration are released.
 func TestPipelinedFrameAfterFatalOneEndsTheHandler(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
+	e := newEnv(t, daemontest.Options{})
 	bot, reg := e.Service("", "bot")
 	bot.Write(reg, []byte("{\"action\":\"\xff\"}\n{\"action\":\"poll\",\"waitSecs\":0}\n"))
 	bot.Close(reg)
-	socktest.WaitFor(t, "the handler to end", func() bool { return e.Register.Conns() == 0 && e.Bus.Registrations() == 0 })
+	daemontest.WaitFor(t, "the handler to end", func() bool { return e.Register.Conns() == 0 && e.Bus.Registrations() == 0 })
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -18,6 +17,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
 // The tests apply real Landlock in a child process (the test binary re-executed, the
@@ -25,7 +26,7 @@ import (
 // policy it is given, then runs probes and prints their outcomes as JSON: "ok" or the
 // errno name. Every allowed access is paired with a denied one.
 
-const childEnv = "XMSG_SANDBOX_TEST_CHILD"
+const childEnv = "XMSG_SANDBOX_TEST_CHILD" // the childSpec, as JSON
 
 type childSpec struct {
 	Policy        Policy
@@ -51,10 +52,7 @@ type childResult struct {
 }
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(childEnv); spec != "" {
-		os.Exit(runChild(spec))
-	}
-	os.Exit(m.Run())
+	ostest.Main(m, ostest.Roles{"sandboxed": func() int { return runChild(os.Getenv(childEnv)) }})
 }
 
 // runChild is the child side: apply, probe, report on stdout.
@@ -263,8 +261,8 @@ func runInChild(t *testing.T, spec childSpec) (childResult, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(b))
+	cmd := ostest.Command("", "sandboxed")
+	cmd.Env = append(cmd.Env, childEnv+"="+string(b))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -280,13 +278,8 @@ func runInChild(t *testing.T, spec childSpec) (childResult, string) {
 // requireABI skips (or fails under CI=true) when the kernel lacks Landlock ABI want.
 func requireABI(t *testing.T, want int) {
 	t.Helper()
-	if got := Probe(); got < want {
-		msg := fmt.Sprintf("kernel offers Landlock ABI %d, test needs %d", got, want)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	got := Probe()
+	ostest.Need(t, got >= want, fmt.Sprintf("Landlock ABI %d (the kernel offers %d)", want, got))
 }
 
 func checkOutcomes(t *testing.T, res childResult, want map[string]string) {

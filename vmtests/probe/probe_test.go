@@ -11,15 +11,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/xmsg/xmsg/internal/ostest"
 )
 
-// The test binary doubles as the probe: with XMSG_PROBE_MAIN=1 it runs the probe's main, so the
+// The test binary doubles as the probe: in the role "probe" it runs the probe's main, so the
 // tests exercise the real command line in a real child process (optionally as another uid).
 func TestMain(m *testing.M) {
-	if os.Getenv("XMSG_PROBE_MAIN") == "1" {
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
+	ostest.Main(m, ostest.Roles{"probe": func() int { return run(os.Args[1:], os.Stdout, os.Stderr) }})
 }
 
 // probeCmd returns a command running the probe with args; prefix (e.g. setpriv ...) goes first.
@@ -27,7 +26,7 @@ func probeCmd(t *testing.T, exe string, prefix []string, args ...string) *exec.C
 	t.Helper()
 	argv := append(append(append([]string{}, prefix...), exe), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "XMSG_PROBE_MAIN=1")
+	cmd.Env = append(os.Environ(), ostest.Role("probe"))
 	return cmd
 }
 
@@ -194,12 +193,8 @@ func TestGate(t *testing.T) {
 // 0700/0600 must make every check pass; a readable marker, a missing one and a reachable
 // socket must each make it fail.
 func TestOther(t *testing.T) {
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "needs root to run the probe as another uid")
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		skipOrFail(t, "setpriv not found")
-	}
+	ostest.Need(t, os.Geteuid() == 0, "root, to run the probe as another uid")
+	ostest.RequireTool(t, "setpriv")
 	// The probe binary must be reachable by uid 65534: copy it into a 0755 directory.
 	bin := t.TempDir()
 	// t.TempDir's parent is 0700 too: open it for uid 65534, or every access would fail with
@@ -301,14 +296,6 @@ func TestUsage(t *testing.T) {
 			t.Errorf("run(%q): got exit %d, want 2", args, got)
 		}
 	}
-}
-
-func skipOrFail(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true: %s", why)
-	}
-	t.Skip(why)
 }
 
 func TestStatusField(t *testing.T) {

@@ -1,13 +1,17 @@
-// Package socktest runs the socket servers' tests against the real thing: a real bus on a real
-// bbolt file, agent.sock/register.sock/http.sock on real Unix sockets behind the real peer gate,
-// and clients that are real child processes (re-executions of the test binary), so that the
-// daemon attests them from the kernel and /proc exactly as in production.
+// Package daemontest is test support for the whole daemon: a real bus on a real bbolt file,
+// agent.sock/register.sock/http.sock on real Unix sockets behind the real peer gate (Env), and
+// clients that are real child processes (re-executions of the test binary), so that the daemon
+// attests them from the kernel and /proc exactly as in production. It sits above every
+// transport package (it imports httpapi, agentsock, registersock and mcp) and is imported only
+// by tests, like tailscale's tstest/integration.
 //
-// A test binary that uses it calls Main from its TestMain. A child in "puppet" mode obeys JSON
-// commands on stdin (dial a socket, write bytes, read a line, hand its socket to a child of its
-// own and exit) and answers on stdout. A fake Claude session is a puppet plus a real session
-// file naming its pid and real start time, and a real listening inbox socket.
-package socktest
+// A test binary that uses it passes Roles to ostest.Main in its TestMain (Main does exactly
+// that). A child in the "puppet" role obeys JSON commands on stdin (dial a socket, write bytes,
+// read a line, hand its socket to a child of its own and exit) and answers on stdout. A fake
+// Claude session is a puppet plus a real session file naming its pid and real start time
+// (WriteClaudeSession) and a real listening inbox socket (ListenInbox); Env.Claude and
+// StartClaude put them together.
+package daemontest
 
 import (
 	"bufio"
@@ -23,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,15 +41,15 @@ import (
 	"github.com/xmsg/xmsg/internal/gate"
 	"github.com/xmsg/xmsg/internal/httpapi"
 	"github.com/xmsg/xmsg/internal/mcp"
+	"github.com/xmsg/xmsg/internal/ostest"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/registersock"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
 const (
-	helperEnv  = "XMSG_SOCKTEST_HELPER"  // mode of a re-executed test binary
-	inheritEnv = "XMSG_SOCKTEST_INHERIT" // conn number of an inherited socket (fd 3)
-	childEnv   = "XMSG_SOCKTEST_CHILD"   // mode of the child a "parent" helper starts
+	inheritEnv = "XMSG_DAEMONTEST_INHERIT" // conn number of an inherited socket (fd 3)
+	childEnv   = "XMSG_DAEMONTEST_CHILD"   // role of the child a "parent" helper starts
 	// Wait bounds every wait of a test for something that must happen. It is a safety net
 	// against hangs, not a measurement: nothing asserts on how long things take.
 	Wait = 20 * time.Second
@@ -53,22 +58,14 @@ const (
 // Host is the host label of every test bus.
 const Host = "testhost"
 
-// Main runs a helper mode when this binary was re-executed as one, and the tests otherwise.
-func Main(m *testing.M) {
-	switch os.Getenv(helperEnv) {
-	case "":
-		os.Exit(m.Run())
-	case "puppet":
-		os.Exit(puppetMain())
-	case "mcp":
-		os.Exit(mcpMain())
-	case "parent":
-		os.Exit(parentMain())
-	default:
-		fmt.Fprintln(os.Stderr, "socktest: unknown helper mode")
-		os.Exit(2)
-	}
+// Roles are the child processes this package starts: "puppet", "mcp" (the MCP bridge) and
+// "parent" (a process whose child runs another role, one level down).
+func Roles() ostest.Roles {
+	return ostest.Roles{"puppet": puppetMain, "mcp": mcpMain, "parent": parentMain}
 }
+
+// Main is a TestMain for a test binary whose only children are this package's.
+func Main(m *testing.M) { ostest.Main(m, Roles()) }
 
 // Options of an Env.
 type Options struct {
@@ -235,14 +232,11 @@ type Puppet struct {
 
 // Start starts a puppet running exe (the test binary when ""), with extra environment.
 func Start(t testing.TB, exe string, env ...string) *Puppet {
-	return start(t, exe, append([]string{helperEnv + "=puppet"}, env...))
+	return start(t, exe, "puppet", env)
 }
 
-func start(t testing.TB, exe string, env []string) *Puppet {
+func start(t testing.TB, exe, role string, env []string) *Puppet {
 	t.Helper()
-	if exe == "" {
-		exe = os.Args[0]
-	}
 	// Own pipes instead of StdinPipe/StdoutPipe: Wait must not close them, because a child the
 	// puppet hands its socket to keeps talking on the same pipes after the puppet is reaped.
 	inR, inW, err := os.Pipe()
@@ -253,9 +247,13 @@ func start(t testing.TB, exe string, env []string) *Puppet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+	newCmd := func() *exec.Cmd {
+		cmd := ostest.Command(exe, role)
+		cmd.Env = append(cmd.Env, env...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+		return cmd
+	}
+	cmd := newCmd()
 	// A copied executable can be briefly "text file busy" while another goroutine's fork still
 	// holds the writer's descriptor between fork and exec; that passes.
 	for i := 0; ; i++ {
@@ -264,9 +262,7 @@ func start(t testing.TB, exe string, env []string) *Puppet {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
-		cmd = exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+		cmd = newCmd()
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -484,8 +480,8 @@ func puppetMain() int {
 				out.Encode(Reply{Err: err.Error()})
 				continue
 			}
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), helperEnv+"=puppet", inheritEnv+"="+strconv.Itoa(c.Conn))
+			cmd := ostest.Command("", "puppet")
+			cmd.Env = append(cmd.Env, inheritEnv+"="+strconv.Itoa(c.Conn))
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 			cmd.ExtraFiles = []*os.File{f}
 			if err := cmd.Start(); err != nil {
@@ -516,12 +512,11 @@ func mcpMain() int {
 	return 0
 }
 
-// parentMain starts the mode in XMSG_SOCKTEST_CHILD as its own child on the same stdio and
+// parentMain starts the role in XMSG_DAEMONTEST_CHILD as its own child on the same stdio and
 // waits for it: the child is then a grandchild of the test, one level below the process a
 // session file names.
 func parentMain() int {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+os.Getenv(childEnv))
+	cmd := ostest.Command("", os.Getenv(childEnv))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return 1
@@ -534,8 +529,8 @@ func parentMain() int {
 // bridge.
 func StartMCP(t testing.TB, e *Env, replyOnly bool) (parent *exec.Cmd, in io.WriteCloser, out *bufio.Reader) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=parent", childEnv+"=mcp", "XMSG_AGENT_SOCK="+e.AgentPath,
+	cmd := ostest.Command("", "parent")
+	cmd.Env = append(cmd.Env, childEnv+"=mcp", "XMSG_AGENT_SOCK="+e.AgentPath,
 		"XMSG_HTTP_SOCK="+e.HTTPPath, "XMSG_REPLY_ONLY="+strconv.FormatBool(replyOnly))
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -557,26 +552,113 @@ func StartMCP(t testing.TB, e *Env, replyOnly bool) (parent *exec.Cmd, in io.Wri
 	return cmd, in, bufio.NewReader(stdout)
 }
 
-// Inbox is a Claude session's inbox socket: every connection delivers one line.
+// Inbox is a Claude session's inbox socket, listening in the test process. The daemon
+// connects, writes one line and closes; every line of every connection is recorded, so a
+// connection that carried two lines shows as two, and a line without its terminating newline
+// is recorded with the prefix "unterminated: " (no assertion on content accepts it).
 type Inbox struct {
-	Path  string
-	lines chan string
+	Path string
+
+	mu    sync.Mutex
+	lines []string
+	next  int           // first line not yet taken by Next
+	more  chan struct{} // closed and replaced when a line arrives
 }
 
-// Next returns the next delivered line, failing the test after Wait.
+// ListenInbox listens on path (a Unix socket path, at most 108 bytes) until the test ends.
+func ListenInbox(t testing.TB, path string) *Inbox {
+	t.Helper()
+	in := &Inbox{Path: path, more: make(chan struct{})}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetReadDeadline(time.Now().Add(Wait))
+				data, _ := io.ReadAll(c)
+				for len(data) > 0 {
+					line, rest, ok := bytes.Cut(data, []byte("\n"))
+					if !ok {
+						in.add("unterminated: " + string(line))
+						break
+					}
+					in.add(string(line))
+					data = rest
+				}
+			}()
+		}
+	}()
+	return in
+}
+
+func (in *Inbox) add(line string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.lines = append(in.lines, line)
+	close(in.more)
+	in.more = make(chan struct{})
+}
+
+// Next returns the next delivered line not yet taken, failing the test after Wait.
 func (in *Inbox) Next(t testing.TB) string {
 	t.Helper()
-	select {
-	case l := <-in.lines:
-		return l
-	case <-time.After(Wait):
-		t.Fatal("no line reached the inbox")
-		return ""
+	deadline := time.After(Wait)
+	for {
+		in.mu.Lock()
+		if in.next < len(in.lines) {
+			l := in.lines[in.next]
+			in.next++
+			in.mu.Unlock()
+			return l
+		}
+		more := in.more
+		in.mu.Unlock()
+		select {
+		case <-more:
+		case <-deadline:
+			t.Fatal("no line reached the inbox")
+			return ""
+		}
 	}
 }
 
-// Len is the number of delivered lines not yet taken.
-func (in *Inbox) Len() int { return len(in.lines) }
+// Len is the number of delivered lines not yet taken by Next.
+func (in *Inbox) Len() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.lines) - in.next
+}
+
+// WaitLines waits until at least n lines have been delivered (or Wait has passed) and
+// returns every line delivered so far; the caller asserts on how many there are.
+func (in *Inbox) WaitLines(n int) []string {
+	deadline := time.After(Wait)
+	for {
+		in.mu.Lock()
+		if len(in.lines) >= n {
+			l := slices.Clone(in.lines)
+			in.mu.Unlock()
+			return l
+		}
+		more := in.more
+		in.mu.Unlock()
+		select {
+		case <-more:
+		case <-deadline:
+			in.mu.Lock()
+			defer in.mu.Unlock()
+			return slices.Clone(in.lines)
+		}
+	}
+}
 
 // InboxContent decodes an inbox line to the content string inside it.
 func InboxContent(t testing.TB, line string) string {
@@ -594,50 +676,82 @@ func InboxContent(t testing.TB, line string) string {
 	return l.Message.Content
 }
 
-// Claude makes pid a live Claude session: a session file with its real start time and a real
-// inbox socket. name may be "".
+// ClaudeSession is what a Claude Code session file says about its session.
+type ClaudeSession struct {
+	PID       int
+	ID        string // sessionId
+	Name      string // "" = no name field
+	Cwd       string
+	InboxPath string // messagingSocketPath
+}
+
+// WriteClaudeSession makes s.PID a live Claude session: it writes the session file at path
+// with the process's real start time as procStart. The file appears whole (written beside it,
+// then renamed), as Claude writes it, because the daemon may read the directory at any moment.
+func WriteClaudeSession(t testing.TB, path string, s ClaudeSession) {
+	t.Helper()
+	start, err := peercred.Proc{}.StartTime(s.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := map[string]any{
+		"pid": s.PID, "sessionId": s.ID, "cwd": s.Cwd, "status": "idle", "kind": "interactive",
+		"startedAt": 1700000000000, "updatedAt": 1700000000000, "procStart": start, "messagingSocketPath": s.InboxPath,
+	}
+	if s.Name != "" {
+		f["name"] = s.Name
+	}
+	raw, _ := json.Marshal(f)
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Claude makes pid a live Claude session of e: a session file in e.SessionsDir with its real
+// start time and a real inbox socket. name may be "".
 func (e *Env) Claude(pid int, sessionID, name string) *Inbox {
 	t := e.T
 	t.Helper()
-	start, err := peercred.Proc{}.StartTime(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := &Inbox{Path: filepath.Join(e.Dir, "inbox-"+sessionID[:8]+".sock"), lines: make(chan string, 100)}
-	l, err := net.Listen("unix", in.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetReadDeadline(time.Now().Add(Wait))
-				line, err := bufio.NewReader(c).ReadString('\n')
-				if err == nil {
-					in.lines <- strings.TrimSuffix(line, "\n")
-				}
-			}()
-		}
-	}()
-	f := map[string]any{
-		"pid": pid, "sessionId": sessionID, "cwd": e.Dir, "status": "idle", "kind": "interactive",
-		"startedAt": 1700000000000, "updatedAt": 1700000000000, "procStart": start, "messagingSocketPath": in.Path,
-	}
-	if name != "" {
-		f["name"] = name
-	}
-	raw, _ := json.Marshal(f)
-	if err := os.WriteFile(filepath.Join(e.SessionsDir, sessionID+".json"), raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	in := ListenInbox(t, filepath.Join(e.Dir, "inbox-"+sessionID[:8]+".sock"))
+	WriteClaudeSession(t, filepath.Join(e.SessionsDir, sessionID+".json"),
+		ClaudeSession{PID: pid, ID: sessionID, Name: name, Cwd: e.Dir, InboxPath: in.Path})
 	return in
 }
+
+// Claude is a fake Claude Code session of its own: a real child process (a puppet), a session
+// file naming it, and its inbox.
+type Claude struct {
+	*Puppet
+	ID    string
+	File  string // the session file
+	Inbox *Inbox
+}
+
+// StartClaude starts a fake Claude session whose file is dir/file (file "" = "<id>.json"),
+// for a daemon that reads dir. Its inbox socket is in a fresh short directory (socket paths
+// are limited to 108 bytes). The session ends with the test, or earlier with Exit.
+func StartClaude(t testing.TB, dir, file, id, name, cwd string) *Claude {
+	t.Helper()
+	if file == "" {
+		file = id + ".json"
+	}
+	sockDir, err := os.MkdirTemp("", "inbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	c := &Claude{Puppet: Start(t, ""), ID: id, File: filepath.Join(dir, file)}
+	c.Inbox = ListenInbox(t, filepath.Join(sockDir, "inbox.sock"))
+	WriteClaudeSession(t, c.File, ClaudeSession{PID: c.PID, ID: id, Name: name, Cwd: cwd, InboxPath: c.Inbox.Path})
+	return c
+}
+
+// Exit ends the session's process and reaps it; its session file stays behind, stale.
+func (c *Claude) Exit() { c.Kill() }
 
 // Dial connects from the test process itself (for tests where the client's identity does not
 // matter, such as limits).
@@ -702,7 +816,7 @@ func (c *Client) Call(v any) map[string]any {
 // Puppet's PID is the parent's: a session file naming it makes the puppet a descendant of the
 // session, one level down, as an MCP bridge started by an agent is.
 func StartNested(t testing.TB) *Puppet {
-	return start(t, "", []string{helperEnv + "=parent", childEnv + "=puppet"})
+	return start(t, "", "parent", []string{childEnv + "=puppet"})
 }
 
 // Service starts a puppet running exe and registers it on register.sock as svc:name. It
@@ -722,15 +836,7 @@ func (e *Env) Service(exe, name string) (*Puppet, int) {
 // CopyExe copies the test binary to dir/name (a different file with the same content).
 func CopyExe(t testing.TB, dir, name string) string {
 	t.Helper()
-	data, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(dir, name)
-	if err := os.WriteFile(dst, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dst
+	return ostest.CopyExe(t, "", dir, name)
 }
 
 // DeliveredID returns the messageId of a deliver frame, failing on anything else.
