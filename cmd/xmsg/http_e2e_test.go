@@ -99,6 +99,11 @@ func TestSendDeliversOneEnvelopeLine(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("inbox got %d lines, want 1: %q", len(lines), lines)
 	}
+	// The tags are written as themselves, byte for byte like the original xmsg (no HTML
+	// escaping to \u003c).
+	if !strings.HasPrefix(lines[0], `{"type":"user","message":{"role":"user","content":"<cross-session-message from-name=\"xmsg@testhost`) {
+		t.Errorf("inbox line %q: want the envelope tags unescaped", lines[0])
+	}
 	var msg struct {
 		Type    string
 		Message struct{ Role, Content string }

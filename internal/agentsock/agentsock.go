@@ -16,9 +16,7 @@ package agentsock
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +28,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lineserver"
 	"github.com/xmsg/xmsg/internal/peercred"
@@ -139,8 +138,8 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 			return
 		}
-		line, err := lineserver.ReadLine(r, s.cfg.MaxLine)
-		if errors.Is(err, lineserver.ErrTooLong) {
+		line, err := jsonline.ReadLine(r, s.cfg.MaxLine)
+		if errors.Is(err, jsonline.ErrTooLong) {
 			// The rest of the line is not read: the connection ends here, so the frame
 			// boundary is lost anyway.
 			s.refuse(actor, "frame", "payload_too_large", "line too long")
@@ -157,7 +156,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 			}
 			return
 		}
-		if len(bytes.TrimSpace(line)) == 0 {
+		if jsonline.IsBlank(line) {
 			if last {
 				return
 			}
@@ -179,54 +178,43 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	}
 }
 
-// request is every field of every agent.sock frame. Pointers tell "absent" from "zero".
+// request is every field of every agent.sock frame, decoded by jsonline (its aliases
+// folded into the canonical names).
 type request struct {
-	Action         string  `json:"action"`
-	Ref            *string `json:"ref"`
-	Text           *string `json:"text"`
-	PushReplies    *bool   `json:"push_replies"`
-	PushRepliesAlt *bool   `json:"pushReplies"`
-	Key            *string `json:"idempotency_key"`
-	KeyAlt         *string `json:"idempotencyKey"`
-	MessageID      *string `json:"messageId"`
-	MessageIDAlt   *string `json:"message_id"`
-}
-
-func str(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
+	Action         string
+	Ref, Text, Key string
+	MessageID      string
+	PushReplies    *bool // nil: not given (the default is true)
 }
 
 // decodeRequest parses one frame: a single JSON object. Unknown fields are ignored (the
 // protocol lets clients send extras such as `return_to`; none of them is ever used).
 func decodeRequest(line []byte) (request, error) {
+	obj, err := jsonline.Decode(line)
+	if err != nil {
+		return request{}, err
+	}
 	var req request
-	if !utf8.Valid(line) {
-		return req, errors.New("frame is not valid UTF-8")
+	for _, f := range []struct {
+		dst   *string
+		names []string
+	}{
+		{&req.Action, []string{"action"}},
+		{&req.Ref, []string{"ref"}},
+		{&req.Text, []string{"text"}},
+		{&req.Key, []string{"idempotency_key", "idempotencyKey"}},
+		{&req.MessageID, []string{"messageId", "message_id"}},
+	} {
+		if *f.dst, err = obj.String(f.names...); err != nil {
+			return request{}, err
+		}
 	}
-	// Only JSON's own whitespace may surround the object: bytes.TrimSpace would also strip
-	// \v, \f, U+0085 and U+00A0, letting a frame that is not JSON decode as if it were.
-	trimmed := bytes.Trim(line, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return req, errors.New("invalid json: frame must be a JSON object")
+	push, present, err := obj.Bool("push_replies", "pushReplies")
+	if err != nil {
+		return request{}, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	if err := dec.Decode(&req); err != nil {
-		return request{}, fmt.Errorf("invalid json: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return request{}, errors.New("invalid json: trailing data after the object")
-	}
-	if req.PushReplies == nil {
-		req.PushReplies = req.PushRepliesAlt
-	}
-	if req.Key == nil {
-		req.Key = req.KeyAlt
-	}
-	if req.MessageID == nil {
-		req.MessageID = req.MessageIDAlt
+	if present {
+		req.PushReplies = &push
 	}
 	return req, nil
 }
@@ -241,16 +229,14 @@ func errorLine(code, detail string) []byte {
 	return encode(errorResp{Status: "error", Error: code, Detail: detail})
 }
 
-// encode renders one response line. HTML escaping is off so the bytes match the original
-// xmsg's (docs/protocol.md §4.1); the content is the same either way.
+// encode renders one response line (jsonline: no HTML escaping, as the original xmsg,
+// docs/protocol.md §4.1).
 func encode(v any) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	line, err := jsonline.Encode(v)
+	if err != nil {
 		return []byte(`{"status":"error","error":"internal","detail":"encoding failed"}` + "\n")
 	}
-	return buf.Bytes()
+	return line
 }
 
 // frame answers one valid-UTF-8, non-blank line.
@@ -297,7 +283,7 @@ type sendResp struct {
 }
 
 func (s *Server) send(caller bus.Caller, req request) []byte {
-	ref, text := str(req.Ref), str(req.Text)
+	ref, text := req.Ref, req.Text
 	if ref == "" || text == "" {
 		s.refuse(caller.Actor(), "send", "bad_request", "ref and text are required")
 		return errorLine("bad_request", "ref and text are required")
@@ -314,7 +300,7 @@ func (s *Server) send(caller bus.Caller, req request) []byte {
 		Principal:   "session:" + caller.SessionID,
 		Caller:      &caller,
 		PushReplies: push,
-		Key:         str(req.Key),
+		Key:         req.Key,
 		Socket:      "agent",
 		Actor:       caller.Actor(),
 	})
@@ -332,11 +318,10 @@ func sendError(err error, ref string) *bus.Error {
 	case "not_found", "ambiguous", "gone":
 		return &bus.Error{Status: e.Status, Code: "not_found", Detail: e.Detail}
 	case "unregistered":
-		var pid int
-		if _, err := fmt.Sscanf(e.Detail, "process %d has no attested agent session", &pid); err != nil {
+		if e.PID == 0 {
 			return &bus.Error{Status: e.Status, Code: "unregistered", Detail: fmt.Sprintf("pid %s is unregistered", ref)}
 		}
-		return &bus.Error{Status: e.Status, Code: "unregistered", Detail: fmt.Sprintf("pid %d is unregistered", pid)}
+		return &bus.Error{Status: e.Status, Code: "unregistered", Detail: fmt.Sprintf("pid %d is unregistered", e.PID), PID: e.PID}
 	case "inbox_unavailable", "inbox_timeout":
 		return &bus.Error{Status: e.Status, Code: "delivery_failed", Detail: e.Detail}
 	}
@@ -349,7 +334,7 @@ type replyResp struct {
 }
 
 func (s *Server) reply(caller bus.Caller, req request) []byte {
-	id, text := str(req.MessageID), str(req.Text)
+	id, text := req.MessageID, req.Text
 	if id == "" || text == "" {
 		s.refuse(caller.Actor(), "reply", "bad_request", "messageId and text are required")
 		return errorLine("bad_request", "messageId and text are required")

@@ -306,6 +306,27 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestFrameBytes pins answers byte for byte where the codec decides them: no HTML escaping
+// (the original xmsg's serde bytes, not encoding/json's \u003c), field names that match
+// exactly, and a wrong type named by its field.
+func TestFrameBytes(t *testing.T) {
+	e := daemontest.New(t, daemontest.Options{})
+	c := daemontest.Dial(t, e.AgentPath)
+	for _, tc := range []struct{ frame, want string }{
+		{`{"action":"<a&b>"}`, `{"status":"error","error":"bad_request","detail":"unknown action: '<a&b>'"}`},
+		{`{"Action":"send","ref":"x","text":"y"}`, `{"status":"error","error":"bad_request","detail":"unknown action: ''"}`},
+		{`{"action":"send","ref":5}`, `{"status":"error","error":"bad_request","detail":"invalid json: field 'ref' must be a string"}`},
+		{`{"action":"send","pushReplies":"yes"}`, `{"status":"error","error":"bad_request","detail":"invalid json: field 'pushReplies' must be a boolean"}`},
+		{`[1]`, `{"status":"error","error":"bad_request","detail":"invalid json: frame must be a JSON object"}`},
+		{`{} {}`, `{"status":"error","error":"bad_request","detail":"invalid json: trailing data after the object"}`},
+	} {
+		c.Write([]byte(tc.frame + "\n"))
+		if line, _ := c.Recv(); line != tc.want {
+			t.Errorf("%s: got %s, want %s", tc.frame, line, tc.want)
+		}
+	}
+}
+
 // TestMaxConns: the 33rd connection is closed at once; after one closes, a new one is served.
 func TestMaxConns(t *testing.T) {
 	e := daemontest.New(t, daemontest.Options{})

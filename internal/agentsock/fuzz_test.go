@@ -8,7 +8,8 @@ import (
 )
 
 // FuzzDecodeRequest: any line either fails to decode or yields a request that survives a
-// round trip, and only valid UTF-8 JSON objects decode.
+// round trip (under its canonical names and under its aliases), and only valid UTF-8 JSON
+// objects decode.
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"action":"send","ref":"svc:bot","text":"hi","push_replies":true,"idempotency_key":"k"}`,
@@ -31,23 +32,29 @@ func FuzzDecodeRequest(f *testing.F) {
 		if !utf8.Valid(line) || !json.Valid(line) || bytes.TrimSpace(line)[0] != '{' {
 			t.Fatalf("decoded %q, which is not a valid UTF-8 JSON object", line)
 		}
-		// Aliases are folded into the canonical fields.
-		if req.PushReplies == nil && req.PushRepliesAlt != nil || req.Key == nil && req.KeyAlt != nil || req.MessageID == nil && req.MessageIDAlt != nil {
-			t.Fatalf("alias not folded: %+v", req)
-		}
-		canon := request{Action: req.Action, Ref: req.Ref, Text: req.Text, PushReplies: req.PushReplies, Key: req.Key, MessageID: req.MessageID}
-		out, err := json.Marshal(canon)
-		if err != nil {
-			t.Fatal(err)
-		}
-		again, err := decodeRequest(out)
-		if err != nil {
-			t.Fatalf("re-decode of %s: %v", out, err)
-		}
-		if str(again.Ref) != str(req.Ref) || str(again.Text) != str(req.Text) || again.Action != req.Action ||
-			str(again.Key) != str(req.Key) || str(again.MessageID) != str(req.MessageID) ||
-			(again.PushReplies == nil) != (req.PushReplies == nil) || (req.PushReplies != nil && *again.PushReplies != *req.PushReplies) {
-			t.Fatalf("round trip changed %+v into %+v", req, again)
+		// The request written with the canonical names, and again with every alias, decodes
+		// to the same request: aliases are folded into the canonical fields.
+		for _, names := range [][6]string{
+			{"action", "ref", "text", "idempotency_key", "messageId", "push_replies"},
+			{"action", "ref", "text", "idempotencyKey", "message_id", "pushReplies"},
+		} {
+			obj := map[string]any{names[0]: req.Action, names[1]: req.Ref, names[2]: req.Text, names[3]: req.Key, names[4]: req.MessageID}
+			if req.PushReplies != nil {
+				obj[names[5]] = *req.PushReplies
+			}
+			out, err := json.Marshal(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := decodeRequest(out)
+			if err != nil {
+				t.Fatalf("re-decode of %s: %v", out, err)
+			}
+			if again.Action != req.Action || again.Ref != req.Ref || again.Text != req.Text || again.Key != req.Key ||
+				again.MessageID != req.MessageID || (again.PushReplies == nil) != (req.PushReplies == nil) ||
+				(req.PushReplies != nil && *again.PushReplies != *req.PushReplies) {
+				t.Fatalf("round trip of %s changed %+v into %+v", out, req, again)
+			}
 		}
 	})
 }

@@ -248,13 +248,13 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 	if len(dead) > 0 {
 		d := dead[0]
 		if _, err := b.cfg.Proc.StartTime(d.PID); err == nil {
-			return Target{}, errorf(http.StatusBadRequest, "unregistered", "process %d has no attested agent session", d.PID)
+			return Target{}, unregistered(d.PID)
 		}
 		return Target{}, errorf(http.StatusGone, "gone", "session %s process %d exited", d.ID, d.PID)
 	}
 	if isPID {
 		if _, err := b.cfg.Proc.StartTime(pid); err == nil {
-			return Target{}, errorf(http.StatusBadRequest, "unregistered", "process %d has no attested agent session", pid)
+			return Target{}, unregistered(pid)
 		}
 	}
 	return Target{}, notFound(ref)

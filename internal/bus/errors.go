@@ -12,6 +12,9 @@ type Error struct {
 	Status int    // HTTP status
 	Code   string // protocol error code
 	Detail string // human text; never contains message bodies or secrets
+	// PID is the live process a ref named, for code unregistered (0 otherwise): agent.sock
+	// words its detail differently ("pid N is unregistered", docs/protocol.md §4.1).
+	PID int
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Detail }
@@ -36,4 +39,11 @@ func badRequest(format string, args ...any) *Error {
 
 func notFound(what string) *Error {
 	return errorf(http.StatusNotFound, "not_found", "no live session matches '%s'", what)
+}
+
+// unregistered is a ref naming a live process that is no attested session.
+func unregistered(pid int) *Error {
+	e := errorf(http.StatusBadRequest, "unregistered", "process %d has no attested agent session", pid)
+	e.PID = pid
+	return e
 }

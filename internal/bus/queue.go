@@ -2,15 +2,25 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/store"
 )
 
+// Queued is a message Poll hands to a registered session: what its deliver frame carries
+// (docs/protocol.md §4.2).
+type Queued struct {
+	ID, FromName, Text, Envelope string
+	// Origin is the sender as resolved when the message was queued (docs/protocol.md §7.3),
+	// a JSON object; nil when none was recorded.
+	Origin json.RawMessage
+}
+
 // Poll returns the oldest unacknowledged message of r's session, waiting up to wait for one.
 // It returns (nil, nil) on timeout. The message stays queued until Ack: a crash or a dropped
 // connection before the ack means it is delivered again (at-least-once).
-func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*store.Pending, error) {
+func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Queued, error) {
 	if wait > MaxWait {
 		wait = MaxWait
 	}
@@ -27,7 +37,7 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*s
 		if err != nil || found {
 			cancel()
 			if found {
-				return &p, nil
+				return &Queued{ID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope, Origin: p.Origin}, nil
 			}
 			return nil, err
 		}

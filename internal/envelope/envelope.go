@@ -11,10 +11,11 @@
 package envelope
 
 import (
-	"encoding/json"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/xmsg/xmsg/internal/jsonline"
 )
 
 // MaxSenderRunes is the maximum length of a sender badge in Unicode scalars,
@@ -248,17 +249,10 @@ type claudeLine struct {
 // the original xmsg byte for byte (docs/protocol.md §6.3); it parses to the same content
 // either way.
 func ClaudeLine(fromName, body string) ([]byte, error) {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	err := enc.Encode(claudeLine{
+	return jsonline.Encode(claudeLine{
 		Type:    "user",
 		Message: claudeMessage{Role: "user", Content: ClaudeContent(fromName, body)},
 	})
-	if err != nil {
-		return nil, err
-	}
-	return []byte(b.String()), nil
 }
 
 // Details of the errors returned by ValidIdempotencyKey.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/jsonline"
 )
 
 // Config of the API.
@@ -125,19 +126,17 @@ func NewServer(cfg Config) *http.Server {
 
 type handler struct{ cfg Config }
 
+// writeJSON answers v as JSON (jsonline's encoding: no HTML escaping, one line).
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	body, err := jsonline.Encode(v)
+	if err != nil {
 		status = http.StatusInternalServerError
-		buf.Reset()
-		buf.WriteString(`{"error":"internal","detail":"encoding failed"}` + "\n")
+		body = []byte(`{"error":"internal","detail":"encoding failed"}` + "\n")
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	w.Write(body)
 }
 
 func writeError(w http.ResponseWriter, err error) {

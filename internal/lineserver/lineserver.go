@@ -11,10 +11,8 @@
 package lineserver
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -239,36 +237,4 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 	p.Start = start
 	s.cfg.Handle(c, p)
-}
-
-// ErrTooLong is ReadLine's error for a line over its limit.
-var ErrTooLong = errors.New("lineserver: line too long")
-
-// ReadLine returns the next line of r without its '\n'. A line of more than max bytes is
-// ErrTooLong, and the rest of it is not read: the frame boundary is lost, so the caller ends the
-// connection. At EOF a final unterminated line is returned with io.ErrUnexpectedEOF; a protocol
-// that requires the newline treats that like any other error.
-func ReadLine(r *bufio.Reader, max int) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		n := len(chunk)
-		if err == nil {
-			n--
-		}
-		if len(line)+n > max {
-			return nil, ErrTooLong
-		}
-		line = append(line, chunk[:n]...)
-		switch {
-		case err == nil:
-			return line, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF) && len(line) > 0:
-			return line, io.ErrUnexpectedEOF
-		default:
-			return line, err
-		}
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/lineserver"
 )
 
@@ -43,7 +44,7 @@ func echo(t *testing.T, maxConns int, gated bool) (s *lineserver.Server, path st
 		Handle: func(c net.Conn, p lineserver.Peer) {
 			r := bufio.NewReader(c)
 			for s.ArmRead(c, wait) {
-				line, err := lineserver.ReadLine(r, 64)
+				line, err := jsonline.ReadLine(r, 64)
 				if err != nil || !s.Write(c, append(line, '\n')) {
 					return
 				}

@@ -26,7 +26,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/xmsg/xmsg/internal/jsonline"
 )
 
 // Protocol versions this server speaks; the first is the default.
@@ -100,13 +101,17 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() {
 		r := bufio.NewReaderSize(cfg.In, 64<<10)
 		for {
-			line, err := readLine(r, maxLine)
+			line, err := jsonline.ReadLine(r, maxLine)
+			if errors.Is(err, jsonline.ErrTooLong) {
+				// Skip the rest of that line, so that the next request is read in step.
+				jsonline.SkipLine(r)
+			}
 			select {
 			case lines <- item{line, err}:
 			case <-ctx.Done():
 				return
 			}
-			if err != nil && !errors.Is(err, errTooLong) {
+			if err != nil && !errors.Is(err, jsonline.ErrTooLong) {
 				return
 			}
 		}
@@ -122,7 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return ctx.Err()
 		}
 		switch {
-		case errors.Is(it.err, errTooLong):
+		case errors.Is(it.err, jsonline.ErrTooLong):
 			b.write(errorResponse(nil, codeParse, "Parse error: line too long"))
 			continue
 		case it.err != nil && len(it.line) == 0:
@@ -156,53 +161,15 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 func (b *bridge) write(v any) {
-	line, err := json.Marshal(v)
+	line, err := jsonline.Encode(v)
 	if err != nil {
 		b.cfg.Log.Error("mcp: encode failed", "err", err)
 		return
 	}
 	b.outM.Lock()
 	defer b.outM.Unlock()
-	if _, err := b.cfg.Out.Write(append(line, '\n')); err != nil {
+	if _, err := b.cfg.Out.Write(line); err != nil {
 		b.cfg.Log.Debug("mcp: write failed", "err", err)
-	}
-}
-
-var errTooLong = errors.New("line too long")
-
-// readLine returns the next line without its '\n'. A line longer than max is skipped through
-// its newline and reported as errTooLong, so the stream stays in step.
-func readLine(r *bufio.Reader, max int) ([]byte, error) {
-	var line []byte
-	tooLong := false
-	for {
-		chunk, err := r.ReadSlice('\n')
-		n := len(chunk)
-		if err == nil {
-			n--
-		}
-		if !tooLong {
-			if len(line)+n > max {
-				tooLong, line = true, nil
-			} else {
-				line = append(line, chunk[:n]...)
-			}
-		}
-		switch {
-		case err == nil:
-			if tooLong {
-				return nil, errTooLong
-			}
-			return line, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case tooLong:
-			return nil, errTooLong
-		case errors.Is(err, io.EOF) && len(line) > 0:
-			return line, io.ErrUnexpectedEOF
-		default:
-			return line, err
-		}
 	}
 }
 
@@ -243,14 +210,15 @@ func result(id json.RawMessage, v any) *response {
 // to send at once (an error), or neither (a message that needs no answer, such as a client's
 // response to us).
 func parse(line []byte) (request, *response) {
-	if !utf8.Valid(line) || !json.Valid(line) {
+	obj, err := jsonline.Decode(line)
+	if err != nil {
+		var se *jsonline.SyntaxError
+		if errors.As(err, &se) && se.NotObject {
+			// Valid JSON that is not an object: a batch array or a scalar. Batches are not
+			// part of the MCP versions spoken here.
+			return request{}, errorResponse(nil, codeInvalidRequest, "Invalid Request")
+		}
 		return request{}, errorResponse(nil, codeParse, "Parse error")
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(line, &obj); err != nil || obj == nil {
-		// Valid JSON that is not an object: a batch array or a scalar. Batches are not part
-		// of the MCP versions spoken here.
-		return request{}, errorResponse(nil, codeInvalidRequest, "Invalid Request")
 	}
 	id, hasID := obj["id"]
 	if hasID && !validID(id) {
@@ -313,25 +281,26 @@ func (b *bridge) handle(ctx context.Context, req request) *response {
 	case "tools/list":
 		return result(req.id, map[string]any{"tools": b.tools()})
 	case "tools/call":
-		var p struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
+		params, err := jsonline.Decode(orEmpty(req.params))
+		var name string
+		if err == nil {
+			name, err = params.String("name")
 		}
-		if err := json.Unmarshal(orEmpty(req.params), &p); err != nil || p.Name == "" {
+		if err != nil || name == "" {
 			return errorResponse(req.id, codeInvalidParams, "Invalid params: tools/call needs a tool name")
 		}
-		args := map[string]json.RawMessage{}
-		if len(p.Arguments) > 0 && string(p.Arguments) != "null" {
-			if err := json.Unmarshal(p.Arguments, &args); err != nil || args == nil {
+		args := jsonline.Object{}
+		if raw, _, ok := params.Raw("arguments"); ok {
+			if args, err = jsonline.Decode(raw); err != nil {
 				return errorResponse(req.id, codeInvalidParams, "Invalid params: arguments must be an object")
 			}
 		}
-		switch p.Name {
+		switch name {
 		case "list", "send", "reply":
 		default:
-			return errorResponse(req.id, codeInvalidParams, "Unknown tool: "+p.Name)
+			return errorResponse(req.id, codeInvalidParams, "Unknown tool: "+name)
 		}
-		return result(req.id, b.call(ctx, p.Name, args))
+		return result(req.id, b.call(ctx, name, args))
 	}
 	return errorResponse(req.id, codeMethodNotFound, "Method not found: "+req.method)
 }
@@ -344,13 +313,13 @@ func orEmpty(raw json.RawMessage) json.RawMessage {
 }
 
 func (b *bridge) initialize(params json.RawMessage) map[string]any {
-	var p struct {
-		ProtocolVersion string `json:"protocolVersion"`
+	var asked string
+	if p, err := jsonline.Decode(orEmpty(params)); err == nil {
+		asked, _ = p.String("protocolVersion")
 	}
-	json.Unmarshal(orEmpty(params), &p)
 	version := versions[0]
 	for _, v := range versions {
-		if p.ProtocolVersion == v {
+		if asked == v {
 			version = v
 		}
 	}
@@ -426,7 +395,7 @@ func text(s string, isError bool) toolResult {
 
 // call runs one tool. Failures are tool results with isError (visible to the model), not
 // JSON-RPC errors.
-func (b *bridge) call(ctx context.Context, name string, args map[string]json.RawMessage) toolResult {
+func (b *bridge) call(ctx context.Context, name string, args jsonline.Object) toolResult {
 	if _, ok := args["from"]; ok {
 		// The sender is whoever the daemon attests; accepting a claimed name here (even to
 		// ignore it) would suggest to the agent that it can choose one.
@@ -447,12 +416,12 @@ func (b *bridge) call(ctx context.Context, name string, args map[string]json.Raw
 	case "send":
 		ref, err1 := argString(args, "ref")
 		msg, err2 := argString(args, "text")
-		push := true
-		var err3 error
-		if raw, ok := present(args, "push_replies", "pushReplies"); ok {
-			if err3 = json.Unmarshal(raw, &push); err3 != nil {
-				err3 = errors.New("push_replies must be a boolean")
-			}
+		push, given, err3 := args.Bool("push_replies", "pushReplies")
+		if err3 != nil {
+			err3 = errors.New("push_replies must be a boolean")
+		}
+		if !given {
+			push = true
 		}
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return text(err.Error(), true)
@@ -474,22 +443,11 @@ func (b *bridge) call(ctx context.Context, name string, args map[string]json.Raw
 	}
 }
 
-func present(args map[string]json.RawMessage, names ...string) (json.RawMessage, bool) {
-	for _, n := range names {
-		if raw, ok := args[n]; ok && string(raw) != "null" {
-			return raw, true
-		}
-	}
-	return nil, false
-}
-
-func argString(args map[string]json.RawMessage, names ...string) (string, error) {
-	raw, ok := present(args, names...)
-	if !ok {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+// argString is a string argument under the first present of names; its error names the
+// argument by its canonical name, as the tool's schema does.
+func argString(args jsonline.Object, names ...string) (string, error) {
+	s, err := args.String(names...)
+	if err != nil {
 		return "", fmt.Errorf("%s must be a string", names[0])
 	}
 	return s, nil
@@ -510,28 +468,30 @@ func (b *bridge) agent(ctx context.Context, req map[string]any, key string) tool
 	}
 	// Cancelling ctx (Run ending) interrupts a call blocked on the socket.
 	defer context.AfterFunc(ctx, func() { c.Close() })()
-	line, _ := json.Marshal(req)
-	if _, err := c.Write(append(line, '\n')); err != nil {
+	line, err := jsonline.Encode(req)
+	if err != nil {
+		return text("xmsg request failed: "+err.Error(), true)
+	}
+	if _, err := c.Write(line); err != nil {
 		return text("xmsg request failed: "+errText(err), true)
 	}
-	resp, err := readLine(bufio.NewReader(c), maxResponse)
+	resp, err := jsonline.ReadLine(bufio.NewReader(c), maxResponse)
 	if err != nil && len(resp) == 0 {
 		return text("xmsg closed the connection without an answer", true)
 	}
-	var ans map[string]json.RawMessage
-	if err := json.Unmarshal(resp, &ans); err != nil {
+	ans, err := jsonline.Decode(resp)
+	if err != nil {
 		return text("xmsg sent an unreadable answer", true)
 	}
-	var status, code, detail string
-	json.Unmarshal(ans["status"], &status)
-	if status != "ok" {
-		json.Unmarshal(ans["error"], &code)
-		json.Unmarshal(ans["detail"], &detail)
+	if status, _ := ans.String("status"); status != "ok" {
+		code, _ := ans.String("error")
+		detail, _ := ans.String("detail")
 		return text(fmt.Sprintf("error %s: %s", code, detail), true)
 	}
 	body, ok := ans[key]
 	if !ok {
-		body, _ = json.Marshal(ans)
+		all, _ := jsonline.Encode(ans)
+		body = bytes.TrimSuffix(all, []byte("\n"))
 	}
 	return text(string(body), false)
 }

@@ -14,12 +14,10 @@ package registersock
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -28,10 +26,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lineserver"
 	"github.com/xmsg/xmsg/internal/peercred"
-	"github.com/xmsg/xmsg/internal/store"
 )
 
 // Defaults (docs/protocol.md §2.5, §5.6), from package limits.
@@ -133,9 +131,9 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		return
 	}
 	r := bufio.NewReaderSize(c, 64<<10)
-	line, err := lineserver.ReadLine(r, s.cfg.MaxFirstFrame)
+	line, err := jsonline.ReadLine(r, s.cfg.MaxFirstFrame)
 	switch {
-	case errors.Is(err, lineserver.ErrTooLong):
+	case errors.Is(err, jsonline.ErrTooLong):
 		s.refuse(actor, "register", "first frame too long")
 		s.srv.Write(c, errorLine(fmt.Sprintf("first frame exceeds %d bytes", s.cfg.MaxFirstFrame)))
 		return
@@ -212,8 +210,8 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 	go func() {
 		defer reader.Done()
 		for {
-			line, err := lineserver.ReadLine(r, s.cfg.MaxFrame)
-			if err != nil && !errors.Is(err, lineserver.ErrTooLong) {
+			line, err := jsonline.ReadLine(r, s.cfg.MaxFrame)
+			if err != nil && !errors.Is(err, jsonline.ErrTooLong) {
 				cancel()
 				return
 			}
@@ -239,12 +237,12 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 		case <-ctx.Done():
 			return
 		}
-		if errors.Is(f.err, lineserver.ErrTooLong) {
+		if errors.Is(f.err, jsonline.ErrTooLong) {
 			s.refuse(actor, "frame", "frame too long")
 			s.srv.Write(c, errorLine(fmt.Sprintf("frame exceeds %d bytes", s.cfg.MaxFrame)))
 			return
 		}
-		if isBlank(f.line) {
+		if jsonline.IsBlank(f.line) {
 			continue
 		}
 		// The registration is the process that registered; if it is gone (or its pid now
@@ -333,7 +331,7 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 	}
 }
 
-func deliverFrame(reg *bus.Registration, p *store.Pending) deliverResp {
+func deliverFrame(reg *bus.Registration, p *bus.Queued) deliverResp {
 	d := deliverResp{Action: "deliver", MessageID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope}
 	if reg.Harness == "svc" {
 		d.Origin = p.Origin
@@ -381,21 +379,23 @@ type (
 // errorLine is register.sock's error shape: no code field (docs/protocol.md §4.2).
 func errorLine(detail string) []byte { return encode(errorResp{Status: "error", Detail: detail}) }
 
+// encode renders one response line (jsonline: no HTML escaping, as the original xmsg).
 func encode(v any) []byte {
-	b, err := json.Marshal(v)
+	line, err := jsonline.Encode(v)
 	if err != nil {
 		return []byte(`{"status":"error","detail":"encoding failed"}` + "\n")
 	}
-	return append(b, '\n')
+	return line
 }
 
-func isBlank(b []byte) bool {
-	for _, c := range b {
-		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
-			return false
-		}
+// decodeError is the detail of a frame that does not decode: "invalid json" for anything that
+// is not one JSON object (docs/protocol.md §4.2), and the field for a field of the wrong type.
+func decodeError(err error) string {
+	var fe *jsonline.FieldError
+	if errors.As(err, &fe) {
+		return fe.Error()
 	}
-	return true
+	return "invalid json"
 }
 
 // Kinds of first frame (docs/protocol.md §4.2 dispatch order).
@@ -416,11 +416,17 @@ type first struct {
 // decodeFirst classifies a first frame. Any caller-supplied session id is ignored: ids are
 // minted by the bus.
 func decodeFirst(line []byte) (first, error) {
-	obj, err := object(line)
+	obj, err := jsonline.Decode(line)
 	if err != nil {
-		return first{}, err
+		return first{}, errors.New(decodeError(err))
 	}
-	field := func(names ...string) (string, error) { return stringField(obj, names...) }
+	field := func(names ...string) (string, error) {
+		v, err := obj.String(names...)
+		if err != nil {
+			return "", errors.New(decodeError(err))
+		}
+		return v, nil
+	}
 	action, err := field("action")
 	if err != nil {
 		return first{}, err
@@ -453,36 +459,6 @@ func decodeFirst(line []byte) (first, error) {
 	return first{Kind: kindAgy}, nil
 }
 
-// stringField returns the first present, non-null field of names (the canonical name first,
-// then its alias); "" when none is present.
-func stringField(obj map[string]json.RawMessage, names ...string) (string, error) {
-	for _, n := range names {
-		raw, ok := obj[n]
-		if !ok || string(raw) == "null" {
-			continue
-		}
-		var v string
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return "", fmt.Errorf("invalid json: field '%s' must be a string", n)
-		}
-		return v, nil
-	}
-	return "", nil
-}
-
-// object parses line as exactly one JSON object.
-func object(line []byte) (map[string]json.RawMessage, error) {
-	var obj map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(line))
-	if err := dec.Decode(&obj); err != nil || obj == nil {
-		return nil, errors.New("invalid json")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("invalid json")
-	}
-	return obj, nil
-}
-
 type loopReq struct {
 	Action    string
 	MessageID string
@@ -490,36 +466,33 @@ type loopReq struct {
 	WaitSecs  int
 }
 
-// decodeLoop parses a poll/ack/reply frame. waitSecs defaults to 30 and is clamped to 0..60;
-// messageId also accepts message_id.
+// decodeLoop parses a poll/ack/reply frame. waitSecs defaults to 30 and is clamped to 0..60
+// (rounded up); messageId also accepts message_id, waitSecs wait_secs.
 func decodeLoop(line []byte) (loopReq, error) {
-	obj, err := object(line)
+	obj, err := jsonline.Decode(line)
 	if err != nil {
-		return loopReq{}, err
+		return loopReq{}, errors.New(decodeError(err))
 	}
-	str := func(names ...string) (string, error) { return stringField(obj, names...) }
 	var req loopReq
-	if req.Action, err = str("action"); err != nil {
-		return loopReq{}, err
+	for _, f := range []struct {
+		dst   *string
+		names []string
+	}{
+		{&req.Action, []string{"action"}},
+		{&req.MessageID, []string{"messageId", "message_id"}},
+		{&req.Text, []string{"text"}},
+	} {
+		if *f.dst, err = obj.String(f.names...); err != nil {
+			return loopReq{}, errors.New(decodeError(err))
+		}
 	}
-	if req.MessageID, err = str("messageId", "message_id"); err != nil {
-		return loopReq{}, err
-	}
-	if req.Text, err = str("text"); err != nil {
-		return loopReq{}, err
+	w, present, err := obj.Number("waitSecs", "wait_secs")
+	if err != nil {
+		return loopReq{}, errors.New(decodeError(err))
 	}
 	req.WaitSecs = defaultWait
-	for _, n := range []string{"waitSecs", "wait_secs"} {
-		raw, ok := obj[n]
-		if !ok || string(raw) == "null" {
-			continue
-		}
-		var w float64
-		if err := json.Unmarshal(raw, &w); err != nil || math.IsNaN(w) {
-			return loopReq{}, fmt.Errorf("invalid json: field '%s' must be a number", n)
-		}
+	if present {
 		req.WaitSecs = int(math.Ceil(min(max(w, 0), float64(bus.MaxWait/time.Second))))
-		break
 	}
 	return req, nil
 }

@@ -54,6 +54,11 @@ func TestFirstFrame(t *testing.T) {
 		{"wrong type", `{"harness":5}`, `{"status":"error","detail":"invalid json: field 'harness' must be a string"}`},
 		{"svc empty name", `{"harness":"svc","name":"  "}`, `{"status":"error","detail":"service name must not be empty"}`},
 		{"svc not configured", `{"harness":"svc","name":"other"}`, `{"status":"error","detail":"no trusted executable configured for service 'other'"}`},
+		// No HTML escaping: the bytes of the original xmsg (serde), not encoding/json's \u003c.
+		{"html unescaped", `{"harness":"svc","name":"<a&b>"}`, `{"status":"error","detail":"no trusted executable configured for service '<a&b>'"}`},
+		// Field names match exactly (serde), so this names no harness at all.
+		{"names are case-sensitive", `{"Harness":"svc","Name":"bot"}`, `{"status":"error","detail":"agy registration is not available"}`},
+		{"trailing vertical tab", "{}\v", `{"status":"error","detail":"invalid json"}`},
 		{"invalid UTF-8", "{\"harness\":\"\xff\"}", `{"status":"error","detail":"frame is not valid UTF-8"}`},
 		{"too long", `{"harness":"` + strings.Repeat("x", 1100) + `"}`, `{"status":"error","detail":"first frame exceeds 1024 bytes"}`},
 	}
@@ -404,6 +409,19 @@ func TestUngated(t *testing.T) {
 	c.C.Write([]byte(`{"action":"check"}` + "\n"))
 	if line, eof := c.Recv(); !eof {
 		t.Fatalf("got %q, want closed", line)
+	}
+}
+
+// TestDeliverFrameBytes: a deliver frame carries the text as written, without HTML escaping
+// (the original xmsg's bytes; encoding/json would write \u003c for '<').
+func TestDeliverFrameBytes(t *testing.T) {
+	e := newEnv(t, daemontest.Options{})
+	bot, reg := e.Service("", "bot")
+	anonSend(t, e, "bot", "a<b>&c")
+	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 0})
+	line, _ := bot.Recv(reg)
+	if !strings.Contains(line, `"text":"a<b>&c"`) || strings.Contains(line, `\u00`) {
+		t.Fatalf("deliver %s: want the text unescaped, %q", line, `"text":"a<b>&c"`)
 	}
 }
 

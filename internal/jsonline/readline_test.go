@@ -1,4 +1,4 @@
-package lineserver
+package jsonline
 
 import (
 	"bufio"
