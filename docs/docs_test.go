@@ -112,6 +112,25 @@ func TestNoReferencesOutsideRepo(t *testing.T) {
 	}
 }
 
+// TestLinks: every relative link of the README and the docs names a file that exists.
+func TestLinks(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)#:]+)(#[^)]*)?\)`)
+	files := []string{filepath.Join(root, "README.md")}
+	docs, _ := filepath.Glob("*.md")
+	files = append(files, docs...)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f), m[1])); err != nil {
+				t.Errorf("%s links %s, which does not exist", f, m[1])
+			}
+		}
+	}
+}
+
 // TestReadmeLayout: the README's Layout block names every package directory and top-level
 // directory of the tree, and nothing that does not exist.
 func TestReadmeLayout(t *testing.T) {
