@@ -2,6 +2,7 @@ package docs
 
 import (
 	"bufio"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -243,6 +244,11 @@ func TestUnitDocumentation(t *testing.T) {
 		}
 	}
 	mod, err := os.ReadFile(filepath.Join(root, "nix", "module.nix"))
+	if errors.Is(err, fs.ErrNotExist) {
+		// The Nix package builds and tests a source tree without its .nix files (nix/source.nix).
+		t.Log("no nix/module.nix in this tree: the module's links are not checked")
+		return
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
