@@ -1,19 +1,25 @@
 # module.nix -- NixOS module: one hardened, socket-activated xmsg bus per tier.
 #
-#   services.xmsg.tiers.<name> = { ... };
+#   services.xmsg.tiers.<name> = { settings = { ... }; federation = { ... }; ... };
 #
 # A tier is an OS user. Its bus runs as that user and only that user can reach it: the socket
 # directory /run/xmsg-<name>/xmsg is 0700, every socket is 0600, and the daemon closes any
 # connection whose SO_PEERCRED uid is not its own -- three independent layers. No tier has a
 # TCP listener except an explicitly configured federation port on a specific address.
 #
+# Typed options exist only where the module itself has to act (users, units, credentials,
+# session directories, the federation's network allow lists). Every other daemon flag is a
+# key of the freeform `settings`, rendered to `--key=value` (RFC 42 style), so a new daemon
+# flag needs no new option here.
+#
 # Per tier the module generates exactly what systemd/ ships for non-Nix hosts (keep the two in
-# sync; vmtests/nix_test.go compares them):
+# sync; vmtests/nix_test.go compares them key for key, with and without federation):
 #   xmsg-http@<name>.socket, xmsg-agent@<name>.socket, xmsg-register@<name>.socket
 #     ListenStream=/run/xmsg-<name>/xmsg/{http,agent,register}.sock, FileDescriptorName= the
 #     socket's name, 0600 owned by the tier user, Service=xmsg@<name>.service
 #   xmsg@<name>.service
-#     the daemon (`xmsg serve`), started on the first connection, with systemd/'s hardening
+#     the daemon (`xmsg serve`), started on the first connection, with systemd/'s hardening;
+#     federating: systemd/examples/xmsg@public.service.d/{credentials,federation}.conf on top
 #   tmpfiles: /run/xmsg-<name> and /run/xmsg-<name>/xmsg, 0700, owned by the tier user
 #   state:    /var/lib/xmsg-<name> (StateDirectory=, 0700)
 #   user:     xmsg-<name> (static system user and group) unless an existing user is chosen
@@ -46,7 +52,54 @@ let
   serviceUnit = name: "xmsg@${name}.service";
   socketUnit = name: sock: "xmsg-${sock}@${name}";
 
-  # ---- federation helpers -------------------------------------------------------------------
+  # ---- credentials: declared once ---------------------------------------------------------
+  # The daemon's credentials (PROTOCOL.md §10.1): the federation option naming the source
+  # file, and the name the daemon looks up in $CREDENTIALS_DIRECTORY. Everything below (the
+  # options, LoadCredential=, the checks) is generated from this list.
+  credentialList = [
+    {
+      option = "certFile";
+      name = "fed-cert";
+      what = "federation certificate (PEM)";
+      secret = false;
+    }
+    {
+      option = "keyFile";
+      name = "fed-key";
+      what = "federation private key (PEM)";
+      secret = true;
+    }
+    {
+      option = "caFile";
+      name = "fed-ca";
+      what = "CA bundle (PEM) for the certificates of CA-trusted peers";
+      secret = false;
+    }
+    {
+      option = "peersFile";
+      name = "peers";
+      what = "peers file (JSON, PROTOCOL.md §8.2), instead of {option}`peers`";
+      secret = false;
+    }
+  ];
+
+  # The peers JSON holds addresses, pins and policy, no secrets, so it may live in the Nix
+  # store; it still travels as the credential "peers" like the rest.
+  peersJSON =
+    name: tier:
+    pkgs.writeText "xmsg-${name}-peers.json" (
+      builtins.toJSON (lib.mapAttrs (_: peer: lib.filterAttrs (_: v: v != null) peer) tier.federation.peers)
+    );
+  credentialSource =
+    name: tier: c:
+    if c.name == "peers" && tier.federation.peers != { } then
+      peersJSON name tier
+    else
+      tier.federation.${c.option};
+  # The configured credentials of a tier: [ { name, source, ... } ].
+  credentials =
+    name: tier:
+    lib.filter (c: c.source != null) (map (c: c // { source = credentialSource name tier c; }) credentialList);
 
   fedEnabled =
     tier:
@@ -54,80 +107,38 @@ let
     || tier.federation.peers != { }
     || tier.federation.peersFile != null;
 
-  # The peers JSON (docs/protocol.md §8.2) holds addresses, pins and policy, no secrets, so it may
-  # live in the Nix store; it still travels as the credential "peers" like the rest.
-  peersJSON =
-    name: tier:
-    pkgs.writeText "xmsg-${name}-peers.json" (
-      builtins.toJSON (lib.mapAttrs (_: peer: lib.filterAttrs (_: v: v != null) peer) tier.federation.peers)
-    );
-  peersSource =
-    name: tier:
-    if tier.federation.peersFile != null then
-      tier.federation.peersFile
-    else if tier.federation.peers != { } then
-      peersJSON name tier
-    else
-      null;
-
-  # Credential name (as the daemon looks it up in $CREDENTIALS_DIRECTORY) -> source and flag.
-  credentials =
-    name: tier:
-    lib.filter (c: c.source != null) [
-      {
-        name = "fed-cert";
-        flag = "--fed-cert";
-        source = tier.federation.certFile;
-      }
-      {
-        name = "fed-key";
-        flag = "--fed-key";
-        source = tier.federation.keyFile;
-      }
-      {
-        name = "fed-ca";
-        flag = "--fed-ca";
-        source = tier.federation.caFile;
-      }
-      {
-        name = "peers";
-        flag = "--peers-file";
-        source = peersSource name tier;
-      }
-    ];
-
   # toString never copies a path into the store (interpolation would: a key must never go there).
   pathString = p: if builtins.isPath p then toString p else "${p}";
 
-  # "IP:PORT" with an IPv4 literal or a bracketed IPv6 literal.
-  listenMatch = builtins.match "(([0-9]{1,3}[.]){3}[0-9]{1,3}|\\[[0-9A-Fa-f:.]+]):([0-9]{1,5})";
-  listenHost = addr: builtins.head (listenMatch addr);
-  listenPort = addr: lib.toInt (lib.last (listenMatch addr));
-  # 0.0.0.0, ::, [0::0], ... : nothing but zeros and separators.
-  isUnspecified =
-    host:
-    lib.replaceStrings
-      [
-        "0"
-        "."
-        ":"
-        "["
-        "]"
-      ]
-      [
-        ""
-        ""
-        ""
-        ""
-        ""
-      ]
-      host == "";
+  # "IP:PORT" with an IPv4 literal or a bracketed IPv6 literal: [ host port ] or null.
+  splitListen =
+    addr:
+    let
+      v4 = builtins.match "([0-9]{1,3}([.][0-9]{1,3}){3}):([0-9]{1,5})" addr;
+      v6 = builtins.match "\\[([0-9A-Fa-f:.]+)]:([0-9]{1,5})" addr;
+    in
+    if v4 != null then
+      {
+        family = "ipv4";
+        host = builtins.elemAt v4 0;
+        port = lib.toInt (builtins.elemAt v4 2);
+      }
+    else if v6 != null then
+      {
+        family = "ipv6";
+        host = builtins.elemAt v6 0;
+        port = lib.toInt (builtins.elemAt v6 1);
+      }
+    else
+      null;
+  # 0.0.0.0, ::, 0::0, ...: nothing but zeros and separators (every interface).
+  isUnspecified = host: builtins.match "[0.:]*" host != null;
   validListen =
     addr:
     let
-      m = listenMatch addr;
+      l = splitListen addr;
     in
-    m != null && !(isUnspecified (listenHost addr)) && listenPort addr >= 1 && listenPort addr <= 65535;
+    l != null && !(isUnspecified l.host) && l.port >= 1 && l.port <= 65535;
 
   # IP literals among the peers' addresses and source ranges: the default IPAddressAllow=.
   peerIPs =
@@ -137,15 +148,33 @@ let
         lib.mapAttrsToList (
           _: peer:
           let
-            m = if peer.address == null then null else listenMatch peer.address;
-            host = if m == null then null else lib.removeSuffix "]" (lib.removePrefix "[" (builtins.head m));
+            l = if peer.address == null then null else splitListen peer.address;
           in
-          lib.optional (host != null) host ++ (if peer.from == null then [ ] else peer.from)
+          lib.optional (l != null) l.host ++ (if peer.from == null then [ ] else peer.from)
         ) tier.federation.peers
       )
     );
 
   # ---- the daemon's command line -------------------------------------------------------------
+
+  # Flags the module sets itself from typed options or the unit, refused in `settings`.
+  ownedFlags = {
+    listen = "--listen opens a TCP HTTP listener without the peer check; a tier's only TCP port is federation.listenAddress";
+    fed-listen = "use federation.listenAddress (its port also becomes SocketBindAllow= and the firewall rule)";
+    fed-cert = "use federation.certFile (credentials travel through LoadCredential=)";
+    fed-key = "use federation.keyFile (credentials travel through LoadCredential=)";
+    fed-ca = "use federation.caFile (credentials travel through LoadCredential=)";
+    peers-file = "use federation.peers or federation.peersFile (credentials travel through LoadCredential=)";
+    sessions-dir = "use sessionDirs (the unit creates them and binds them read-only)";
+    svc-exe = "use svcExecutables";
+    http-sock = "the sockets are the socket units' (socket activation)";
+    agent-sock = "the sockets are the socket units' (socket activation)";
+    register-sock = "the sockets are the socket units' (socket activation)";
+    db-path = "the store is $STATE_DIRECTORY/xmsg.db, private to the tier";
+    leaf = "leaf mode is for containers (deploy/), not for a tier";
+    leaf-principal = "leaf mode is for containers (deploy/), not for a tier";
+    leaf-register-sock = "leaf mode is for containers (deploy/), not for a tier";
+  };
 
   # systemd's own quoting for ExecStart= (not a shell): a JSON string is a valid C-style quoted
   # word; % and $ would otherwise be expanded by systemd.
@@ -162,55 +191,19 @@ let
       ]
       (builtins.toJSON arg);
 
-  limitArgs =
-    limits:
-    lib.concatLists (
-      lib.mapAttrsToList (flag: value: lib.optionals (value != null) [ flag (toString value) ]) {
-        "--max-body" = limits.maxBody;
-        "--reply-ttl" = limits.replyTTL;
-        "--idempotency-ttl" = limits.idempotencyTTL;
-        "--agent-max-line" = limits.agentMaxLine;
-        "--agent-max-conns" = limits.agentMaxConns;
-        "--agent-idle-timeout" = limits.agentIdleTimeout;
-        "--agent-write-timeout" = limits.agentWriteTimeout;
+  # `settings` plus what the typed options mean to the daemon, as `--key=value` words
+  # (null and false: no flag; true: the bare flag; a list: the flag once per element).
+  serveArgs =
+    tier:
+    [ "serve" ]
+    ++ lib.cli.toCommandLineGNU { } (
+      tier.settings
+      // {
+        sessions-dir = tier.sessionDirs;
+        svc-exe = lib.mapAttrsToList (svc: exe: "${svc}=${pathString exe}") tier.svcExecutables;
+        fed-listen = tier.federation.listenAddress;
       }
     );
-
-  serveArgs =
-    name: tier:
-    [ "serve" ]
-    ++ lib.optional tier.requireLandlock "--require-landlock"
-    ++ lib.optionals (tier.hostLabel != null) [
-      "--host-label"
-      tier.hostLabel
-    ]
-    ++ lib.concatMap (dir: [
-      "--sessions-dir"
-      dir
-    ]) tier.sessionDirs
-    ++ lib.concatLists (
-      lib.mapAttrsToList (svc: exe: [
-        "--svc-exe"
-        "${svc}=${pathString exe}"
-      ]) tier.svcExecutables
-    )
-    ++ limitArgs tier.limits
-    ++ lib.optionals (tier.logLevel != null) [
-      "--log-level"
-      tier.logLevel
-    ]
-    ++ lib.optionals (tier.federation.listenAddress != null) [
-      "--fed-listen"
-      tier.federation.listenAddress
-    ]
-    # loadCredential = false: the daemon opens the files itself (paths only, never contents).
-    ++ lib.optionals (!tier.federation.loadCredential) (
-      lib.concatMap (c: [
-        c.flag
-        (pathString c.source)
-      ]) (credentials name tier)
-    )
-    ++ tier.extraArgs;
 
   # Session dirs under a hidden tree are bind-mounted back read-only (see ProtectHome= below).
   homeTrees = [
@@ -294,7 +287,8 @@ let
     name: tier:
     let
       sockets = map (sock: "${socketUnit name sock}.socket") socketNames;
-      fed = fedEnabled tier;
+      creds = credentials name tier;
+      listen = if tier.federation.listenAddress == null then null else splitListen tier.federation.listenAddress;
       homeDirs = lib.filter underHome tier.sessionDirs;
     in
     {
@@ -313,9 +307,7 @@ let
           # READY=1 is sent once every socket accepts; only the main process may notify.
           Type = "notify";
           NotifyAccess = "main";
-          ExecStart = lib.concatMapStringsSep " " escapeExecArg (
-            [ (lib.getExe tier.package) ] ++ serveArgs name tier
-          );
+          ExecStart = lib.concatMapStringsSep " " escapeExecArg ([ (lib.getExe tier.package) ] ++ serveArgs tier);
           User = tier.user;
           Group = tier.group;
           # /var/lib/xmsg-<name>: the bbolt store ($STATE_DIRECTORY/xmsg.db), private to the tier.
@@ -329,10 +321,10 @@ let
           KillSignal = "SIGTERM";
           TimeoutStopSec = "15s";
         }
-        // lib.optionalAttrs (tier.federation.loadCredential && credentials name tier != [ ]) {
+        // lib.optionalAttrs (creds != [ ]) {
           # Source files stay root-owned 0400; systemd copies them into $CREDENTIALS_DIRECTORY,
-          # readable by this service alone, and the daemon reads them once before sandboxing.
-          LoadCredential = map (c: "${c.name}:${pathString c.source}") (credentials name tier);
+          # readable by this service alone, and the daemon reads them there by name (no flag).
+          LoadCredential = map (c: "${c.name}:${pathString c.source}") creds;
         }
         // lib.optionalAttrs (tier.sessionDirs != [ ]) {
           # The daemon's Landlock rules need each session directory to exist when it starts (a
@@ -342,7 +334,8 @@ let
           # one command; runuser drops to the tier user, so permissions of the home apply):
           # mode 0700, like Claude itself. "-": a failure only leaves that directory missing,
           # which the daemon logs and reports as sessions_dir_missing.
-          ExecStartPre = "-+"
+          ExecStartPre =
+            "-+"
             + lib.concatMapStringsSep " " escapeExecArg (
               [
                 "${pkgs.util-linux}/bin/runuser"
@@ -365,21 +358,27 @@ let
           ProtectHome = "tmpfs";
           BindReadOnlyPaths = map (dir: "-${dir}") homeDirs;
         }
-        // lib.optionalAttrs fed {
-          # Relaxed for federation: the mTLS listener and the connections to peers need the
-          # host's network namespace and IP sockets. IPAddressDeny=any stays; only the peers'
-          # addresses are allowed, and the daemon's Landlock rules (ABI >= 4) further limit TCP
-          # to the federation port and the configured peer ports.
-          PrivateNetwork = false;
-          RestrictAddressFamilies = [
-            "AF_UNIX"
-            "AF_INET"
-            "AF_INET6"
-          ];
-          IPAddressAllow = tier.federation.ipAddressAllow;
-        }
-        // lib.optionalAttrs (tier.limits.memoryMax != null) { MemoryMax = tier.limits.memoryMax; }
-        // lib.optionalAttrs (tier.limits.tasksMax != null) { TasksMax = tier.limits.tasksMax; };
+        // lib.optionalAttrs (fedEnabled tier) (
+          {
+            # Relaxed for federation (systemd/examples/xmsg@public.service.d/federation.conf):
+            # the daemon dials its peers itself, so it needs the host's network namespace and
+            # IP sockets. What that namespace offers is narrowed instead: IPAddressDeny=any
+            # stays and only the peers' addresses are allowed; no port can be bound but the
+            # listener's. The daemon's Landlock rules (ABI >= 4) narrow TCP further to that
+            # port and the peers' ports.
+            PrivateNetwork = false;
+            RestrictAddressFamilies = [
+              "AF_UNIX"
+              "AF_INET"
+              "AF_INET6"
+            ];
+            IPAddressAllow = tier.federation.ipAddressAllow;
+            SocketBindDeny = "any";
+          }
+          // lib.optionalAttrs (listen != null) {
+            SocketBindAllow = "${listen.family}:tcp:${toString listen.port}";
+          }
+        );
     };
 
   tierSocket = name: tier: sock: {
@@ -410,23 +409,23 @@ let
 
   # A credential is a file's location, never its contents.
   credentialOption =
-    what: example:
+    c:
     mkOption {
       type = types.nullOr (types.either types.path types.str);
       default = null;
-      inherit example;
+      example = "/etc/xmsg/public/${c.name}";
       description = ''
-        Path of the ${what}, a file owned by root with mode 0400 (for example under
-        /etc/xmsg/<tier>/). With {option}`loadCredential` (the default) systemd hands a copy to
-        the service through `LoadCredential=`, so the file itself stays unreadable to every
-        tier user. Give the path as a string: the contents never belong in the Nix
-        configuration, and a Nix path literal would copy the file into the world-readable
-        Nix store.
+        Path of the ${c.what}, a file owned by root with mode 0400 (for example under
+        /etc/xmsg/<tier>/). systemd hands a copy to the service as the credential `${c.name}`
+        (`LoadCredential=`), so the file itself stays unreadable to every tier user. Give the
+        path as a string: the contents never belong in the Nix configuration${lib.optionalString c.secret ", and a Nix path literal would copy the key into the world-readable Nix store"}.
       '';
     };
 
   peerOptions = {
-    # Fields the daemon may learn later pass through unchanged (it rejects unknown ones).
+    # The peers file's fields (PROTOCOL.md §8.2: pin, ca, identities, allow, leaf, principals,
+    # targets) pass through as they are; the daemon checks them and names any error at start.
+    # Typed here: the two the module reads to build IPAddressAllow=.
     freeformType = types.attrsOf types.anything;
     options = {
       address = mkOption {
@@ -435,60 +434,11 @@ let
         example = "192.0.2.20:7788";
         description = "Where to connect to the peer (`host:port`); required unless the peer is a leaf.";
       };
-      pin = mkOption {
-        type = types.nullOr types.str;
-        default = null;
-        description = "Pin of the peer's certificate; exactly one of `pin` and `ca`.";
-      };
-      ca = mkOption {
-        type = types.nullOr types.str;
-        default = null;
-        description = "Path of a PEM bundle of CA certificates for this peer (needs `identities`).";
-      };
-      identities = mkOption {
-        type = types.nullOr (types.listOf types.str);
-        default = null;
-        description = "Accepted certificate identities (only with `ca`).";
-      };
-      allow = mkOption {
-        type = types.nullOr (
-          types.listOf (
-            types.enum [
-              "send"
-              "reply"
-              "list"
-            ]
-          )
-        );
-        default = null;
-        example = [
-          "send"
-          "reply"
-        ];
-        description = "Operations this peer may perform on this tier; empty or unset: outbound only.";
-      };
       from = mkOption {
         type = types.nullOr (types.listOf types.str);
         default = null;
         example = [ "192.0.2.0/24" ];
         description = "Source addresses (IPs or CIDRs) the peer may connect from.";
-      };
-      leaf = mkOption {
-        type = types.nullOr types.bool;
-        default = null;
-        description = "The peer is a leaf: never connected to; its mail is queued for it to pull.";
-      };
-      principals = mkOption {
-        type = types.nullOr (types.listOf types.str);
-        default = null;
-        example = [ "svc:dispatcher" ];
-        description = "Sender principals accepted from this peer (kind-qualified).";
-      };
-      targets = mkOption {
-        type = types.nullOr (types.listOf types.str);
-        default = null;
-        example = [ "svc:matrix-xmsg" ];
-        description = "Local targets this peer may reach or list (kind-qualified); unset: no restriction.";
       };
     };
   };
@@ -580,93 +530,53 @@ let
           '';
         };
 
-        hostLabel = mkOption {
-          type = types.nullOr types.str;
-          default = null;
-          example = "laptop";
+        settings = mkOption {
+          default = { };
+          example = {
+            host-label = "laptop";
+            max-body = 131072;
+            log-level = "debug";
+            fed-reload-interval-secs = 60;
+          };
           description = ''
-            The host label in sender badges and `id@host` addressing, and the tier's own name
-            in federation (`--host-label`). `null`: the machine's hostname.
+            Flags of `xmsg serve` (see `xmsg serve --help`), without the leading dashes:
+            `{ max-body = 1024; }` becomes `--max-body=1024`, `true` the bare flag, `false` and
+            `null` no flag, a list the flag once per element. The flags that the typed options
+            of this module set (sockets, store, session directories, services, federation
+            listener and credentials) and `--listen` are refused here. systemd's own resource
+            limits go into `systemd.services."xmsg@<name>".serviceConfig` (e.g. `MemoryMax`).
           '';
-        };
-
-        requireLandlock = mkOption {
-          type = types.bool;
-          default = true;
-          description = ''
-            Refuse to start unless the kernel enforces the daemon's Landlock sandbox
-            (`--require-landlock`). The kernel must have Landlock enabled (see
-            {option}`security.lsm`); the journal's `landlock:` line says what is enforced.
-          '';
-        };
-
-        logLevel = mkOption {
-          type = types.nullOr (
-            types.enum [
-              "debug"
-              "info"
-              "warn"
-              "error"
-            ]
-          );
-          default = null;
-          description = "Log level (`--log-level`); `null`: the daemon's default (info).";
-        };
-
-        limits = {
-          maxBody = mkOption {
-            type = types.nullOr types.ints.positive;
-            default = null;
-            example = 65536;
-            description = "Largest message body in bytes (`--max-body`); `null`: 65536.";
-          };
-          replyTTL = mkOption {
-            type = types.nullOr types.ints.positive;
-            default = null;
-            example = 604800;
-            description = "Retention of messages, replies and queues in seconds (`--reply-ttl`); `null`: 604800.";
-          };
-          idempotencyTTL = mkOption {
-            type = types.nullOr types.ints.positive;
-            default = null;
-            example = 86400;
-            description = "How long idempotency keys are remembered, in seconds (`--idempotency-ttl`); `null`: 86400.";
-          };
-          agentMaxLine = mkOption {
-            type = types.nullOr types.ints.positive;
-            default = null;
-            example = 1048576;
-            description = "Longest request line on agent.sock in bytes (`--agent-max-line`); `null`: 1048576.";
-          };
-          agentMaxConns = mkOption {
-            type = types.nullOr types.ints.positive;
-            default = null;
-            example = 32;
-            description = "Concurrent agent.sock connections; the next one is closed (`--agent-max-conns`); `null`: 32.";
-          };
-          agentIdleTimeout = mkOption {
-            type = types.nullOr types.str;
-            default = null;
-            example = "60s";
-            description = "Idle agent.sock connections are closed after this Go duration (`--agent-idle-timeout`); `null`: 60s.";
-          };
-          agentWriteTimeout = mkOption {
-            type = types.nullOr types.str;
-            default = null;
-            example = "10s";
-            description = "An unread agent.sock write is abandoned after this Go duration (`--agent-write-timeout`); `null`: 10s.";
-          };
-          memoryMax = mkOption {
-            type = types.nullOr types.str;
-            default = null;
-            example = "256M";
-            description = "systemd `MemoryMax=` of the tier's service; `null`: no limit.";
-          };
-          tasksMax = mkOption {
-            type = types.nullOr (types.either types.ints.positive types.str);
-            default = null;
-            example = 256;
-            description = "systemd `TasksMax=` of the tier's service; `null`: systemd's default.";
+          type = types.submodule {
+            freeformType = types.attrsOf (
+              types.nullOr (
+                types.oneOf [
+                  types.bool
+                  types.int
+                  types.str
+                  (types.listOf types.str)
+                ]
+              )
+            );
+            options = {
+              require-landlock = mkOption {
+                type = types.bool;
+                default = true;
+                description = ''
+                  Refuse to start unless the kernel enforces the daemon's Landlock sandbox. The
+                  kernel must have Landlock enabled (see {option}`security.lsm`); the journal's
+                  `landlock:` line says what is enforced.
+                '';
+              };
+              host-label = mkOption {
+                type = types.nullOr types.str;
+                default = null;
+                example = "laptop";
+                description = ''
+                  The host label in sender badges and `id@host` addressing, and this tier's own
+                  name in federation. `null`: the machine's hostname.
+                '';
+              };
+            };
           };
         };
 
@@ -678,7 +588,8 @@ let
             description = ''
               Address of this tier's mTLS federation listener, `IP:PORT` (`--fed-listen`),
               IPv6 as `[addr]:port`. It must be a specific address: `0.0.0.0` and `::` are
-              refused. This is the only TCP listener a tier can have. `null`: none.
+              refused. This is the only TCP port a tier may bind (`SocketBindAllow=`). `null`:
+              none (a tier with peers only dials out).
             '';
           };
 
@@ -695,38 +606,15 @@ let
               {
                 desktop = {
                   address = "192.0.2.20:7788";
-                  pin = "sha256/…";
+                  pin = "sha256:…";
                   allow = [ "send" "reply" ];
                 };
               }
             '';
             description = ''
-              Federation peers (the peers file of the daemon, docs/protocol.md §8.2), written to a
-              JSON file in the Nix store (it holds addresses, pins and policy, no secrets) and
+              Federation peers (the daemon's peers file, PROTOCOL.md §8.2), written to a JSON
+              file in the Nix store (it holds addresses, pins and policy, no secrets) and
               delivered as the credential `peers`. Mutually exclusive with {option}`peersFile`.
-            '';
-          };
-
-          peersFile = mkOption {
-            type = types.nullOr (types.either types.path types.str);
-            default = null;
-            example = "/etc/xmsg/public/peers";
-            description = "Path of a peers JSON file, instead of {option}`peers`.";
-          };
-
-          certFile = credentialOption "federation certificate (PEM)" "/etc/xmsg/public/fed-cert";
-          keyFile = credentialOption "federation private key (PEM)" "/etc/xmsg/public/fed-key";
-          caFile = credentialOption "CA bundle (PEM) for peers' certificates" "/etc/xmsg/public/fed-ca";
-
-          loadCredential = mkOption {
-            type = types.bool;
-            default = true;
-            description = ''
-              Deliver the credentials through systemd's `LoadCredential=` (the source files stay
-              root-only; the daemon reads its private copies from `$CREDENTIALS_DIRECTORY`).
-              `false` passes the paths as `--fed-cert`, `--fed-key`, `--fed-ca` and
-              `--peers-file` instead: then the files must be readable by the tier user (and no
-              one else: the daemon refuses group- or world-readable credential files).
             '';
           };
 
@@ -736,24 +624,13 @@ let
             defaultText = literalExpression "the IP literals among the peers' address and from fields";
             example = [ "192.0.2.0/24" ];
             description = ''
-              With federation, the service's `IPAddressAllow=` (`IPAddressDeny=any` stays): the
-              addresses of the peers (and of the DNS server if peers are named by hostname).
+              The service's `IPAddressAllow=` (`IPAddressDeny=any` stays): every address the
+              tier may exchange packets with, i.e. its peers (and the DNS server if peers are
+              named by hostname).
             '';
           };
-        };
-
-        extraArgs = mkOption {
-          type = types.listOf types.str;
-          default = [ ];
-          example = [
-            "--reply-ttl"
-            "86400"
-          ];
-          description = ''
-            Further arguments of `xmsg serve`. A TCP listener (`--listen`) and credential flags
-            are refused here; use the federation options.
-          '';
-        };
+        }
+        // lib.listToAttrs (map (c: lib.nameValuePair c.option (credentialOption c)) credentialList);
       };
     };
 
@@ -764,52 +641,31 @@ let
     let
       opt = "services.xmsg.tiers.${name}";
       f = tier.federation;
-      argMatches = re: lib.any (arg: builtins.match re arg != null) tier.extraArgs;
-      credentialChecks =
-        lib.concatMap
-          (
-            c:
-            let
-              v = f.${c.option};
-              s = if v == null then "" else toString v;
-            in
-            lib.optionals (v != null) [
-              {
-                assertion = lib.hasPrefix "/" s && builtins.match ".*[\n\r].*" s == null;
-                message = "${opt}.federation.${c.option} must be the absolute path of a file, never the credential itself.";
-              }
-              {
-                assertion = !(c.secret && builtins.isPath v);
-                message = "${opt}.federation.${c.option} is a Nix path literal: the key would be copied into the world-readable Nix store. Give its location as a string, e.g. \"/etc/xmsg/${name}/${c.credential}\".";
-              }
-              {
-                assertion = !(c.secret && lib.hasPrefix "${builtins.storeDir}/" s);
-                message = "${opt}.federation.${c.option} points into the Nix store, which every user can read. Keep the key in a root-owned 0400 file outside the store, e.g. /etc/xmsg/${name}/${c.credential}.";
-              }
-            ]
-          )
-          [
-            {
-              option = "certFile";
-              credential = "fed-cert";
-              secret = false;
-            }
-            {
-              option = "keyFile";
-              credential = "fed-key";
-              secret = true;
-            }
-            {
-              option = "caFile";
-              credential = "fed-ca";
-              secret = false;
-            }
-            {
-              option = "peersFile";
-              credential = "peers";
-              secret = false;
-            }
-          ];
+      credentialChecks = lib.concatMap (
+        c:
+        let
+          v = f.${c.option};
+          s = if v == null then "" else toString v;
+        in
+        lib.optionals (v != null) [
+          {
+            assertion = lib.hasPrefix "/" s && builtins.match ".*[\n\r].*" s == null;
+            message = "${opt}.federation.${c.option} must be the absolute path of a file, never the credential itself.";
+          }
+          {
+            assertion = !(c.secret && builtins.isPath v);
+            message = "${opt}.federation.${c.option} is a Nix path literal: the key would be copied into the world-readable Nix store. Give its location as a string, e.g. \"/etc/xmsg/${name}/${c.name}\".";
+          }
+          {
+            assertion = !(c.secret && lib.hasPrefix "${builtins.storeDir}/" s);
+            message = "${opt}.federation.${c.option} points into the Nix store, which every user can read. Keep the key in a root-owned 0400 file outside the store, e.g. /etc/xmsg/${name}/${c.name}.";
+          }
+        ]
+      ) credentialList;
+      ownedChecks = map (flag: {
+        assertion = false;
+        message = "${opt}.settings.${flag}: ${ownedFlags.${flag}}.";
+      }) (lib.intersectLists (lib.attrNames tier.settings) (lib.attrNames ownedFlags));
     in
     [
       {
@@ -823,12 +679,10 @@ let
         message = "${opt}: a tier must not run as root (user and group): root can reach every tier, so the tier would isolate nothing.";
       }
       {
-        assertion = !argMatches "--?listen(=.*)?";
-        message = "${opt}.extraArgs: --listen would open a TCP HTTP listener without the peer check. A tier has no TCP listener except federation.listenAddress.";
-      }
-      {
-        assertion = !argMatches "--?(fed-listen|fed-cert|fed-key|fed-ca|peers-file)(=.*)?";
-        message = "${opt}.extraArgs: set federation.listenAddress, federation.certFile, keyFile, caFile and peers/peersFile instead of passing --fed-*/--peers-file, so that credentials go through LoadCredential= and the listener address is checked.";
+        assertion = lib.all (k: builtins.match "[a-z][a-z0-9-]*" k != null) (lib.attrNames tier.settings);
+        message = "${opt}.settings: keys are flag names without dashes (e.g. max-body), got ${
+          lib.concatStringsSep ", " (lib.attrNames tier.settings)
+        }.";
       }
       {
         assertion = f.listenAddress == null || validListen f.listenAddress;
@@ -872,11 +726,8 @@ let
         ) tier.sessionDirs;
         message = "${opt}.sessionDirs: every directory must be an absolute path without ':' or whitespace.";
       }
-      {
-        assertion = tier.hostLabel == null || tier.hostLabel != "";
-        message = "${opt}.hostLabel must not be empty (null means the hostname).";
-      }
     ]
+    ++ ownedChecks
     ++ credentialChecks;
 
   # Every OS user serves at most one tier: the uid is the isolation boundary.
@@ -890,13 +741,6 @@ let
     assertion = lib.length tiers == 1;
     message = "services.xmsg: tiers ${lib.concatMapStringsSep ", " (t: t.name) tiers} all run as user ${user}. The OS user is the isolation boundary between tiers: give every tier its own user.";
   }) tiersByUser;
-
-  tierWarnings =
-    name: tier:
-    lib.optional (!tier.federation.loadCredential && credentials name tier != [ ])
-      "services.xmsg.tiers.${name}.federation.loadCredential = false: the daemon opens ${
-        lib.concatMapStringsSep ", " (c: pathString c.source) (credentials name tier)
-      } itself, so these files must be owned by ${tier.user} with mode 0400 or 0600, and every process of that user can read them. Prefer the default (LoadCredential=).";
 in
 {
   options.services.xmsg = {
@@ -917,6 +761,7 @@ in
             user = "agent";                # an existing user: the one running the agent sessions
             sessionDirs = [ "/home/agent/.claude/sessions" ];
             svcExecutables.matrix-xmsg = "''${pkgs.matrix-xmsg}/bin/matrix-xmsg";
+            settings.reply-ttl = 86400;
           };
         }
       '';
@@ -933,8 +778,6 @@ in
   config = lib.mkMerge [
     (mkIf (enabledTiers != { }) {
       assertions = sharedUserAssertions ++ lib.concatLists (lib.mapAttrsToList tierAssertions enabledTiers);
-
-      warnings = lib.concatLists (lib.mapAttrsToList tierWarnings enabledTiers);
 
       users.users = lib.mapAttrs' (
         name: tier:
@@ -979,11 +822,10 @@ in
       networking.firewall.allowedTCPPorts = lib.concatLists (
         lib.mapAttrsToList (
           _: tier:
-          lib.optional (
-            tier.federation.openFirewall
-            && tier.federation.listenAddress != null
-            && validListen tier.federation.listenAddress
-          ) (listenPort tier.federation.listenAddress)
+          let
+            l = tier.federation.listenAddress;
+          in
+          lib.optional (tier.federation.openFirewall && l != null && validListen l) (splitListen l).port
         ) enabledTiers
       );
     }

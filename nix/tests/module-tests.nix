@@ -250,6 +250,7 @@ lib.runTests {
         SystemCallFilter
         ;
       allow = pub ? IPAddressAllow;
+      bind = pub ? SocketBindDeny || pub ? SocketBindAllow;
       credentials = pub ? LoadCredential;
       # left at its default on purpose (see module.nix): "invisible" would hide the clients
       protectProc = pub ? ProtectProc;
@@ -272,6 +273,7 @@ lib.runTests {
         "~@privileged @resources"
       ];
       allow = false;
+      bind = false;
       credentials = false;
       protectProc = false;
     };
@@ -280,28 +282,30 @@ lib.runTests {
   testExecStart = {
     expr =
       (svc (withPublic {
-        hostLabel = "laptop";
         sessionDirs = [ "/srv/claude/sessions" ];
         svcExecutables.probe = "/nix/store/00000000000000000000000000000000-probe/bin/probe";
-        limits.maxBody = 1024;
-        extraArgs = [ "--log-level=debug" ];
+        settings = {
+          host-label = "laptop";
+          max-body = 1024;
+          log-level = "debug";
+        };
       }) "public").ExecStart;
+    # Flags in the order of their names (lib.cli renders attribute sets sorted).
     expected = lib.concatStringsSep " " [
       ''"${builtins.storeDir}/00000000000000000000000000000000-xmsg-0.0.0/bin/xmsg"''
-      ''"serve" "--require-landlock" "--host-label" "laptop"''
-      ''"--sessions-dir" "/srv/claude/sessions"''
-      ''"--svc-exe" "probe=/nix/store/00000000000000000000000000000000-probe/bin/probe"''
-      ''"--max-body" "1024" "--log-level=debug"''
+      ''"serve" "--host-label=laptop" "--log-level=debug" "--max-body=1024" "--require-landlock"''
+      ''"--sessions-dir=/srv/claude/sessions"''
+      ''"--svc-exe=probe=/nix/store/00000000000000000000000000000000-probe/bin/probe"''
     ];
   };
 
   testExecStartEscapesSystemdSpecifiers = {
-    expr = lib.hasInfix ''"100%%$$HOME"'' (svc (withPublic { hostLabel = "100%$HOME"; }) "public").ExecStart;
+    expr = lib.hasInfix ''"--host-label=100%%$$HOME"'' (svc (withPublic { settings.host-label = "100%$HOME"; }) "public").ExecStart;
     expected = true;
   };
 
   testLandlockCanBeMadeOptional = {
-    expr = lib.hasInfix "--require-landlock" (svc (withPublic { requireLandlock = false; }) "public").ExecStart;
+    expr = lib.hasInfix "--require-landlock" (svc (withPublic { settings.require-landlock = false; }) "public").ExecStart;
     expected = false;
   };
 
@@ -371,53 +375,66 @@ lib.runTests {
     ];
   };
 
-  testLimitsAndResourceControls = {
+  testSettingsAreRenderedAsFlags = {
     expr =
-      let
-        s = svc (withPublic {
-          limits = {
-            agentMaxConns = 8;
-            agentIdleTimeout = "30s";
-            memoryMax = "128M";
-            tasksMax = 64;
-          };
-        }) "public";
-      in
-      {
-        inherit (s) MemoryMax TasksMax;
-        args = lib.hasInfix ''"--agent-idle-timeout" "30s" "--agent-max-conns" "8"'' s.ExecStart;
-      };
-    expected = {
-      MemoryMax = "128M";
-      TasksMax = 64;
-      args = true;
-    };
+      lib.drop 2 (
+        lib.splitString " " (
+          svc (withPublic {
+            settings = {
+              agent-max-conns = 8;
+              agent-idle-timeout = "30s";
+              fed-reload-interval-secs = 0;
+              log-level = null;
+              require-landlock = false;
+              some-future-flag = [
+                "a"
+                "b"
+              ];
+            };
+          }) "public"
+        ).ExecStart
+      );
+    # 0 is a value, null and false are no flag, a list repeats the flag
+    expected = [
+      ''"--agent-idle-timeout=30s"''
+      ''"--agent-max-conns=8"''
+      ''"--fed-reload-interval-secs=0"''
+      ''"--some-future-flag=a"''
+      ''"--some-future-flag=b"''
+    ];
   };
 
-  # ---- no TCP listener except federation on a specific address -------------------------------
-
-  testListenFlagIsRefused = {
+  testSettingsKeysAreFlagNames = {
     expr = [
-      (failsWith "--listen would open" { extraArgs = [ "--listen" "127.0.0.1:7787" ]; })
-      (failsWith "--listen would open" { extraArgs = [ "--listen=127.0.0.1:7787" ]; })
-      (failsWith "--listen would open" { extraArgs = [ "-listen=[::1]:7787" ]; })
-      (failsWith "--listen would open" { extraArgs = [ "--log-level" "debug" ]; })
+      (failsWith "keys are flag names" { settings."--max-body" = 1; })
+      (failsWith "keys are flag names" { settings.max-body = 1; })
     ];
     expected = [
-      true
-      true
       true
       false
     ];
   };
 
-  testFederationFlagsInExtraArgsAreRefused = {
+  # ---- no TCP listener except federation on a specific address -------------------------------
+
+  testFlagsOwnedByTheModuleAreRefusedInSettings = {
     expr = [
-      (failsWith "instead of passing --fed" { extraArgs = [ "--fed-listen=192.0.2.1:1" ]; })
-      (failsWith "instead of passing --fed" { extraArgs = [ "--fed-key" "/etc/k" ]; })
-      (failsWith "instead of passing --fed" { extraArgs = [ "--peers-file=/etc/p" ]; })
+      (failsWith "settings.listen: --listen opens a TCP HTTP listener" { settings.listen = "127.0.0.1:7787"; })
+      (failsWith "settings.fed-listen: use federation.listenAddress" { settings.fed-listen = "192.0.2.1:1"; })
+      (failsWith "settings.fed-key: use federation.keyFile" { settings.fed-key = "/etc/k"; })
+      (failsWith "settings.peers-file: use federation.peers" { settings.peers-file = "/etc/p"; })
+      (failsWith "settings.sessions-dir: use sessionDirs" { settings.sessions-dir = [ "/srv/s" ]; })
+      (failsWith "settings.db-path" { settings.db-path = "/tmp/x.db"; })
+      (failsWith "settings.leaf" { settings.leaf = true; })
+      # positive control: a flag the module does not own
+      (failuresOf { settings.log-level = "debug"; } == [ ])
     ];
     expected = [
+      true
+      true
+      true
+      true
+      true
       true
       true
       true
@@ -455,8 +472,15 @@ lib.runTests {
   testFederationConfigured = {
     expr = {
       failed = failedAssertions fedTier;
-      inherit (fedService) PrivateNetwork RestrictAddressFamilies IPAddressDeny IPAddressAllow;
-      listen = lib.hasInfix ''"--fed-listen" "192.0.2.10:7788"'' fedService.ExecStart;
+      inherit (fedService)
+        PrivateNetwork
+        RestrictAddressFamilies
+        IPAddressDeny
+        IPAddressAllow
+        SocketBindAllow
+        SocketBindDeny
+        ;
+      listen = lib.hasInfix ''"--fed-listen=192.0.2.10:7788"'' fedService.ExecStart;
       credentialNames = map (c: builtins.head (lib.splitString ":" c)) fedService.LoadCredential;
       credentialSources = lib.take 2 (map (c: lib.last (lib.splitString ":" c)) fedService.LoadCredential);
       # builtins.toFile is content-addressed: the same path means the same JSON text.
@@ -475,6 +499,8 @@ lib.runTests {
       ];
       IPAddressDeny = "any";
       IPAddressAllow = [ "192.0.2.20" ];
+      SocketBindAllow = "ipv4:tcp:7788";
+      SocketBindDeny = "any";
       listen = true;
       credentialNames = [
         "fed-cert"
@@ -575,28 +601,52 @@ lib.runTests {
     expected = true;
   };
 
-  testLoadCredentialFalsePassesPathsAndWarns = {
+  testEveryCredentialTravelsByName = {
     expr =
       let
-        c = withPublic {
+        s = svc (withPublic {
           federation = fedOK // {
             caFile = "/etc/xmsg/public/fed-ca";
-            loadCredential = false;
+            peers = { };
+            peersFile = "/etc/xmsg/public/peers";
           };
-        };
-        s = svc c "public";
+        }) "public";
       in
       {
-        credentials = s ? LoadCredential;
-        args = lib.hasInfix ''"--fed-cert" "/etc/xmsg/public/fed-cert" "--fed-key" "/etc/xmsg/public/fed-key" "--fed-ca" "/etc/xmsg/public/fed-ca" "--peers-file"'' s.ExecStart;
-        warned = lib.any (lib.hasInfix "loadCredential = false") c.warnings;
-        failed = failedAssertions c;
+        inherit (s) LoadCredential;
+        noFlags = !(lib.hasInfix "--fed-cert" s.ExecStart || lib.hasInfix "--peers-file" s.ExecStart);
       };
     expected = {
-      credentials = false;
-      args = true;
-      warned = true;
-      failed = [ ];
+      LoadCredential = [
+        "fed-cert:/etc/xmsg/public/fed-cert"
+        "fed-key:/etc/xmsg/public/fed-key"
+        "fed-ca:/etc/xmsg/public/fed-ca"
+        "peers:/etc/xmsg/public/peers"
+      ];
+      noFlags = true;
     };
+  };
+
+  testOutboundOnlyTierBindsNothing = {
+    expr =
+      let
+        s = svc (withPublic { federation = removeAttrs fedOK [ "listenAddress" ]; }) "public";
+      in
+      {
+        allow = s ? SocketBindAllow;
+        inherit (s) SocketBindDeny PrivateNetwork;
+        listen = lib.hasInfix "--fed-listen" s.ExecStart;
+      };
+    expected = {
+      allow = false;
+      SocketBindDeny = "any";
+      PrivateNetwork = false;
+      listen = false;
+    };
+  };
+
+  testIPv6ListenerBindsOnlyIPv6 = {
+    expr = (svc (withPublic { federation = fedOK // { listenAddress = "[2001:db8::1]:7788"; }; }) "public").SocketBindAllow;
+    expected = "ipv6:tcp:7788";
   };
 }
