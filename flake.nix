@@ -1,7 +1,8 @@
 {
   description = "xmsg: a per-user local message bus, deployed as hardened socket-activated tiers";
 
-  # nixos-unstable, pinned in flake.lock (Go 1.26 is needed: go.mod says `go 1.26.8`).
+  # nixos-unstable, pinned in flake.lock. go.mod says `go 1.26.0`; nix/package.nix builds with
+  # this nixpkgs' buildGo126Module (any Go 1.26 patch release, no toolchain download).
   inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
 
   outputs =
@@ -30,6 +31,9 @@
         // lib.optionalAttrs (lib.hasSuffix "-linux" system) {
           # The isolation probe shared by the nspawn test and the VM tests.
           probe = pkgs.callPackage ./nix/probe.nix { };
+          # The OCI image (non-root, read-only root filesystem), e.g. for the leaf pod of
+          # deploy/kubernetes: `nix build .#image && docker image load -i result`.
+          image = pkgs.callPackage ./nix/image.nix { inherit (self.packages.${system}) xmsg; };
         }
       );
 
@@ -62,16 +66,14 @@
           package = self.packages.${system}.xmsg;
           isolation = pkgs.testers.runNixOSTest (import ./vmtests/isolation.nix args);
           activation = pkgs.testers.runNixOSTest (import ./vmtests/activation.nix args);
-          # PENDING: the daemon does not implement federation yet, so vmtests/federation.nix is
-          # not wired in. Once it does, add:
-          #   federation = pkgs.testers.runNixOSTest (import ./vmtests/federation.nix args);
+          federation = pkgs.testers.runNixOSTest (import ./vmtests/federation.nix args);
         }
       );
 
       devShells = forSystems allSystems (_system: pkgs: {
         default = pkgs.mkShell {
           packages = [
-            pkgs.go
+            pkgs.go_1_26
             pkgs.gopls
             pkgs.nixfmt
           ];

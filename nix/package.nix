@@ -5,11 +5,13 @@
 # without systemd, nspawn or nix, so the tests that need root, real users, systemd-nspawn or
 # nix-instantiate skip themselves there (they t.Fatal only when CI=true, which the sandbox does
 # not set); unit, fuzz-seed, socket and Landlock tests run.
-{ lib, buildGoModule }:
+# go.mod says `go 1.26.0`: buildGo126Module (nixpkgs' buildGoModule with Go 1.26) builds it with
+# any 1.26 patch release and never downloads a toolchain (GOTOOLCHAIN=local).
+{ lib, buildGo126Module }:
 let
   source = import ./source.nix { inherit lib; };
 in
-buildGoModule {
+buildGo126Module {
   pname = "xmsg";
   inherit (source) version src vendorHash;
 

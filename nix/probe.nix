@@ -2,11 +2,11 @@
 #
 # The VM tests install it and configure the daemon with svcExecutables.probe pointing at it,
 # so that a probe process can also attest as service "probe" on its own tier's bus.
-{ lib, buildGoModule }:
+{ lib, buildGo126Module }:
 let
   source = import ./source.nix { inherit lib; };
 in
-buildGoModule {
+buildGo126Module {
   pname = "xmsg-probe";
   inherit (source) version src vendorHash;
   subPackages = [ "vmtests/probe" ];

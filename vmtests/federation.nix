@@ -1,22 +1,20 @@
-# federation.nix -- NixOS VM test: two hosts federate tier "public" over pinned mTLS.
-#
-# PENDING: the daemon does not implement federation yet (`xmsg serve` refuses --fed-listen
-# "in this build"), so flake.nix does not run this test. It evaluates and parses (CI checks
-# both); wire it into `checks` once federation lands:
-#   federation = pkgs.testers.runNixOSTest (import ./vmtests/federation.nix args);
+# federation.nix -- NixOS VM test: two hosts federate tier "public" over a pinned mTLS link.
 #
 # Hosts a (192.168.1.1) and b (192.168.1.2) each run tier "public" with a federation listener
-# on their own address (never 0.0.0.0) and the other host as a pinned peer. Certificates, keys,
-# pins and peers files are made inside the VMs at test time, so no key ever enters the Nix
-# store; the module delivers them with LoadCredential= from root-only files.
+# on their own address (never 0.0.0.0) and the other host as a pinned peer, configured with the
+# module's federation options only. Certificates, keys, pins and peers files are made inside
+# the VMs at test time, so no key ever enters the Nix store; the module delivers them with
+# LoadCredential= from root-only files.
 #
 # Properties, one block each, each with a positive control:
-#   - the listener is on the configured address only, and nothing listens on 0.0.0.0/::;
-#   - a message sent on a to svc:probe@b is delivered to svc:probe on b, with the same
-#     message id on both hosts (b records it as coming from host a);
-#   - a host that is not a configured peer (wrong pin) is refused at the TLS layer;
-#   - the credential sources stay unreadable to the tier user, and the key never appears in
-#     the daemon's command line or environment.
+#   - the credential sources stay unreadable to the tier user; the key never appears in the
+#     daemon's command line or environment;
+#   - the listener is on the configured address only (nothing on 0.0.0.0/::), and the unit
+#     carries the federation restrictions (SocketBindAllow=, IPAddressAllow=);
+#   - a message sent on a to svc:probe@b is delivered to svc:probe on b with the same id, and
+#     b's reply comes back to the sender on a;
+#   - outside the policy: a target b does not allow for a is refused (403 op_denied), and a
+#     client whose certificate is not pinned is refused at the TLS handshake.
 {
   pkgs,
   xmsg,
@@ -42,7 +40,7 @@ let
       services.xmsg = {
         package = xmsg;
         tiers.public = {
-          hostLabel = self;
+          settings.host-label = self;
           svcExecutables.probe = "${probe}/bin/probe";
           federation = {
             listenAddress = "${ips.${self}}:7788";
@@ -78,6 +76,7 @@ in
     PEER = {"a": "b", "b": "a"}
     CRED = "/etc/xmsg/public"
     SOCK = "/run/xmsg-public/xmsg"
+    UNIT = "xmsg@public.service"
 
     def as_tier(cmd):
         return f"runuser -u xmsg-public -- {cmd}"
@@ -88,11 +87,15 @@ in
             " | openssl pkey -pubin -outform DER | sha256sum | cut -d' ' -f1"
         ).strip()
 
-    def http(machine, method, path, body=None):
+    def http(machine, method, path, body=None, ok=True):
         data = f"-d '{json.dumps(body)}' -H 'Content-Type: application/json'" if body else ""
-        return machine.succeed(
-            as_tier(f"curl -sS -X {method} {data} --unix-socket {SOCK}/http.sock http://localhost{path}")
+        cmd = as_tier(
+            f"curl -sS -o /tmp/body -w '%{{http_code}}' -X {method} {data}"
+            f" --unix-socket {SOCK}/http.sock http://localhost{path}"
         )
+        status = int(machine.succeed(cmd).strip())
+        body = machine.succeed("cat /tmp/body")
+        return status, (json.loads(body) if body.strip() else None)
 
     start_all()
     for m in HOSTS.values():
@@ -104,16 +107,19 @@ in
         for name, m in HOSTS.items():
             m.succeed(
                 f"install -d -m 0700 {CRED}"
-                f" && openssl req -x509 -newkey ed25519 -nodes -days 2 -subj /CN={name}"
-                f" -addext subjectAltName=DNS:{name},IP:{IPS[name]}"
+                f" && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2"
+                f" -subj /CN={name} -addext subjectAltName=URI:xmsg://{name}"
                 f" -keyout {CRED}/fed-key -out {CRED}/fed-cert"
                 f" && chmod 0400 {CRED}/fed-key {CRED}/fed-cert"
             )
         pins = {name: pin(m) for name, m in HOSTS.items()}
         for name, m in HOSTS.items():
             peer = PEER[name]
-            peers = {peer: {"address": f"{IPS[peer]}:7788", "pin": pins[peer], "allow": ["send", "reply", "list"]}}
-            m.succeed(f"echo '{json.dumps(peers)}' > {CRED}/peers && chmod 0400 {CRED}/peers")
+            entry = {"address": f"{IPS[peer]}:7788", "pin": pins[peer], "allow": ["send", "reply", "list"]}
+            if name == "b":
+                # policy: a may reach b's svc:probe and nothing else
+                entry["targets"] = ["svc:probe"]
+            m.succeed(f"echo '{json.dumps({peer: entry})}' > {CRED}/peers && chmod 0400 {CRED}/peers")
             # positive control: root reads the key; the tier user does not
             m.succeed(f"test -s {CRED}/fed-key")
             m.fail(as_tier(f"cat {CRED}/fed-key"))
@@ -121,45 +127,50 @@ in
     with subtest("the first connection starts each host's service with its credentials"):
         for name, m in HOSTS.items():
             m.succeed(as_tier(f"probe own --dir {SOCK}"))
-            m.wait_for_unit("xmsg@public.service")
-            m.succeed("journalctl -b -u xmsg@public.service | grep -q 'credential loaded'")
-            m.fail("journalctl -b -u xmsg@public.service | grep -q 'PRIVATE KEY'")
-            pid = m.succeed("systemctl show -p MainPID --value xmsg@public.service").strip()
+            m.wait_for_unit(UNIT)
+            m.succeed(f"journalctl -b -u {UNIT} | grep -q 'credential loaded.*name=fed-key'")
+            m.fail(f"journalctl -b -u {UNIT} | grep -q 'PRIVATE KEY'")
+            pid = m.succeed(f"systemctl show -p MainPID --value {UNIT}").strip()
             m.fail(f"grep -qa 'fed-key' /proc/{pid}/environ")
             m.fail(f"tr '\\0' ' ' < /proc/{pid}/cmdline | grep -q '{CRED}'")
 
-    with subtest("the federation listener is on the configured address only"):
+    with subtest("the listener is on the configured address only; the unit is narrowed"):
         for name, m in HOSTS.items():
             m.wait_until_succeeds(f"ss -ltnH | grep -q '{IPS[name]}:7788'")
             m.fail("ss -ltnH | grep -qE '(0\\.0\\.0\\.0|\\[::\\]|\\*):7788'")
+            m.succeed(f"systemctl show -p SocketBindAllow --value {UNIT} | grep -q 'tcp:7788'")
+            m.succeed(f"systemctl show -p SocketBindDeny --value {UNIT} | grep -q any")
+            m.succeed(f"systemctl show -p IPAddressAllow --value {UNIT} | grep -q '{IPS[PEER[name]]}'")
 
-    with subtest("a message to svc:probe@b is delivered on b with the same id"):
-        # b holds a registration of svc:probe; whatever reaches it is acked and logged
-        b.succeed("install -d -o xmsg-public -m 0700 /var/lib/xmsg-probe-ids")
+    with subtest("a message to svc:probe@b crosses the link and b's reply comes back"):
         b.succeed(
-            "echo '00000000-0000-0000-0000-000000000000 never' > /var/lib/xmsg-probe-ids/none"
-            " && chown xmsg-public /var/lib/xmsg-probe-ids/none"
-        )
-        b.succeed(
-            "systemd-run --unit=holder --uid=xmsg-public"
-            f" probe drain --dir {SOCK} --ids /var/lib/xmsg-probe-ids/none --timeout 300s"
+            "systemd-run --unit=answerer --uid=xmsg-public"
+            f" probe answer --dir {SOCK} --text 'pong from b' --timeout 300s"
         )
         b.wait_until_succeeds(as_tier(f"curl -sf --unix-socket {SOCK}/http.sock http://localhost/v1/sessions/svc:probe"))
-        sent = json.loads(http(a, "POST", "/v1/sessions/svc:probe@b/messages", {"from": "alice", "text": "over the wire"}))
+        status, sent = http(a, "POST", "/v1/sessions/svc:probe@b/messages", {"from": "alice", "text": "over the wire"})
+        assert status == 202, (status, sent)
         mid = sent["messageId"]
-        assert sent["outcome"] == "delivered", sent
-        b.wait_until_succeeds(f"journalctl -u holder | grep -q 'acking an unrelated queued message {mid}'")
-        row = json.loads(http(b, "GET", f"/v1/messages/{mid}"))
-        assert "xmsg@a" in row["fromName"], row
+        b.wait_until_succeeds(f"journalctl -u answerer | grep -q 'delivered {mid} '")
+        status, row = http(b, "GET", f"/v1/messages/{mid}")
+        assert status == 200 and "xmsg@a" in row["fromName"], (status, row)
+        # the reply, read on a through a's own bus
+        status, replies = http(a, "GET", f"/v1/messages/{mid}/replies?wait=30")
+        assert status == 200 and [r["text"] for r in replies] == ["pong from b"], (status, replies)
         # positive control: an unknown id is not found on b
-        b.fail(as_tier(f"curl -sf --unix-socket {SOCK}/http.sock http://localhost/v1/messages/00000000-0000-0000-0000-000000000001"))
+        status, _ = http(b, "GET", "/v1/messages/00000000-0000-7000-8000-000000000001")
+        assert status == 404, status
 
-    with subtest("a host with a pin that is not configured is refused at the TLS layer"):
+    with subtest("outside the policy: a target b does not allow for a is refused"):
+        status, body = http(a, "POST", "/v1/sessions/svc:other@b/messages", {"from": "alice", "text": "not allowed"})
+        assert status == 403 and body["error"] == "op_denied", (status, body)
+
+    with subtest("a client whose certificate is not pinned is refused at the TLS layer"):
         a.succeed(
-            "openssl req -x509 -newkey ed25519 -nodes -days 2 -subj /CN=mallory"
-            " -keyout /tmp/m.key -out /tmp/m.crt"
+            "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2"
+            " -subj /CN=mallory -keyout /tmp/m.key -out /tmp/m.crt"
         )
-        # positive control: with the real client certificate the handshake completes
+        # positive control: with a's real certificate the handshake completes
         a.succeed(
             f"curl -sk --cert {CRED}/fed-cert --key {CRED}/fed-key -o /dev/null"
             f" https://{IPS['b']}:7788/fed/v2/sessions"

@@ -51,6 +51,22 @@
 //	    force. Creating AF_INET and AF_INET6 sockets fails while AF_UNIX works; creating a file
 //	    in each --readonly DIR fails with EROFS while each --writable DIR accepts one;
 //	    /proc/self/status shows NoNewPrivs 1, Seccomp 2 (filter) and no effective capability.
+//
+//	probe answer --dir DIR [--name NAME] [--count N] [--text TEXT] [--timeout DUR]
+//	    Registers as svc NAME and answers the next N messages (default 1), whatever their
+//	    origin: ack, then reply TEXT (default "pong") over agent.sock. The far end of a
+//	    federation test, whose sender reads the reply back through its own bus.
+//
+//	probe listen --addr HOST:PORT... [--timeout DUR]
+//	    Accepts (and at once closes) TCP connections on each address until the timeout: the
+//	    live target that netcheck's dials need.
+//
+//	probe netcheck [--bind-ok A]... [--bind-denied A]... [--dial-ok A]... [--dial-denied A]...
+//	    Run INSIDE a federating tier's unit: binding each --bind-ok address works and each
+//	    --bind-denied one fails with EPERM (SocketBindAllow=/SocketBindDeny=); dialing each
+//	    --dial-ok address connects and each --dial-denied one fails with EPERM although a
+//	    listener runs there (IPAddressAllow=/IPAddressDeny=); AF_INET/AF_INET6 sockets can be
+//	    made, AF_NETLINK/AF_PACKET ones cannot (RestrictAddressFamilies=).
 package main
 
 import (
@@ -116,7 +132,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: probe own|other|gate|notcp|enqueue|drain [flags] (see the package doc)")
+		fmt.Fprintln(stderr, "usage: probe own|other|gate|notcp|enqueue|drain|sandbox|answer|listen|netcheck [flags] (see the package doc)")
 		return 2
 	}
 	r := &report{w: stdout}
@@ -138,6 +154,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var readonly, writable multiFlag
 	fset.Var(&readonly, "readonly", "directory that must be read-only (repeatable)")
 	fset.Var(&writable, "writable", "directory that must be writable (repeatable)")
+	text := fset.String("text", "pong", "reply text")
+	var addrs, bindOK, bindDenied, dialOK, dialDenied multiFlag
+	fset.Var(&addrs, "addr", "address to listen on (repeatable)")
+	fset.Var(&bindOK, "bind-ok", "address that must be bindable (repeatable)")
+	fset.Var(&bindDenied, "bind-denied", "address whose bind must fail with EPERM (repeatable)")
+	fset.Var(&dialOK, "dial-ok", "address that must be reachable (repeatable)")
+	fset.Var(&dialDenied, "dial-denied", "address whose connect must fail with EPERM (repeatable)")
 	if err := fset.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -182,6 +205,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 		drain(ctx, r, *dir, *name, *ids)
 	case "sandbox":
 		sandbox(r, readonly, writable)
+	case "answer":
+		if !need("dir", *dir) {
+			return 2
+		}
+		n := 1 // --count defaults to 5 for enqueue; one answer unless asked for more
+		fset.Visit(func(f *flag.Flag) {
+			if f.Name == "count" {
+				n = *count
+			}
+		})
+		answer(ctx, r, *dir, *name, n, *text)
+	case "listen":
+		if len(addrs) == 0 {
+			fmt.Fprintln(stderr, "probe listen: --addr is required")
+			return 2
+		}
+		listen(ctx, r, addrs)
+	case "netcheck":
+		if len(bindOK)+len(bindDenied)+len(dialOK)+len(dialDenied) == 0 {
+			fmt.Fprintln(stderr, "probe netcheck: nothing to check")
+			return 2
+		}
+		netcheck(r, bindOK, bindDenied, dialOK, dialDenied)
 	default:
 		fmt.Fprintf(stderr, "probe: unknown command %q\n", args[0])
 		return 2

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package main
+
+// netcheck checks a systemd unit's network restrictions, which exist on Linux only.
+func netcheck(r *report, _, _, _, _ []string) {
+	r.fail("netcheck", "systemd unit network restrictions exist on Linux only")
+}
