@@ -183,6 +183,12 @@ func TestTierSnippets(t *testing.T) {
 // checks that ExecStart= names an executable). Needs root for unshare -m.
 func analyze(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	return analyzeEnv(t, nil, args...)
+}
+
+// analyzeEnv is analyze with extra environment variables (e.g. SYSTEMD_UNIT_PATH).
+func analyzeEnv(t *testing.T, env []string, args ...string) (string, error) {
+	t.Helper()
 	ostest.RequireTool(t, "systemd-analyze")
 	ostest.RequireTool(t, "unshare")
 	ostest.Need(t, os.Geteuid() == 0, "root (systemd-analyze runs in a private mount namespace)")
@@ -192,7 +198,7 @@ mount -t tmpfs -o mode=0755 xmsg-analyze /usr/local/bin
 cp /bin/true /usr/local/bin/xmsg
 exec systemd-analyze "$@"`
 	cmd := exec.Command("unshare", append([]string{"-m", "--propagation", "private", "sh", "-c", script, "sh"}, args...)...)
-	cmd.Env = append(os.Environ(), "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0", "LC_ALL=C")
+	cmd.Env = append(append(os.Environ(), "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0", "LC_ALL=C"), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
