@@ -736,3 +736,92 @@ func TestVendorHash(t *testing.T) {
 		t.Fatalf("nix/vendor-hash.sh --check: %v\n%s", err, out)
 	}
 }
+
+// TestNixImageMatchesKubernetesExample evaluates nix/image.nix (lib only, dockerTools stubbed:
+// the arguments the image is built from; nix/tests/module-tests.nix checks them) and holds
+// deploy/kubernetes/leaf-pod.json to it: the image name and version, the uid and gid every
+// container runs as, a volume on each of the image's writable paths and the bot's
+// XDG_RUNTIME_DIR on the leaf's.
+func TestNixImageMatchesKubernetesExample(t *testing.T) {
+	lib := nixpkgsLib(t)
+	root := nixRepo(t)
+	nixTrackInputs(t, root, ".nix", ".json")
+	var img struct {
+		Name, Tag string
+		Version   string
+		Config    struct {
+			User    string
+			Env     []string
+			Volumes map[string]any
+		}
+	}
+	nixEvalJSON(t, fmt.Sprintf(`let
+	  lib = import %s;
+	  a = (import %s { inherit lib; }).imageArgs;
+	in { inherit (a) name tag config; version = (import %s { inherit lib; }).version; }`,
+		strconv.Quote(filepath.Join(lib, "lib")), strconv.Quote(filepath.Join(root, "nix", "tests", "eval.nix")),
+		strconv.Quote(filepath.Join(root, "nix", "source.nix"))), &img)
+
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "kubernetes", "leaf-pod.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod struct {
+		Spec struct {
+			SecurityContext struct {
+				RunAsUser, RunAsGroup int
+			}
+			Containers []struct {
+				Name, Image  string
+				Env          []struct{ Name, Value string }
+				VolumeMounts []struct{ Name, MountPath string }
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &pod); err != nil {
+		t.Fatalf("leaf-pod.json: %v", err)
+	}
+	if got, want := fmt.Sprintf("%d:%d", pod.Spec.SecurityContext.RunAsUser, pod.Spec.SecurityContext.RunAsGroup), img.Config.User; got != want {
+		t.Errorf("pod runAsUser:runAsGroup %s, image User %s", got, want)
+	}
+	imageEnv := map[string]string{}
+	for _, e := range img.Config.Env {
+		k, v, _ := strings.Cut(e, "=")
+		imageEnv[k] = v
+	}
+	if len(img.Config.Volumes) != 2 || imageEnv["XDG_RUNTIME_DIR"] == "" {
+		t.Fatalf("image config %+v: want two volumes and XDG_RUNTIME_DIR", img.Config)
+	}
+	var leafSeen, botSeen bool
+	for _, c := range pod.Spec.Containers {
+		mounts := map[string]bool{}
+		for _, m := range c.VolumeMounts {
+			mounts[m.MountPath] = true
+		}
+		if strings.HasPrefix(c.Image, img.Name+":") {
+			leafSeen = true
+			if c.Image != img.Name+":"+img.Version {
+				t.Errorf("leaf image %s, want %s:%s (nix/source.nix)", c.Image, img.Name, img.Version)
+			}
+			for v := range img.Config.Volumes {
+				if !mounts[v] {
+					t.Errorf("leaf container: no volume on the image's writable path %s (the root filesystem is read-only)", v)
+				}
+			}
+			continue
+		}
+		botSeen = true
+		var rt string
+		for _, e := range c.Env {
+			if e.Name == "XDG_RUNTIME_DIR" {
+				rt = e.Value
+			}
+		}
+		if rt != imageEnv["XDG_RUNTIME_DIR"] || !mounts[rt] {
+			t.Errorf("container %s: XDG_RUNTIME_DIR=%q mounted=%v, want the leaf's %s", c.Name, rt, mounts[rt], imageEnv["XDG_RUNTIME_DIR"])
+		}
+	}
+	if !leafSeen || !botSeen {
+		t.Errorf("leaf-pod.json: leaf container %v, bot container %v; want both", leafSeen, botSeen)
+	}
+}

@@ -3,7 +3,7 @@
 # The NixOS options that the module writes to are declared here as loose stand-ins (the real
 # ones come from nixpkgs/nixos), and pkgs is a stub: enough to check what the module generates
 # and which assertions fire, in CI, without nixpkgs. Used by module-tests.nix and
-# render-units.nix.
+# vmtests/nix_test.go.
 { lib }:
 let
   inherit (lib) mkOption types;
@@ -42,11 +42,13 @@ let
     type = "derivation";
     name = "xmsg-0.0.0";
     pname = "xmsg";
+    version = "0.0.0";
     outPath = "${builtins.storeDir}/00000000000000000000000000000000-xmsg-0.0.0";
     outputs = [ "out" ];
     out = fakePackage;
     outputName = "out";
     meta.mainProgram = "xmsg";
+    meta.description = "xmsg (stand-in)";
   };
 
   # Stands in for a tool package the module names by path.
@@ -67,6 +69,20 @@ let
 in
 {
   inherit fakePackage;
+
+  # nix/image.nix with a dockerTools stand-in that returns the arguments it was given: what
+  # the image would be built from (no build happens, and none is possible without nixpkgs).
+  imageArgs = import ../image.nix {
+    inherit lib;
+    xmsg = fakePackage;
+    dockerTools.buildLayeredImage =
+      args:
+      let
+        known = [ "name" "tag" "contents" "config" "fakeRootCommands" "enableFakechroot" "extraCommands" "maxLayers" "passthru" "created" "mtime" "architecture" "includeStorePaths" ];
+        unknown = lib.subtractLists known (lib.attrNames args);
+      in
+      if unknown != [ ] then throw "buildLayeredImage: unknown arguments ${toString unknown}" else args;
+  };
 
   # config: a NixOS-style module (attrset or function) with the settings under test.
   eval =

@@ -11,7 +11,7 @@
 # with no failed assertion), so a check that rejects everything fails a test too.
 { lib }:
 let
-  inherit (import ./eval.nix { inherit lib; }) eval failedAssertions;
+  inherit (import ./eval.nix { inherit lib; }) eval failedAssertions imageArgs;
 
   # An existing account (the agent user of the "trusted" tier), as the host would declare it.
   agentUser = {
@@ -642,6 +642,39 @@ lib.runTests {
       SocketBindDeny = "any";
       PrivateNetwork = false;
       listen = false;
+    };
+  };
+
+  # ---- the OCI image ------------------------------------------------------------------------
+
+  testImageRunsAsNonRootWithTwoWritableVolumes = {
+    expr = {
+      inherit (imageArgs) name tag;
+      inherit (imageArgs.config) User Entrypoint Env;
+      volumes = lib.attrNames imageArgs.config.Volumes;
+      # nothing but the binary's closure: no shell, no base image, no root-run script
+      contents = imageArgs.contents or [ ];
+      from = imageArgs ? fromImage || imageArgs ? runAsRoot;
+      mountPointsOwned = lib.hasInfix "chown 65532:65532 ./run/xmsg ./var/lib/xmsg" imageArgs.fakeRootCommands;
+      mountPointsPrivate = lib.hasInfix "chmod 0700 ./run/xmsg ./var/lib/xmsg" imageArgs.fakeRootCommands;
+    };
+    expected = {
+      name = "xmsg";
+      tag = "0.0.0";
+      User = "65532:65532";
+      Entrypoint = [ "${builtins.storeDir}/00000000000000000000000000000000-xmsg-0.0.0/bin/xmsg" ];
+      Env = [
+        "XDG_RUNTIME_DIR=/run/xmsg"
+        "XDG_STATE_HOME=/var/lib/xmsg"
+      ];
+      volumes = [
+        "/run/xmsg"
+        "/var/lib/xmsg"
+      ];
+      contents = [ ];
+      from = false;
+      mountPointsOwned = true;
+      mountPointsPrivate = true;
     };
   };
 
