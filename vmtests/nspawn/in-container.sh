@@ -10,6 +10,7 @@
 #   in-container.sh hardening    (3) the unit's sandbox and Landlock are in force
 #   in-container.sh isolation    (4) planted markers: no path from one tier to the other
 #   in-container.sh crash        (5) kill -9 loses no acknowledged message
+#   in-container.sh fedunit      (6) a federating tier's unit: one bind port, the peers only
 #
 # Payload layout (read-only at /xmsg-payload): bin/{xmsg,xmsg-probe}, systemd/ (the repo's
 # unit directory), creds/<tier>/{fed-cert,fed-key,pin}, this script.
@@ -236,8 +237,82 @@ crash() {
   rm -rf "$ids"
 }
 
+# (6) A federating tier's unit restrictions, from inside the unit: the repo's template with the
+# shipped federation drop-in (systemd/examples/xmsg@public.service.d/federation.conf) on
+# loopback addresses, and `probe netcheck` as the process in it. It may bind the listener's
+# port over IPv4 only, reach the peer's address only, and make IPv4/IPv6 sockets but no
+# netlink or packet ones. A live listener outside the unit sits on both the peer's and an
+# outsider's address, so a refused dial is the unit's doing (positive control: root reaches
+# both). Then one mutant per restriction, each on a scratch copy of the drop-in, must turn
+# the matching check red.
+FED_LISTEN=127.0.0.2:27788 FED_PEER=127.0.0.3 FED_OUTSIDER=127.0.0.4 FED_PEER_PORT=27789
+fedunit_n=0
+fedunit_run() { # fedunit_run NAME DROPIN: run netcheck in a fresh unit with that drop-in, print its lines
+  local name=$1 drop=$2
+  fedunit_n=$((fedunit_n + 1))
+  local unit=xmsg-netcheck$fedunit_n u=/etc/systemd/system/xmsg-netcheck$fedunit_n@.service
+  sed -e '/^\(Requires\|After\|Also\)=/d' -e 's/^Type=notify$/Type=oneshot/' -e '/^NotifyAccess=/d' -e '/^Restart/d' \
+      -e "s|^ExecStart=.*|ExecStart=$PROBE netcheck --bind-ok $FED_LISTEN $FED_BIND_CHECKS --dial-ok $FED_PEER:$FED_PEER_PORT --dial-denied $FED_OUTSIDER:$FED_PEER_PORT|" \
+      /etc/systemd/system/xmsg@.service > "$u"
+  mkdir -p "/etc/systemd/system/$unit@public.service.d"
+  # the drop-in minus its ExecStart= (the probe is the process here)
+  sed '/^ExecStart=/d' "$drop" > "/etc/systemd/system/$unit@public.service.d/federation.conf"
+  systemctl daemon-reload
+  systemctl start "$unit@public.service"; local rc=$?
+  journalctl -q --no-pager -o cat -u "$unit@public.service" | grep -E '^(PASS|FAIL|INFO) ' | sed "s/^/[$name] /"
+  rm -rf "$u" "/etc/systemd/system/$unit@public.service.d"
+  return "$rc"
+}
+fedunit() {
+  local ex=/etc/xmsg-fedunit.conf out m bpf=1
+  # SocketBindAllow=/SocketBindDeny= are BPF programs that systemd ships only when built with
+  # its BPF framework; a systemd without it (Debian 12's: -BPF_FRAMEWORK) accepts the keys and
+  # enforces nothing. Then the bind checks and their mutants cannot run here: the daemon's
+  # Landlock bind rule (ABI >= 4) is the layer in force.
+  systemctl --version | grep -q '+BPF_FRAMEWORK' || bpf=0
+  if [ "$bpf" = 1 ]; then
+    FED_BIND_CHECKS="--bind-denied 127.0.0.2:27790 --bind-denied [::1]:${FED_LISTEN##*:}"
+  else
+    FED_BIND_CHECKS=""
+    info "this systemd is built without BPF_FRAMEWORK ($(systemctl --version | head -1)): SocketBindAllow=/SocketBindDeny= are not enforced here; their checks and mutants are left out"
+  fi
+  # The shipped drop-in, moved to loopback: listener 127.0.0.2:27788, peer 127.0.0.3.
+  sed -e "s|192.0.2.10:7788|$FED_LISTEN|" -e "s|tcp:7788|tcp:${FED_LISTEN##*:}|" -e "s|^IPAddressAllow=192.0.2.20$|IPAddressAllow=$FED_PEER|" \
+    "$PL/systemd/examples/xmsg@public.service.d/federation.conf" > "$ex"
+  check "the drop-in was moved to loopback (listener, bind port, peer)" bash -c "grep -qx 'SocketBindAllow=ipv4:tcp:${FED_LISTEN##*:}' $ex && grep -qx 'IPAddressAllow=$FED_PEER' $ex"
+  systemctl reset-failed xmsg-fedtarget.service 2>/dev/null
+  systemd-run -q --unit=xmsg-fedtarget "$PROBE" listen --addr "$FED_PEER:$FED_PEER_PORT" --addr "$FED_OUTSIDER:$FED_PEER_PORT" --timeout 60s
+  wait_for "the target listens" bash -c "exec 3<>/dev/tcp/$FED_PEER/$FED_PEER_PORT"
+  check "positive control: outside the unit, the peer's address is reachable" bash -c "exec 3<>/dev/tcp/$FED_PEER/$FED_PEER_PORT"
+  check "positive control: outside the unit, the outsider's address is reachable too" bash -c "exec 3<>/dev/tcp/$FED_OUTSIDER/$FED_PEER_PORT"
+
+  out=$(fedunit_run shipped "$ex"); local rc=$?
+  echo "$out"
+  grep -q '^\[shipped\] FAIL ' <<<"$out" && fail=1
+  check "inside the unit, every restriction held (rc=$rc)" bash -c "[ $rc -eq 0 ] && grep -q 'PASS bind-allowed' <<<\"\$1\" && grep -q 'PASS dial-allowed' <<<\"\$1\" && grep -q 'PASS udp-denied' <<<\"\$1\"" _ "$out"
+
+  # Mutants: each relaxes one restriction; the check that guards it must fail.
+  while IFS='|' read -r name edit want; do
+    if [ "$bpf" = 0 ] && [[ $want == bind-* ]]; then info "mutant $name: left out (no BPF_FRAMEWORK)"; continue; fi
+    sed "$edit" "$ex" > /etc/xmsg-fedunit-mutant.conf
+    if cmp -s "$ex" /etc/xmsg-fedunit-mutant.conf; then bad "mutant $name: the edit changed nothing"; continue; fi
+    out=$(fedunit_run "$name" /etc/xmsg-fedunit-mutant.conf)
+    grep "FAIL $want" <<<"$out" | head -3 | sed 's/^/INFO /'
+    check "mutant $name is caught ($want fails)" grep -q "FAIL $want" <<<"$out"
+  done <<'MUTANTS'
+no SocketBindDeny|/^SocketBindDeny=/d|bind-denied:127.0.0.2:27790
+SocketBindAllow without family|s/^SocketBindAllow=ipv4:/SocketBindAllow=/|bind-denied:[::1]
+IPAddressDeny reset|$a IPAddressDeny=|udp-denied:127.0.0.4
+IPAddressAllow widened|s/^IPAddressAllow=.*/IPAddressAllow=127.0.0.0\/8/|udp-denied:127.0.0.4
+netlink and packet allowed|$a RestrictAddressFamilies=AF_NETLINK AF_PACKET|family-denied:netlink
+MUTANTS
+  systemctl stop xmsg-fedtarget.service 2>/dev/null
+  rm -f "$ex" /etc/xmsg-fedunit-mutant.conf
+  systemctl daemon-reload
+}
+
 case "${1:-}" in
   setup) setup || { echo "FAIL setup"; exit 1; }; exit 0 ;;
-  activation|credentials|hardening|isolation|crash) "$1"; finish ;;
-  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash" >&2; exit 64 ;;
+  activation|credentials|hardening|isolation|crash|fedunit) "$1"; finish ;;
+  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash|fedunit" >&2; exit 64 ;;
 esac

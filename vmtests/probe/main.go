@@ -64,8 +64,9 @@
 //	probe netcheck [--bind-ok A]... [--bind-denied A]... [--dial-ok A]... [--dial-denied A]...
 //	    Run INSIDE a federating tier's unit: binding each --bind-ok address works and each
 //	    --bind-denied one fails with EPERM (SocketBindAllow=/SocketBindDeny=); dialing each
-//	    --dial-ok address connects and each --dial-denied one fails with EPERM although a
-//	    listener runs there (IPAddressAllow=/IPAddressDeny=); AF_INET/AF_INET6 sockets can be
+//	    --dial-ok address connects (TCP and UDP) and each --dial-denied one gets EPERM for a
+//	    datagram and no answer to a TCP connect although a listener runs there
+//	    (IPAddressAllow=/IPAddressDeny=); AF_INET/AF_INET6 sockets can be
 //	    made, AF_NETLINK/AF_PACKET ones cannot (RestrictAddressFamilies=).
 package main
 

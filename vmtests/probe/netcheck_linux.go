@@ -15,9 +15,11 @@ import (
 //     SocketBindAllow=);
 //   - bindDenied: on each of these the bind fails with EPERM (SocketBindDeny=any), not with
 //     EADDRINUSE or EADDRNOTAVAIL, which would prove nothing;
-//   - dialOK: a TCP connection to each address completes (a peer: IPAddressAllow=);
-//   - dialDenied: each connect fails with EPERM (IPAddressDeny=any drops the packet), while
-//     a listener does run there (the caller starts one), so ECONNREFUSED would be a FAIL;
+//   - dialOK: a TCP connection to each address completes and a UDP datagram can be sent
+//     there (a peer: IPAddressAllow=);
+//   - dialDenied: a UDP datagram fails with EPERM and a TCP connect gets no answer
+//     (IPAddressDeny=any drops the packets), while a listener does run there (the caller
+//     starts one), so ECONNREFUSED would be a FAIL;
 //   - AF_INET and AF_INET6 sockets can be made, AF_NETLINK and AF_PACKET ones cannot
 //     (RestrictAddressFamilies=).
 func netcheck(r *report, bindOK, bindDenied, dialOK, dialDenied []string) {
@@ -46,18 +48,36 @@ func netcheck(r *report, bindOK, bindDenied, dialOK, dialDenied []string) {
 		if r.check("dial-allowed:"+a, err) {
 			c.Close()
 		}
+		r.check("udp-allowed:"+a, udpSend(a))
 	}
 	for _, a := range dialDenied {
-		c, err := net.DialTimeout("tcp", a, 5*time.Second)
+		// UDP first: a datagram the unit's egress filter drops fails sendto(2) with EPERM at
+		// once, which TCP cannot show (the kernel retransmits a dropped SYN until connect
+		// gives up).
+		err := udpSend(a)
 		switch {
 		case err == nil:
-			c.Close()
-			err = errors.New("connection established, want EPERM")
+			err = errors.New("datagram sent, want EPERM")
 		case errors.Is(err, syscall.EPERM):
-			r.info("dial %s: %v", a, err)
+			r.info("udp %s: %v", a, err)
 			err = nil
 		default:
 			err = fmt.Errorf("%v: want EPERM (dropped by the unit's IP filter)", err)
+		}
+		r.check("udp-denied:"+a, err)
+		// TCP: a listener runs there (the caller's positive control), so only the filter
+		// can keep the handshake from completing: no connection, and no refusal either.
+		c, err := net.DialTimeout("tcp", a, 2*time.Second)
+		var ne net.Error
+		switch {
+		case err == nil:
+			c.Close()
+			err = errors.New("connection established, want it dropped")
+		case errors.Is(err, syscall.EPERM) || (errors.As(err, &ne) && ne.Timeout()):
+			r.info("dial %s: %v", a, err)
+			err = nil
+		default:
+			err = fmt.Errorf("%v: want no answer at all (dropped by the unit's IP filter)", err)
 		}
 		r.check("dial-denied:"+a, err)
 	}
@@ -85,4 +105,16 @@ func netcheck(r *report, bindOK, bindDenied, dialOK, dialDenied []string) {
 			r.pass("family-denied:" + fam.name)
 		}
 	}
+}
+
+// udpSend sends one datagram to addr (nothing needs to listen: only the sender's filter can
+// refuse it synchronously).
+func udpSend(addr string) error {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.Write([]byte("xmsg-probe"))
+	return err
 }
