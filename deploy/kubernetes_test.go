@@ -399,7 +399,9 @@ func TestLeafPodChecks(t *testing.T) {
 		{"host network", "hostNetwork", func(p *pod) { p.Spec.HostNetwork = true }},
 		{"token", "automountServiceAccountToken", func(p *pod) { p.Spec.AutomountServiceAccountToken = nil }},
 		{"other uid", "runAsUser", func(p *pod) { u := int64(1000); p.Spec.Containers[1].SecurityContext.RunAsUser = &u }},
-		{"port", "ports", func(p *pod) { p.Spec.Containers[0].Ports = []json.RawMessage{json.RawMessage(`{"containerPort":7787}`)} }},
+		{"port", "ports", func(p *pod) {
+			p.Spec.Containers[0].Ports = []json.RawMessage{json.RawMessage(`{"containerPort":7787}`)}
+		}},
 		{"listen everywhere", "--listen", func(p *pod) { p.Spec.Containers[0].Args[5] = "0.0.0.0:7787" }},
 		{"wrong principal", "--leaf-principal", func(p *pod) { p.Spec.Containers[0].Args[3] = "svc:someone-else" }},
 		{"not a leaf", "args", func(p *pod) { p.Spec.Containers[0].Args[1] = "--verbose" }},
