@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
+	"path/filepath"
 	"time"
 )
 
@@ -96,4 +99,60 @@ func deadlineOf(ctx context.Context) string {
 		return d.UTC().Format(time.RFC3339)
 	}
 	return "cancelled"
+}
+
+// send posts one anonymous message to ref (a remote one, `svc:x@peer`, in the federation
+// tests) on the bus in dir and expects HTTP status wantStatus; with wantError, also that
+// error code. With wantReply it then long-polls the message's replies on the same bus until
+// one with that text arrives: the reply crossed back.
+func send(ctx context.Context, r *report, dir, ref, text string, wantStatus int, wantError, wantReply string) {
+	if text == "" {
+		text = "hello-" + nonce()
+	}
+	c := newHTTPClient(filepath.Join(dir, "http.sock"))
+	payload, _ := json.Marshal(map[string]string{"from": "probe", "text": text})
+	status, body, err := c.do(ctx, "POST", "/v1/sessions/"+ref+"/messages", payload)
+	err = expectStatus(status, body, err, wantStatus)
+	var ans struct {
+		MessageID string `json:"messageId"`
+		Outcome   string `json:"outcome"`
+		Error     string `json:"error"`
+		Detail    string `json:"detail"`
+	}
+	if err == nil {
+		if jerr := json.Unmarshal(body, &ans); jerr != nil {
+			err = fmt.Errorf("decode %q: %v", body, jerr)
+		}
+	}
+	if err == nil && wantError != "" && ans.Error != wantError {
+		err = fmt.Errorf("error code: got %q (detail %q), want %q", ans.Error, ans.Detail, wantError)
+	}
+	if !r.check(fmt.Sprintf("send:%s:%d", ref, wantStatus), err) {
+		return
+	}
+	r.info("send %s: status %d messageId %q outcome %q error %q detail %q", ref, status, ans.MessageID, ans.Outcome, ans.Error, ans.Detail)
+	if wantReply == "" {
+		return
+	}
+	for ctx.Err() == nil {
+		status, body, err := c.do(ctx, "GET", "/v1/messages/"+ans.MessageID+"/replies?wait=10", nil)
+		if err := expectStatus(status, body, err, http.StatusOK); err != nil {
+			r.fail("reply:"+ans.MessageID, "%v", err)
+			return
+		}
+		var replies []struct {
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(body, &replies); err != nil {
+			r.fail("reply:"+ans.MessageID, "decode %q: %v", body, err)
+			return
+		}
+		for _, rep := range replies {
+			if rep.Text == wantReply {
+				r.pass("reply:" + ans.MessageID)
+				return
+			}
+		}
+	}
+	r.fail("reply:"+ans.MessageID, "no reply %q before the deadline: %v", wantReply, ctx.Err())
 }

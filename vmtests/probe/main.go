@@ -57,6 +57,13 @@
 //	    origin: ack, then reply TEXT (default "pong") over agent.sock. The far end of a
 //	    federation test, whose sender reads the reply back through its own bus.
 //
+//	probe send --dir DIR --to REF [--text TEXT] [--want-status N] [--want-error CODE]
+//	           [--want-reply TEXT] [--timeout DUR]
+//	    POST /v1/sessions/REF/messages (anonymous) must answer N (default 202) and, with
+//	    --want-error, that error code; with --want-reply, a reply with that text must then
+//	    arrive on the message (GET .../replies, long-polled): across federation, the reply
+//	    crossed back.
+//
 //	probe listen --addr HOST:PORT... [--timeout DUR]
 //	    Accepts (and at once closes) TCP connections on each address until the timeout: the
 //	    live target that netcheck's dials need.
@@ -133,7 +140,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: probe own|other|gate|notcp|enqueue|drain|sandbox|answer|listen|netcheck [flags] (see the package doc)")
+		fmt.Fprintln(stderr, "usage: probe own|other|gate|notcp|enqueue|drain|sandbox|answer|send|listen|netcheck [flags] (see the package doc)")
 		return 2
 	}
 	r := &report{w: stdout}
@@ -155,7 +162,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var readonly, writable multiFlag
 	fset.Var(&readonly, "readonly", "directory that must be read-only (repeatable)")
 	fset.Var(&writable, "writable", "directory that must be writable (repeatable)")
-	text := fset.String("text", "pong", "reply text")
+	text := fset.String("text", "", "reply text (answer: default pong) or message text (send)")
+	to := fset.String("to", "", "ref to send to")
+	wantStatus := fset.Int("want-status", http.StatusAccepted, "HTTP status the send must get")
+	wantError := fset.String("want-error", "", "error code the send must get")
+	wantReply := fset.String("want-reply", "", "reply text that must arrive")
 	var addrs, bindOK, bindDenied, dialOK, dialDenied multiFlag
 	fset.Var(&addrs, "addr", "address to listen on (repeatable)")
 	fset.Var(&bindOK, "bind-ok", "address that must be bindable (repeatable)")
@@ -216,7 +227,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 				n = *count
 			}
 		})
-		answer(ctx, r, *dir, *name, n, *text)
+		reply := *text
+		if reply == "" {
+			reply = "pong"
+		}
+		answer(ctx, r, *dir, *name, n, reply)
+	case "send":
+		if !need("dir", *dir) || !need("to", *to) {
+			return 2
+		}
+		send(ctx, r, *dir, *to, *text, *wantStatus, *wantError, *wantReply)
 	case "listen":
 		if len(addrs) == 0 {
 			fmt.Fprintln(stderr, "probe listen: --addr is required")
