@@ -11,6 +11,7 @@
 #   in-container.sh isolation    (4) planted markers: no path from one tier to the other
 #   in-container.sh crash        (5) kill -9 loses no acknowledged message
 #   in-container.sh fedunit      (6) a federating tier's unit: one bind port, the peers only
+#   in-container.sh federation   (7) two tiers federate under the real units and Landlock
 #
 # Payload layout (read-only at /xmsg-payload): bin/{xmsg,xmsg-probe}, systemd/ (the repo's
 # unit directory), creds/<tier>/{fed-cert,fed-key,pin}, this script.
@@ -311,8 +312,91 @@ MUTANTS
   systemctl daemon-reload
 }
 
+# (7) Two tiers federate under the real units: public listens on 127.0.0.2:27791, trusted on
+# 127.0.0.3:27792, each the other's pinned peer, each with the shipped federation drop-in
+# (moved to loopback) and its peers file as the credential `peers`. Positive control: a
+# message from public to svc:probe@trusted is answered and the reply comes back. In force:
+# Landlock (the daemon's own line names the TCP ports left open), trusted's policy (a target
+# it does not allow is refused), and IPAddressDeny=: public also knows a peer "outsider" at
+# 127.0.0.4 that is not in its IPAddressAllow=, where a listener outside any unit logs every
+# connection; the daemon's dial never reaches it. Mutants on scratch copies of the drop-in:
+# IPAddressAllow= widened (the dial reaches the outsider), Landlock off (the line says so).
+FA=127.0.0.2:27791 FB=127.0.0.3:27792 FOUT=127.0.0.4:27793
+fed_addr() { [ "$1" = public ] && echo "$FA" || echo "$FB"; }
+fed_dropin() { # fed_dropin TIER [SED-EDIT]: install the shipped drop-in for TIER, optionally mutated
+  local t=$1 edit=${2:-} o a d
+  o=$(other_tier "$t"); a=$(fed_addr "$t"); d=/etc/systemd/system/xmsg@$t.service.d
+  sed -e "s|192.0.2.10:7788|$a|" -e "s|tcp:7788|tcp:${a##*:}|" -e "s|^IPAddressAllow=192.0.2.20$|IPAddressAllow=$(fed_addr "$o" | cut -d: -f1)|" \
+    "$PL/systemd/examples/xmsg@public.service.d/federation.conf" > "$d/federation.conf"
+  [ -n "$edit" ] && sed -i "$edit" "$d/federation.conf"
+  printf '[Service]\nLoadCredential=peers:/etc/xmsg/%s/peers\nEnvironment=XMSG_HOST_LABEL=%s\n' "$t" "$t" > "$d/peers.conf"
+}
+fed_restart() { # fed_restart TIER: stop the daemon; the next connection starts it with the new units
+  systemctl daemon-reload
+  systemctl stop "xmsg@$1.service"; systemctl reset-failed "xmsg@$1.service" 2>/dev/null
+  probe_as "xmsg-$1" "xmsg-$1 starts (probe own)" own --dir "/run/xmsg-$1/xmsg" >/dev/null
+}
+# fed_line TIER PATTERN: the first line of the RUNNING daemon's log matching PATTERN.
+fed_line() { journalctl -q --no-pager -o cat _PID="$(mainpid "$1")" | grep -m1 "$2"; }
+federation() {
+  local t o pin_pub pin_tru
+  pin_pub=$(cat "$PL/creds/public/pin"); pin_tru=$(cat "$PL/creds/trusted/pin")
+  printf '{"trusted":{"address":"%s","pin":"%s","allow":["send","reply","list"]},"outsider":{"address":"%s","pin":"sha256:%064d","allow":[]}}\n' \
+    "$FB" "$pin_tru" "$FOUT" 0 > /etc/xmsg/public/peers
+  printf '{"public":{"address":"%s","pin":"%s","allow":["send","reply","list"],"targets":["svc:probe"]}}\n' "$FA" "$pin_pub" > /etc/xmsg/trusted/peers
+  chmod 0400 /etc/xmsg/public/peers /etc/xmsg/trusted/peers
+  systemctl reset-failed xmsg-fedout.service 2>/dev/null
+  systemd-run -q --unit=xmsg-fedout "$PROBE" listen --addr "$FOUT" --timeout 80s
+  wait_for "the outsider listens" bash -c "exec 3<>/dev/tcp/${FOUT%:*}/${FOUT##*:}"
+  check "positive control: outside any unit, the outsider's address is reachable" bash -c "exec 3<>/dev/tcp/${FOUT%:*}/${FOUT##*:}"
+  for t in $TIERS; do fed_dropin "$t"; fed_restart "$t"; done
+
+  local line
+  for t in $TIERS; do
+    o=$(other_tier "$t")
+    line=$(fed_line "$t" 'federation loaded'); info "xmsg-$t: $line"
+    check "xmsg-$t loaded federation from the credentials directory" grep -q 'source=credentials-directory' <<<"$line"
+    line=$(fed_line "$t" 'federation listener'); info "xmsg-$t: $line"
+    check "xmsg-$t listens on $(fed_addr "$t") only" grep -q "addr=$(fed_addr "$t") " <<<"$line "
+    check "nothing else listens on port ${FA##*:}/${FB##*:} (no 0.0.0.0, no ::)" bash -c "! ss -ltnH | grep -E ':(${FA##*:}|${FB##*:})\b' | grep -vE '127\.0\.0\.(2|3):'"
+    line=$(fed_line "$t" 'landlock: '); info "xmsg-$t: $line"
+    local port peer; port=$(fed_addr "$t"); port=${port##*:}; peer=$(fed_addr "$o"); peer=${peer##*:}
+    check "xmsg-$t: Landlock enforces fs and net; TCP bind on $port only, connect to $peer among the peers' ports" \
+      bash -c "grep -qE 'landlock: abi=[0-9]+ fs=enforced net=enforced .*tcp_bind=$port( |\$)' <<<\"\$1\" && grep -qE 'tcp_connect=([0-9,]*,)?$peer(,|\$| )' <<<\"\$1\"" _ "$line"
+  done
+
+  # Positive control: a message and its reply cross the link.
+  systemctl reset-failed xmsg-fedanswer.service 2>/dev/null
+  systemd-run -q --unit=xmsg-fedanswer --uid=xmsg-trusted "$PROBE" answer --dir /run/xmsg-trusted/xmsg --text "pong from trusted" --timeout 60s
+  wait_for "svc:probe is registered on trusted" as xmsg-trusted curl -sf --unix-socket /run/xmsg-trusted/xmsg/http.sock http://localhost/v1/sessions/svc:probe -o /dev/null
+  probe_as xmsg-public "public -> svc:probe@trusted, reply back" send --dir /run/xmsg-public/xmsg --to svc:probe@trusted --want-reply "pong from trusted"
+  check "trusted delivered it with a federation origin" bash -c "journalctl -q --no-pager -o cat -u xmsg-fedanswer.service | grep -q 'delivered .* from origin fed'"
+  # trusted's policy for public: svc:probe only
+  probe_as xmsg-public "a target trusted does not allow is refused" send --dir /run/xmsg-public/xmsg --to svc:other@trusted --want-status 403 --want-error op_denied
+
+  # IPAddressDeny= on the daemon: its dial to the outsider (a configured peer, so Landlock
+  # allows the port) is dropped by the unit and never reaches the listener.
+  probe_as xmsg-public "the outsider is unreachable from the unit" send --dir /run/xmsg-public/xmsg --to svc:x@outsider --want-status 503 --want-error peer_unreachable
+  check "... and the outsider saw no connection from the daemon" bash -c "! journalctl -q --no-pager -o cat -u xmsg-fedout.service | grep -q 'accepted 127.0.0.1:'"
+
+  # Mutant: IPAddressAllow= widened to the loopback range; now the dial gets through.
+  fed_dropin public 's|^IPAddressAllow=.*|IPAddressAllow=127.0.0.0/8|'; fed_restart public
+  as xmsg-public "$PROBE" send --dir /run/xmsg-public/xmsg --to svc:x@outsider --want-status 503 >/dev/null 2>&1
+  check "mutant IPAddressAllow widened is caught: the outsider saw the daemon's connection" bash -c "journalctl -q --no-pager -o cat -u xmsg-fedout.service | grep -q 'accepted 127.0.0.1:'"
+
+  # Mutant: Landlock off (the calls filtered out, --require-landlock dropped): the line says so.
+  fed_dropin public 's|--require-landlock||; $a SystemCallFilter=~landlock_create_ruleset landlock_add_rule landlock_restrict_self'; fed_restart public
+  line=$(fed_line public 'landlock'); info "mutant: $line"
+  check "mutant Landlock off is caught: no 'net=enforced' line" bash -c "! grep -qE 'landlock: abi=[0-9]+ fs=enforced net=enforced' <<<\"\$1\"" _ "$line"
+
+  systemctl stop xmsg-fedout.service xmsg-fedanswer.service 2>/dev/null
+  for t in $TIERS; do rm -f "/etc/systemd/system/xmsg@$t.service.d/federation.conf" "/etc/systemd/system/xmsg@$t.service.d/peers.conf" "/etc/xmsg/$t/peers"; done
+  systemctl daemon-reload
+  for t in $TIERS; do systemctl stop "xmsg@$t.service"; done
+}
+
 case "${1:-}" in
   setup) setup || { echo "FAIL setup"; exit 1; }; exit 0 ;;
-  activation|credentials|hardening|isolation|crash|fedunit) "$1"; finish ;;
-  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash|fedunit" >&2; exit 64 ;;
+  activation|credentials|hardening|isolation|crash|fedunit|federation) "$1"; finish ;;
+  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash|fedunit|federation" >&2; exit 64 ;;
 esac

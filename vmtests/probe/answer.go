@@ -63,7 +63,8 @@ func (g *registration) pollAny(ctx context.Context) (deliver, error) {
 	return deliver{}, fmt.Errorf("poll: %w", ctx.Err())
 }
 
-// listen accepts TCP connections on every address and closes each at once, until ctx ends.
+// listen accepts TCP connections on every address and closes each at once, until ctx ends,
+// logging each one.
 // It is the target that netcheck dials: a refused dial to a live listener can only be the
 // unit's doing, not an absent server.
 func listen(ctx context.Context, r *report, addrs []string) {
@@ -83,6 +84,8 @@ func listen(ctx context.Context, r *report, addrs []string) {
 				if err != nil {
 					return
 				}
+				// One line per connection: a test can tell that a dial got through.
+				r.info("accepted %s -> %s", c.RemoteAddr(), c.LocalAddr())
 				c.Close()
 			}
 		}()
