@@ -7,7 +7,11 @@ package vmtests
 //   - TestNixModuleTests: the lib-only module tests (the flake's lib.moduleTests) pass against
 //     a checkout of github:nix-community/nixpkgs.lib named by $NIXPKGS_LIB.
 //   - TestNixModuleMatchesSystemdUnits: the units that nix/module.nix generates for a tier are
-//     the units of systemd/ for that tier: same sockets, same hardening, key for key.
+//     the units of systemd/ for that tier: same sockets, same hardening, key for key; for a
+//     federating tier, the template plus the example drop-ins.
+//   - TestNixModuleExposure: systemd-analyze security of the module's service variants.
+//   - TestNixImageMatchesKubernetesExample: nix/image.nix (lib only) against deploy/'s pod.
+//   - TestNixVMTestScripts: the Python test script of every VM test parses and lints clean.
 //   - TestVendorHash: nix/source.nix's vendorHash is what `go mod vendor` gives today.
 //
 // Missing tools skip these tests, except with CI=true, where a skip would prove nothing.
@@ -823,5 +827,70 @@ func TestNixImageMatchesKubernetesExample(t *testing.T) {
 	}
 	if !leafSeen || !botSeen {
 		t.Errorf("leaf-pod.json: leaf container %v, bot container %v; want both", leafSeen, botSeen)
+	}
+}
+
+// TestNixVMTestScripts lints the Python test script of every NixOS VM test: no KVM here, so
+// none of them runs, and a typo in a script would only show on a host that has one. The
+// script is evaluated from the .nix file (no nixpkgs needed: the nodes are never evaluated),
+// parsed by Python and checked by pyflakes with the test driver's names as builtins.
+func TestNixVMTestScripts(t *testing.T) {
+	for _, tool := range []string{"python3", "pyflakes3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			nixSkipOrFail(t, tool+" not found (Debian: apt-get install --no-install-recommends pyflakes3)")
+		}
+	}
+	root := nixRepo(t)
+	nixTrackInputs(t, root, ".nix")
+	// What the NixOS test driver defines for every script (besides one name per node).
+	driver := []string{"start_all", "test_script", "machines", "driver", "log", "os", "create_machine",
+		"subtest", "run_tests", "join_all", "retry", "serial_stdout_off", "serial_stdout_on",
+		"polling_condition", "Machine", "t"}
+	lint := func(t *testing.T, script string, nodes []string) error {
+		path := filepath.Join(t.TempDir(), "testScript.py")
+		if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		names := append(slices.Clone(driver), nodes...)
+		if len(nodes) == 1 {
+			names = append(names, "machine")
+		}
+		for _, args := range [][]string{{"python3", "-c", "import ast,sys; ast.parse(open(sys.argv[1]).read())", path}, {"pyflakes3", path}} {
+			cmd := exec.Command(args[0], args[1:]...)
+			cmd.Env = append(os.Environ(), "PYFLAKES_BUILTINS="+strings.Join(names, ","))
+			if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+				return fmt.Errorf("%s: %v\n%s", args[0], err, out)
+			}
+		}
+		return nil
+	}
+
+	// Positive control: an undefined name and a syntax error are both reported.
+	if err := lint(t, "start_all()\nmachine.succeed('true')\nundefined_name.fail('x')\n", []string{"machine"}); err == nil {
+		t.Fatal("lint control: an undefined name passed")
+	}
+	if err := lint(t, "def f(:\n", nil); err == nil {
+		t.Fatal("lint control: a syntax error passed")
+	}
+
+	files, _ := filepath.Glob(filepath.Join(root, "vmtests", "*.nix"))
+	if len(files) < 3 {
+		t.Fatalf("VM tests: got %q, want isolation, activation and federation", files)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			var got struct {
+				Script string   `json:"script"`
+				Nodes  []string `json:"nodes"`
+			}
+			nixEvalJSON(t, fmt.Sprintf(`let v = import %s { pkgs = { }; xmsg = "/xmsg"; probe = "/probe"; module = { }; };
+			  in { script = v.testScript; nodes = builtins.attrNames v.nodes; }`, strconv.Quote(f)), &got)
+			if strings.TrimSpace(got.Script) == "" || len(got.Nodes) == 0 {
+				t.Fatalf("no testScript or no nodes: %+v", got)
+			}
+			if err := lint(t, got.Script, got.Nodes); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
