@@ -53,7 +53,7 @@ let
   socketUnit = name: sock: "xmsg-${sock}@${name}";
 
   # ---- credentials: declared once ---------------------------------------------------------
-  # The daemon's credentials (PROTOCOL.md §10.1): the federation option naming the source
+  # The daemon's credentials (docs/protocol.md §10.1): the federation option naming the source
   # file, and the name the daemon looks up in $CREDENTIALS_DIRECTORY. Everything below (the
   # options, LoadCredential=, the checks) is generated from this list.
   credentialList = [
@@ -78,7 +78,7 @@ let
     {
       option = "peersFile";
       name = "peers";
-      what = "peers file (JSON, PROTOCOL.md §8.2), instead of {option}`peers`";
+      what = "peers file (JSON, docs/protocol.md §8.2), instead of {option}`peers`";
       secret = false;
     }
   ];
@@ -423,7 +423,7 @@ let
     };
 
   peerOptions = {
-    # The peers file's fields (PROTOCOL.md §8.2: pin, ca, identities, allow, leaf, principals,
+    # The peers file's fields (docs/protocol.md §8.2: pin, ca, identities, allow, leaf, principals,
     # targets) pass through as they are; the daemon checks them and names any error at start.
     # Typed here: the two the module reads to build IPAddressAllow=.
     freeformType = types.attrsOf types.anything;
@@ -612,7 +612,7 @@ let
               }
             '';
             description = ''
-              Federation peers (the daemon's peers file, PROTOCOL.md §8.2), written to a JSON
+              Federation peers (the daemon's peers file, docs/protocol.md §8.2), written to a JSON
               file in the Nix store (it holds addresses, pins and policy, no secrets) and
               delivered as the credential `peers`. Mutually exclusive with {option}`peersFile`.
             '';
