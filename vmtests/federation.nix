@@ -128,7 +128,7 @@ in
         for name, m in HOSTS.items():
             m.succeed(as_tier(f"probe own --dir {SOCK}"))
             m.wait_for_unit(UNIT)
-            m.succeed(f"journalctl -b -u {UNIT} | grep -q 'credential loaded.*name=fed-key'")
+            m.succeed(f"journalctl -b -u {UNIT} | grep -q 'federation loaded.*source=credentials-directory'")
             m.fail(f"journalctl -b -u {UNIT} | grep -q 'PRIVATE KEY'")
             pid = m.succeed(f"systemctl show -p MainPID --value {UNIT}").strip()
             m.fail(f"grep -qa 'fed-key' /proc/{pid}/environ")
