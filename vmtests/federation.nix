@@ -9,8 +9,9 @@
 # Properties, one block each, each with a positive control:
 #   - the credential sources stay unreadable to the tier user; the key never appears in the
 #     daemon's command line or environment;
-#   - the listener is on the configured address only (nothing on 0.0.0.0/::), and the unit
-#     carries the federation restrictions (SocketBindAllow=, IPAddressAllow=);
+#   - the listener is on the configured address only (nothing on 0.0.0.0/::), the unit carries
+#     the federation restrictions (SocketBindAllow=, IPAddressAllow=), and in its cgroup no
+#     other port can be bound (NixOS's systemd has the BPF framework these need);
 #   - a message sent on a to svc:probe@b is delivered to svc:probe on b with the same id, and
 #     b's reply comes back to the sender on a;
 #   - outside the policy: a target b does not allow for a is refused (403 op_denied), and a
@@ -141,6 +142,17 @@ in
             m.succeed(f"systemctl show -p SocketBindAllow --value {UNIT} | grep -q 'tcp:7788'")
             m.succeed(f"systemctl show -p SocketBindDeny --value {UNIT} | grep -q any")
             m.succeed(f"systemctl show -p IPAddressAllow --value {UNIT} | grep -q '{IPS[PEER[name]]}'")
+
+    with subtest("in the unit's cgroup, only the listener's port can be bound (SocketBindAllow=)"):
+        # The unit's BPF filters hold for every process in its cgroup: a probe moved there
+        # may bind port 7788 (on another address: the daemon holds its own) but not 7790.
+        check = "probe netcheck --bind-ok 127.0.0.1:7788 --bind-denied 127.0.0.1:7790"
+        for name, m in HOSTS.items():
+            cg = m.succeed(f"systemctl show -p ControlGroup --value {UNIT}").strip()
+            assert cg.endswith(UNIT), cg
+            # positive control: outside that cgroup, 7790 binds, so the check fails
+            m.fail(check)
+            m.succeed(f"sh -c 'echo $$ > /sys/fs/cgroup{cg}/cgroup.procs && exec {check}'")
 
     with subtest("a message to svc:probe@b crosses the link and b's reply comes back"):
         b.succeed(

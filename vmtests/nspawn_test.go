@@ -61,7 +61,12 @@ func TestNspawn(t *testing.T) {
 	noFederation := strings.Contains(string(help), "not available in this build")
 	// A fixed state directory, so that a run killed before its cleanup (a go test timeout
 	// kills without running t.Cleanup) is torn down by the next one: `down` below, first.
+	// Concurrent runs on one machine (several checkouts) each need their own:
+	// XMSG_NSPAWN_STATE names it.
 	state := filepath.Join(os.TempDir(), "xmsg-vmtest-nspawn")
+	if s := os.Getenv("XMSG_NSPAWN_STATE"); s != "" {
+		state = s
+	}
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -247,13 +247,11 @@ crash() {
 # both). Then one mutant per restriction, each on a scratch copy of the drop-in, must turn
 # the matching check red.
 FED_LISTEN=127.0.0.2:27788 FED_PEER=127.0.0.3 FED_OUTSIDER=127.0.0.4 FED_PEER_PORT=27789
-fedunit_n=0
-fedunit_run() { # fedunit_run NAME DROPIN: run netcheck in a fresh unit with that drop-in, print its lines
-  local name=$1 drop=$2
-  fedunit_n=$((fedunit_n + 1))
-  local unit=xmsg-netcheck$fedunit_n u=/etc/systemd/system/xmsg-netcheck$fedunit_n@.service
+fedunit_run() { # fedunit_run N NAME DROPIN: run netcheck in a fresh unit (number N) with that drop-in
+  local n=$1 name=$2 drop=$3
+  local unit=xmsg-netcheck$n u=/etc/systemd/system/xmsg-netcheck$n@.service
   sed -e '/^\(Requires\|After\|Also\)=/d' -e 's/^Type=notify$/Type=oneshot/' -e '/^NotifyAccess=/d' -e '/^Restart/d' \
-      -e "s|^ExecStart=.*|ExecStart=$PROBE netcheck --bind-ok $FED_LISTEN $FED_BIND_CHECKS --dial-ok $FED_PEER:$FED_PEER_PORT --dial-denied $FED_OUTSIDER:$FED_PEER_PORT|" \
+      -e "s|^ExecStart=.*|ExecStart=$PROBE netcheck --families --bind-ok $FED_LISTEN $FED_BIND_CHECKS --dial-ok $FED_PEER:$FED_PEER_PORT --dial-denied $FED_OUTSIDER:$FED_PEER_PORT|" \
       /etc/systemd/system/xmsg@.service > "$u"
   mkdir -p "/etc/systemd/system/$unit@public.service.d"
   # the drop-in minus its ExecStart= (the probe is the process here)
@@ -287,17 +285,19 @@ fedunit() {
   check "positive control: outside the unit, the peer's address is reachable" bash -c "exec 3<>/dev/tcp/$FED_PEER/$FED_PEER_PORT"
   check "positive control: outside the unit, the outsider's address is reachable too" bash -c "exec 3<>/dev/tcp/$FED_OUTSIDER/$FED_PEER_PORT"
 
-  out=$(fedunit_run shipped "$ex"); local rc=$?
+  out=$(fedunit_run 0 shipped "$ex"); local rc=$?
   echo "$out"
   grep -q '^\[shipped\] FAIL ' <<<"$out" && fail=1
   check "inside the unit, every restriction held (rc=$rc)" bash -c "[ $rc -eq 0 ] && grep -q 'PASS bind-allowed' <<<\"\$1\" && grep -q 'PASS dial-allowed' <<<\"\$1\" && grep -q 'PASS udp-denied' <<<\"\$1\"" _ "$out"
 
   # Mutants: each relaxes one restriction; the check that guards it must fail.
+  local n=0
   while IFS='|' read -r name edit want; do
+    n=$((n + 1))
     if [ "$bpf" = 0 ] && [[ $want == bind-* ]]; then info "mutant $name: left out (no BPF_FRAMEWORK)"; continue; fi
     sed "$edit" "$ex" > /etc/xmsg-fedunit-mutant.conf
     if cmp -s "$ex" /etc/xmsg-fedunit-mutant.conf; then bad "mutant $name: the edit changed nothing"; continue; fi
-    out=$(fedunit_run "$name" /etc/xmsg-fedunit-mutant.conf)
+    out=$(fedunit_run "$n" "$name" /etc/xmsg-fedunit-mutant.conf)
     grep "FAIL $want" <<<"$out" | head -3 | sed 's/^/INFO /'
     check "mutant $name is caught ($want fails)" grep -q "FAIL $want" <<<"$out"
   done <<'MUTANTS'

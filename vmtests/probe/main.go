@@ -69,11 +69,12 @@
 //	    live target that netcheck's dials need.
 //
 //	probe netcheck [--bind-ok A]... [--bind-denied A]... [--dial-ok A]... [--dial-denied A]...
+//	               [--families]
 //	    Run INSIDE a federating tier's unit: binding each --bind-ok address works and each
 //	    --bind-denied one fails with EPERM (SocketBindAllow=/SocketBindDeny=); dialing each
 //	    --dial-ok address connects (TCP and UDP) and each --dial-denied one gets EPERM for a
 //	    datagram and no answer to a TCP connect although a listener runs there
-//	    (IPAddressAllow=/IPAddressDeny=); AF_INET/AF_INET6 sockets can be
+//	    (IPAddressAllow=/IPAddressDeny=); with --families, AF_INET/AF_INET6 sockets can be
 //	    made, AF_NETLINK/AF_PACKET ones cannot (RestrictAddressFamilies=).
 package main
 
@@ -173,6 +174,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fset.Var(&bindDenied, "bind-denied", "address whose bind must fail with EPERM (repeatable)")
 	fset.Var(&dialOK, "dial-ok", "address that must be reachable (repeatable)")
 	fset.Var(&dialDenied, "dial-denied", "address whose connect must fail with EPERM (repeatable)")
+	families := fset.Bool("families", false, "netcheck: also check which socket families can be made")
 	if err := fset.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -244,11 +246,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		listen(ctx, r, addrs)
 	case "netcheck":
-		if len(bindOK)+len(bindDenied)+len(dialOK)+len(dialDenied) == 0 {
+		if len(bindOK)+len(bindDenied)+len(dialOK)+len(dialDenied) == 0 && !*families {
 			fmt.Fprintln(stderr, "probe netcheck: nothing to check")
 			return 2
 		}
-		netcheck(r, bindOK, bindDenied, dialOK, dialDenied)
+		netcheck(r, bindOK, bindDenied, dialOK, dialDenied, *families)
 	default:
 		fmt.Fprintf(stderr, "probe: unknown command %q\n", args[0])
 		return 2

@@ -26,7 +26,7 @@ func TestNetcheckOutsideAUnit(t *testing.T) {
 	}()
 	target := ln.Addr().String()
 	out, code := runProbe(t, self(t), nil, "netcheck", "--bind-ok", "127.0.0.1:0", "--bind-denied", "127.0.0.1:0",
-		"--dial-ok", target, "--dial-denied", target)
+		"--dial-ok", target, "--dial-denied", target, "--families")
 	if code != 1 {
 		t.Errorf("exit code %d, want 1 (the denied checks fail outside a unit):\n%s", code, out)
 	}
