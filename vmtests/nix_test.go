@@ -835,11 +835,8 @@ func TestNixImageMatchesKubernetesExample(t *testing.T) {
 // script is evaluated from the .nix file (no nixpkgs needed: the nodes are never evaluated),
 // parsed by Python and checked by pyflakes with the test driver's names as builtins.
 func TestNixVMTestScripts(t *testing.T) {
-	for _, tool := range []string{"python3", "pyflakes3"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			nixSkipOrFail(t, tool+" not found (Debian: apt-get install --no-install-recommends pyflakes3)")
-		}
-	}
+	ostest.RequireTool(t, "python3")
+	ostest.RequireTool(t, "pyflakes3") // Debian: apt-get install --no-install-recommends pyflakes3
 	root := nixRepo(t)
 	if _, err := os.Stat(filepath.Join(root, "flake.nix")); err != nil {
 		t.Skipf("no flake.nix in %s (%v): a tree without the Nix files", root, err)
