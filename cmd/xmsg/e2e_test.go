@@ -24,6 +24,11 @@ import (
 // peer gate), and daemontest's puppets, which stand in for Claude sessions and for clients
 // speaking a real client's frames.
 func TestMain(m *testing.M) {
+	// Run by the daemon as `agy agentapi send-message ...` (the agy tests trust a copy of this
+	// binary as the agy executable), whatever role the inherited environment names.
+	if len(os.Args) > 1 && os.Args[1] == "agentapi" {
+		os.Exit(fakeAgentapi())
+	}
 	ostest.Main(m, daemontest.Roles(), ostest.Roles{
 		"worker": func() int { worker(); return 0 },
 		"xmsg": func() int {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/exehelper"
 )
 
@@ -32,6 +33,7 @@ commands:
   send       send a message: xmsg send REF TEXT (TEXT "-" reads stdin)
   replies    show replies to a message: xmsg replies ID [--wait S] [--after N]
   doctor     show which protections are in force
+  register   register agy [--hook] [--sock P] [--url U]: the Antigravity hook helper
   version    print the version
 
 exit codes: 0 ok, 1 bus unreachable or failed, 2 usage, 3 refused by the bus (4xx), 4 bus error (5xx)
@@ -90,6 +92,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	case exehelper.Arg:
 		// The attestation helper that serve starts before it applies Landlock.
 		return exehelper.Serve()
+	case agy.HelperArg:
+		// The agentapi helper that serve starts before it applies Landlock.
+		if len(rest) != 1 {
+			return usageError{"agy helper: want the agy program"}
+		}
+		return agy.ServeHelper(rest[0])
+	case "register":
+		return registerCmd(rest, stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "xmsg", version)
 		return nil

@@ -33,5 +33,7 @@ func mcpCmd(args []string, stdin io.Reader, stdout io.Writer) error {
 		return fmt.Errorf("mcp: %w", err)
 	}
 	return mcp.Run(context.Background(), mcp.Config{AgentSock: agentSock, HTTPSock: httpSock, ReplyOnly: *replyOnly,
-		In: stdin, Out: stdout, Log: newLogger("warn", os.Stderr), Version: version})
+		In: stdin, Out: stdout, Log: newLogger("warn", os.Stderr), Version: version,
+		// Antigravity runs its MCP servers with the conversation in the environment.
+		AgyStart: os.Getenv("ANTIGRAVITY_CONVERSATION_ID") != ""})
 }

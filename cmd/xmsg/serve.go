@@ -23,6 +23,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/activation"
 	"github.com/xmsg/xmsg/internal/agentsock"
+	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/config"
@@ -65,11 +66,13 @@ type instance struct {
 	log   *slog.Logger
 	facts doctor.Facts
 
-	store  *store.Store
-	socks  *activation.Sockets
-	tcp    net.Listener
-	notify *notify.Notifier
-	exe    func(pid int) (string, error) // nil: no service executables to attest
+	store   *store.Store
+	socks   *activation.Sockets
+	tcp     net.Listener
+	notify  *notify.Notifier
+	exe     func(pid int) (string, error)                              // nil: no service executables to attest
+	files   func(pid int) ([]peercred.OpenFile, error)                 // the helper's; nil: read /proc directly
+	agySend func(agy.Credentials, string, string) (agy.Outcome, error) // nil: agy not configured
 
 	closers []func() error
 }
@@ -106,6 +109,7 @@ func serve(args []string, stdout io.Writer) error {
 		{"sockets", d.acquireSockets},      // 3.
 		{"notify", d.openNotify},           // 4.
 		{"exe helper", d.startExeHelper},   // 4b.
+		{"agy helper", d.startAgyHelper},   // 4c.
 		{"sandbox", d.applySandbox},        // 5.
 	}
 	for _, step := range steps {
@@ -205,7 +209,7 @@ func (d *instance) openNotify() error {
 // outside its domain, so a helper started now (outside the domain) reads it for service
 // attestation.
 func (d *instance) startExeHelper() error {
-	if len(d.cfg.SvcExe) == 0 || runtime.GOOS != "linux" {
+	if !needsExeHelper(d.cfg) || runtime.GOOS != "linux" {
 		return nil
 	}
 	self, err := os.Executable()
@@ -217,7 +221,7 @@ func (d *instance) startExeHelper() error {
 		return err
 	}
 	d.onClose(helper.Close)
-	d.exe = helper.Exe
+	d.exe, d.files = helper.Exe, helper.OpenFiles
 	return nil
 }
 
@@ -241,6 +245,7 @@ func (d *instance) applySandbox() error {
 		// (under socket activation the socket units own the files).
 		policy.RemoveFiles = []string{d.facts.SocketDir}
 	}
+	policy.ReadOnly = append(policy.ReadOnly, attestationDirs(cfg, d.log)...)
 	if dir := creds.Dir(); dir != "" {
 		policy.ReadOnly = append(policy.ReadOnly, dir) // credential reload reads them again
 	}
@@ -295,6 +300,7 @@ func (d *instance) serve(ctx context.Context) error {
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
 		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log,
+		Codex: codexAttester(cfg, proc, d.exe, d.files), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
 		Claude: &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: d.log},
 	})
 	defer b.Close()

@@ -5,7 +5,11 @@
 // refused other uids; here the peer's pid comes from SO_PEERCRED, its start time is read at
 // connect, and before every frame the pid must still be that same process. The session the
 // frame acts for is then found by the bus's ancestor walk from that pid. Fields a client writes
-// about itself (`from`, `return_to`, ...) are ignored.
+// about itself (`from`, `return_to`, ...) are ignored. The one exception is `_meta`, the MCP
+// request's params._meta passed on by the bridge: for a caller below a trusted Codex process it
+// names the thread the call is for, and the daemon then proves that process writes it (see
+// bus.IdentifyMeta); for anyone else it is ignored. Codex threads read their queue here with
+// poll/ack frames; `mcp_start` attests an Antigravity session.
 //
 // Each connection is bounded: a line longer than MaxLine is answered with one error and the
 // connection closed, a connection with no complete line for IdleTimeout is closed, a response
@@ -17,6 +21,7 @@ package agentsock
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -185,6 +190,10 @@ type request struct {
 	Ref, Text, Key string
 	MessageID      string
 	PushReplies    *bool // nil: not given (the default is true)
+	// Meta is the MCP request's params._meta, passed on by the bridge. Only a caller that
+	// descends from a trusted Codex process uses it (to name its thread); see bus.IdentifyMeta.
+	Meta     json.RawMessage
+	WaitSecs *float64 // poll (codex threads)
 }
 
 // decodeRequest parses one frame: a single JSON object. Unknown fields are ignored (the
@@ -215,6 +224,16 @@ func decodeRequest(line []byte) (request, error) {
 	}
 	if present {
 		req.PushReplies = &push
+	}
+	if raw, _, ok := obj.Raw("_meta"); ok {
+		req.Meta = raw
+	}
+	wait, present, err := obj.Number("waitSecs", "wait_secs")
+	if err != nil {
+		return request{}, err
+	}
+	if present {
+		req.WaitSecs = &wait
 	}
 	return req, nil
 }
@@ -248,18 +267,27 @@ func (s *Server) frame(cred peercred.Cred, start string, line []byte) []byte {
 		return errorLine("bad_request", err.Error())
 	}
 	switch req.Action {
-	case "send", "reply":
+	case "send", "reply", "poll", "ack":
 	case "mcp_start":
-		// agy attestation (presence lock + trusted exe) is later work: without it nothing
-		// may be attested, so the answer is the protocol's refusal.
-		s.refuse(actor, "mcp_start", "unattested", "agy attestation is not available")
-		return errorLine("unattested", "agy attestation is not available")
+		// agy attestation without credentials: the chain above the peer must hold a
+		// conversation's presence lock from a trusted agy executable.
+		id, err := s.cfg.Bus.MCPStart(cred.PID)
+		if err == nil && !s.cfg.Proc.Alive(cred.PID, start) {
+			err = &bus.Error{Code: "unattested", Detail: fmt.Sprintf("peer PID %d exited", cred.PID)}
+		}
+		if err != nil {
+			e := bus.AsError(err)
+			s.refuse(actor, "mcp_start", e.Code, e.Detail)
+			return errorLine(e.Code, e.Detail)
+		}
+		s.cfg.Log.Info("accepted", "socket", "agent", "actor", actor, "request", "mcp_start", "session_id", id)
+		return encode(mcpStartResp{Status: "ok", SessionID: id})
 	default:
 		detail := fmt.Sprintf("unknown action: '%s'", req.Action)
 		s.refuse(actor, "frame", "bad_request", "unknown action")
 		return errorLine("bad_request", detail)
 	}
-	caller, err := s.cfg.Bus.Identify(cred.PID)
+	caller, err := s.cfg.Bus.IdentifyMeta(cred.PID, req.Meta)
 	// The walk read /proc/<pid> again. If the pid was recycled between the check before this
 	// frame and the walk, the walk may have found the new process's session; re-checking the
 	// start time afterwards rules that out (a pid cannot come back with the same start time).
@@ -271,10 +299,18 @@ func (s *Server) frame(cred peercred.Cred, start string, line []byte) []byte {
 		s.refuse(actor, req.Action, e.Code, e.Detail)
 		return errorLine(e.Code, e.Detail)
 	}
-	if req.Action == "send" {
+	switch req.Action {
+	case "send":
 		return s.send(caller, req)
+	case "poll", "ack":
+		return s.queue(caller, req)
 	}
 	return s.reply(caller, req)
+}
+
+type mcpStartResp struct {
+	Status    string `json:"status"`
+	SessionID string `json:"sessionId"`
 }
 
 type sendResp struct {

@@ -14,7 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/codex"
+	"github.com/xmsg/xmsg/internal/lockwatch"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -35,6 +38,11 @@ type Config struct {
 	Log          *slog.Logger
 	InboxTimeout time.Duration
 	MaxWaiters   int // concurrent reply long-polls (HTTP), 128
+	// Codex attests Codex sessions; nil when none is configured.
+	Codex *codex.Attester
+	// Agy attests Antigravity sessions (nil: none); AgySend runs agentapi for them.
+	Agy     *agy.Attester
+	AgySend func(c agy.Credentials, title, envelope string) (agy.Outcome, error)
 }
 
 // Bus is the router. Safe for concurrent use.
@@ -48,6 +56,7 @@ type Bus struct {
 	keys    keyLocks
 	stop    chan struct{}
 	stopped sync.WaitGroup
+	locks   *lockwatch.Watcher // follows the locks of leases; nil without Codex
 }
 
 // New builds a bus and starts its retention loop.
@@ -62,6 +71,14 @@ func New(cfg Config) *Bus {
 		cfg.MaxWaiters = 128
 	}
 	b := &Bus{cfg: cfg, regs: map[string]*Registration{}, waiters: make(chan struct{}, cfg.MaxWaiters), stop: make(chan struct{})}
+	if cfg.Codex != nil || cfg.Agy != nil {
+		w, err := lockwatch.New(b.locksGone, cfg.Log)
+		if err != nil {
+			// Without the watch no lease could end with its lock: grant none (fail closed).
+			cfg.Log.Error("codex and agy sessions disabled: lock watch unavailable", "err", err)
+		}
+		b.locks = w
+	}
 	b.stopped.Add(1)
 	go b.retention()
 	return b
@@ -71,6 +88,9 @@ func New(cfg Config) *Bus {
 func (b *Bus) Close() {
 	close(b.stop)
 	b.stopped.Wait()
+	if b.locks != nil {
+		b.locks.Close()
+	}
 }
 
 // Host is the host label.
@@ -104,6 +124,11 @@ func (b *Bus) Purge(now time.Time) {
 		b.cfg.Log.Error("purge failed", "err", err)
 	} else if p != (store.Purged{}) {
 		b.cfg.Log.Info("purged", "messages", p.Messages, "replies", p.Replies, "queued", p.Queued, "idempotency_keys", p.IdempotencyKeys)
+	}
+	if n, err := b.pruneProcessSessions(); err != nil {
+		b.cfg.Log.Error("pruning session ids failed", "err", err)
+	} else if n > 0 {
+		b.cfg.Log.Info("purged", "session_ids", n)
 	}
 }
 
@@ -174,7 +199,11 @@ func (b *Bus) Sessions(cwd, status string) []SessionView {
 		}
 	}
 	for _, r := range b.liveRegistrations() {
-		keep(regView(r))
+		if r.Harness == "agy" {
+			keep(b.agyView(r))
+		} else {
+			keep(regView(r))
+		}
 	}
 	return out
 }
@@ -188,13 +217,15 @@ type Target struct {
 	SessionID string
 	Claude    *claude.Session // for claude targets
 	View      SessionView
-	// Offline: a configured service that is not registered right now. It can be sent to
-	// (its queue is durable and its id stable) but it is not a live session.
+	// Offline: a configured service that is not registered right now, or an agy session
+	// without credentials named by something else than its session id. It can be sent to
+	// (its queue is durable) but GET does not show it as a live session.
 	Offline bool
+	reg     *Registration // for agy targets
 }
 
 // refHarnesses are the prefixes that pin a ref to one harness.
-var refHarnesses = map[string]string{"claude": "claude", "session": "claude", "svc": "svc", "pi": "pi", "opencode": "opencode", "hermes": "hermes"}
+var refHarnesses = map[string]string{"claude": "claude", "session": "claude", "svc": "svc", "pi": "pi", "opencode": "opencode", "hermes": "hermes", "codex": "codex", "agy": "agy"}
 
 // splitHarness splits "svc:x" into ("svc", "x"); a ref without a known prefix gives ("", ref).
 func splitHarness(ref string) (harness, bare string) {
@@ -240,7 +271,12 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		}
 		return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ","))
 	}
-	if harness != "claude" {
+	if harness == "" || harness == "agy" {
+		if t, err, ok := b.resolveAgy(bare); ok {
+			return t, err
+		}
+	}
+	if harness != "claude" && harness != "agy" {
 		if t, err, ok := b.resolveRegistered(harness, bare, isPID, pid); ok {
 			return t, err
 		}
@@ -268,7 +304,7 @@ func (b *Bus) resolveRegistered(harness, bare string, isPID bool, pid int) (Targ
 	for _, svc := range []bool{false, true} {
 		var hits []*Registration
 		for _, r := range regs {
-			if (r.Harness == "svc") != svc || (harness != "" && r.Harness != harness) {
+			if r.Harness == "agy" || (r.Harness == "svc") != svc || (harness != "" && r.Harness != harness) {
 				continue
 			}
 			// Session ids carry their harness ("svc:x", "pi:<uuid>"); compare without it.
@@ -289,6 +325,13 @@ func (b *Bus) resolveRegistered(harness, bare string, isPID bool, pid int) (Targ
 			return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ",")), true
 		}
 	}
+	// A uid-admitted session's id is durable and its queue too: while its process lives it
+	// stays addressable by that id, also between a daemon restart and its re-registration.
+	if harness == "" || SessionHarnesses[harness] {
+		if rec, ok := b.liveProcessSession(bare, harness); ok {
+			return Target{Harness: rec.Harness, SessionID: rec.SessionID, Offline: true}, nil, true
+		}
+	}
 	// A service queues durably, so it stays addressable by its stable id while it reconnects.
 	if harness == "svc" {
 		for n := range b.cfg.SvcExe {
@@ -303,7 +346,9 @@ func (b *Bus) resolveRegistered(harness, bare string, isPID bool, pid int) (Targ
 // Identify attributes a peer pid to a session by walking its ancestors (at most 32): a live
 // Claude session whose pid and procStart match, or a registration whose pid and start time
 // match (docs/protocol.md §4.1).
-func (b *Bus) Identify(pid int) (Caller, error) {
+func (b *Bus) Identify(pid int) (Caller, error) { return b.identify(pid, nil) }
+
+func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, error) {
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
 	if err == nil {
 		sessions := b.cfg.Claude.Scan()
@@ -321,9 +366,14 @@ func (b *Bus) Identify(pid int) (Caller, error) {
 				}
 			}
 			for _, r := range regs {
-				if r.PID == st.PID && r.Start == st.StartTime {
+				// A Codex process may write several threads: which one a call is for is
+				// decided by its _meta below, never by the pid alone.
+				if r.Harness != "codex" && r.PID == st.PID && r.Start == st.StartTime {
 					return r.Caller(), nil
 				}
+			}
+			if b.cfg.Codex.IsCodex(st.PID) {
+				return b.codexCaller(st, meta)
 			}
 		}
 	}

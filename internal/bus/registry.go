@@ -10,10 +10,13 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/store"
 )
 
 // Registration is a live svc or uid-admitted session registered on register.sock. It lives in
-// memory only: clients re-register after a daemon restart (docs/protocol.md §9).
+// memory only: clients re-register after a daemon restart (docs/protocol.md §9). The id of a
+// uid-admitted session is durable, though: it belongs to the session process, not to the
+// registration (see RegisterSession).
 type Registration struct {
 	Harness      string // "svc", "pi", "opencode", "hermes"
 	SessionID    string // "svc:<name>" or "<harness>:<uuid v4>"
@@ -22,6 +25,35 @@ type Registration struct {
 	PID          int
 	Start        string // /proc start time, the pid-reuse guard
 	RegisteredAt int64
+	// Lock is the lock file whose removal ends the registration (a Codex writer lock); "" for
+	// registrations that end with their connection.
+	Lock string
+	// Conversation is an agy session's conversation id.
+	Conversation string
+
+	agy      *agySession   // agy only
+	replaced chan struct{} // closed when a newer registration of the same process takes over
+}
+
+// Replaced is closed when a newer registration by the same process took this one's place.
+// The connection that owns r must then end: one session, one connection.
+func (r *Registration) Replaced() <-chan struct{} { return r.replaced }
+
+// Current reports whether r is still the registration in force for its session id.
+func (b *Bus) Current(r *Registration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.regs[r.SessionID] == r
+}
+
+// install makes r the registration for its id, ending an older one it replaces. Callers hold
+// b.mu and have checked that replacing is allowed.
+func (b *Bus) install(r *Registration) {
+	r.replaced = make(chan struct{})
+	if old := b.regs[r.SessionID]; old != nil && old != r {
+		close(old.replaced)
+	}
+	b.regs[r.SessionID] = r
 }
 
 // Caller returns the attested identity of a registration.
@@ -81,12 +113,19 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	if old := b.regs[r.SessionID]; old != nil && (old.PID != r.PID || old.Start != r.Start) && b.cfg.Proc.Alive(old.PID, old.Start) {
 		return nil, errorf(http.StatusConflict, "conflict", "service '%s' already has an active registration", r.SessionID)
 	}
-	b.regs[r.SessionID] = r
+	// The same process registering again (or a new one after the old exited) takes over.
+	b.install(r)
 	return r, nil
 }
 
-// RegisterSession admits a pi/opencode/hermes session on uid alone, under a fresh UUID v4
-// session id that only the owning connection can use. connectStart as for RegisterService.
+// RegisterSession admits a pi/opencode/hermes session on uid alone. Its id is a UUID v4 minted
+// the first time the process (boot id, pid, start time) registers and kept in the store: every
+// later registration by the same live process, on a new connection or after a daemon
+// restart, gets the same id and takes over from the older registration (whose connection
+// then ends). Queued messages and reply rights follow the id, so nothing is stranded on a
+// connection that is no longer polled. Another process, or the same pid with another start
+// time, never matches the record. No id in the request is ever used. connectStart as for
+// RegisterService.
 func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, connectStart string) (*Registration, error) {
 	if !SessionHarnesses[harness] {
 		return nil, badRequest("unknown harness '%s'", harness)
@@ -101,7 +140,10 @@ func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, con
 	if connectStart != "" && start != connectStart {
 		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
 	}
-	id := harness + ":" + uuid.NewString()
+	id, err := b.processSessionID(harness, cred.PID, start)
+	if err != nil {
+		return nil, err
+	}
 	if strings.TrimSpace(name) == "" {
 		name = id
 	}
@@ -110,9 +152,95 @@ func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, con
 	}
 	r := &Registration{Harness: harness, SessionID: id, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: time.Now().Unix()}
 	b.mu.Lock()
-	b.regs[id] = r
+	b.install(r)
 	b.mu.Unlock()
 	return r, nil
+}
+
+// processSessionID returns the durable id of the session process (harness, pid, start),
+// minting and committing one if it has none. Lookup and insert are one transaction, so two
+// registrations racing for the same process agree on one id.
+func (b *Bus) processSessionID(harness string, pid int, start string) (string, error) {
+	boot, err := b.cfg.Proc.BootID()
+	if err != nil {
+		// Without the boot id a record could be inherited by a process of a later boot.
+		b.cfg.Log.Error("boot id unreadable; session ids cannot be kept", "err", err)
+		return "", errorf(http.StatusInternalServerError, "internal", "internal error")
+	}
+	minted := store.ProcessSession{Harness: harness, Boot: boot, PID: pid, Start: start,
+		SessionID: harness + ":" + uuid.NewString(), CreatedAt: time.Now().Unix()}
+	var id string
+	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+		rec, found, err := tx.ProcessSession(harness, boot, pid, start)
+		if err != nil {
+			return err
+		}
+		if found {
+			id = rec.SessionID
+			return nil
+		}
+		id = minted.SessionID
+		return tx.PutProcessSession(minted)
+	})
+	return id, err
+}
+
+// liveProcessSession finds the durable id record of a uid-admitted session whose process is
+// alive in this boot, by its id (with or without the harness prefix; harness "" = any).
+func (b *Bus) liveProcessSession(id, harness string) (store.ProcessSession, bool) {
+	boot, err := b.cfg.Proc.BootID()
+	if err != nil || id == "" {
+		return store.ProcessSession{}, false
+	}
+	var recs []store.ProcessSession
+	if err := b.cfg.Store.View(func(tx *store.Tx) (err error) { recs, err = tx.ProcessSessions(); return err }); err != nil {
+		return store.ProcessSession{}, false
+	}
+	for _, rec := range recs {
+		if harness != "" && rec.Harness != harness {
+			continue
+		}
+		if !strings.EqualFold(rec.SessionID, id) && !strings.EqualFold(strings.TrimPrefix(rec.SessionID, rec.Harness+":"), id) {
+			continue
+		}
+		if rec.Boot == boot && b.cfg.Proc.Alive(rec.PID, rec.Start) {
+			return rec, true
+		}
+	}
+	return store.ProcessSession{}, false
+}
+
+// pruneProcessSessions forgets the ids of session processes that exited (or ran in an earlier
+// boot): such a process never registers again, so its record would only grow the store. It
+// writes (and fsyncs) only when there is something to forget.
+func (b *Bus) pruneProcessSessions() (int, error) {
+	boot, err := b.cfg.Proc.BootID()
+	if err != nil {
+		return 0, err
+	}
+	var dead []store.ProcessSession
+	err = b.cfg.Store.View(func(tx *store.Tx) error {
+		recs, err := tx.ProcessSessions()
+		for _, rec := range recs {
+			if rec.Boot != boot || !b.cfg.Proc.Alive(rec.PID, rec.Start) {
+				dead = append(dead, rec)
+			}
+		}
+		return err
+	})
+	if err != nil || len(dead) == 0 {
+		return 0, err
+	}
+	// A dead process stays dead, so deleting outside the reading transaction is safe.
+	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+		for _, rec := range dead {
+			if err := tx.DeleteProcessSession(rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return len(dead), err
 }
 
 // Unregister ends r, unless a newer registration already replaced it.
@@ -130,15 +258,27 @@ func (b *Bus) liveRegistrations() []*Registration {
 	defer b.mu.Unlock()
 	var out []*Registration
 	for id, r := range b.regs {
-		if !b.cfg.Proc.Alive(r.PID, r.Start) {
+		// An agy session lives while its presence lock is held (docs/protocol.md §3.3), not only
+		// while its process does.
+		if !b.cfg.Proc.Alive(r.PID, r.Start) || (r.agy != nil && !b.cfg.Agy.Held(r.agy.presence)) {
 			delete(b.regs, id)
 			continue
 		}
 		out = append(out, r)
 	}
+	// Listing order: agy, then sessions (pi, opencode, hermes, codex), then services.
+	rank := func(r *Registration) int {
+		switch r.Harness {
+		case "agy":
+			return 0
+		case "svc":
+			return 2
+		}
+		return 1
+	}
 	sort.Slice(out, func(i, j int) bool {
-		if (out[i].Harness == "svc") != (out[j].Harness == "svc") {
-			return out[j].Harness == "svc"
+		if rank(out[i]) != rank(out[j]) {
+			return rank(out[i]) < rank(out[j])
 		}
 		return out[i].SessionID < out[j].SessionID
 	})

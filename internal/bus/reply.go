@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/codex"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -35,6 +37,15 @@ type ReplyView struct {
 	Text             string  `json:"text"`
 	PushOutcome      *string `json:"pushOutcome"`
 	PushedMessageID  *string `json:"pushedMessageId"`
+}
+
+// qualified names a session as <harness>:<id>, once: ids that already carry their harness
+// ("svc:bot", "pi:<uuid>") are not prefixed again.
+func qualified(harness, id string) string {
+	if strings.HasPrefix(id, harness+":") {
+		return id
+	}
+	return harness + ":" + id
 }
 
 func strOrNil(s string) *string {
@@ -67,8 +78,8 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket 
 		return res, errorf(http.StatusNotFound, "not_found", "message '%s'", messageID)
 	}
 	if caller.Harness != msg.RecipientHarness || caller.SessionID != msg.SessionID {
-		return res, errorf(http.StatusForbidden, "not_recipient", "caller session '%s:%s' is not recipient of message '%s' (expected '%s:%s')",
-			caller.Harness, caller.SessionID, messageID, msg.RecipientHarness, msg.SessionID)
+		return res, errorf(http.StatusForbidden, "not_recipient", "caller session '%s' is not recipient of message '%s' (expected '%s')",
+			qualified(caller.Harness, caller.SessionID), messageID, qualified(msg.RecipientHarness, msg.SessionID))
 	}
 	now := nowUnix()
 	reply := store.Reply{MessageID: messageID, CreatedAt: now, ReplierSessionID: caller.SessionID, Text: text}
@@ -172,16 +183,25 @@ func (b *Bus) push(caller Caller, msg store.Message, text string, now int64) (ou
 			}
 			return "pushed"
 		}
+	case "agy":
+		outcome, pending, deliver := b.pushAgy(msg.ReturnSessionID, pushed, badge, body, now, text)
+		if outcome != "pushed" {
+			return outcome, nil, nil, nil
+		}
+		return outcome, pushed, pending, deliver
 	case "svc":
 		// A service's queue is durable and its id stable: queue even while it reconnects.
 	default:
-		if !b.registered(msg.ReturnSessionID) {
+		if _, alive := b.liveProcessSession(msg.ReturnSessionID, msg.ReturnHarness); !b.registered(msg.ReturnSessionID) && !alive {
 			return "sender_gone", nil, nil, nil
 		}
 	}
 	pending = &store.Pending{ID: pushed.ID, SessionID: msg.ReturnSessionID, CreatedAt: now, FromName: badge, Bytes: len(text), Text: text, Envelope: body}
 	if msg.ReturnHarness == "svc" {
 		pending.Origin = fmtOrigin("local", &caller)
+	}
+	if msg.ReturnHarness == "codex" {
+		pending.Envelope = codex.Envelope(badge, body)
 	}
 	return "pushed", pushed, pending, nil
 }

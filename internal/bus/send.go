@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/codex"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -121,6 +122,14 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
 	}
 	d = Delivery{SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: "delivered"}
+	if t.Harness == "agy" {
+		var idem *store.Idem
+		if s.Key != "" {
+			idem = &store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
+				FromName: d.FromName, Bytes: d.Bytes, CreatedAt: msg.CreatedAt}
+		}
+		return b.sendAgy(s, t, msg, idem)
+	}
 	var pending *store.Pending
 	if t.Harness != "claude" {
 		kind := "anonymous"
@@ -129,6 +138,10 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		}
 		pending = &store.Pending{ID: msg.ID, SessionID: t.SessionID, CreatedAt: msg.CreatedAt, FromName: s.FromName, Bytes: s.Bytes,
 			Text: s.Text, Envelope: envelope.Plain(s.FromName, msg.ID, s.Text)}
+		if t.Harness == "codex" {
+			// Peer data, and said so, outside the escaped body (codex.Preamble).
+			pending.Envelope = codex.Envelope(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
+		}
 		if t.Harness == "svc" {
 			pending.Origin = fmtOrigin(kind, s.Caller)
 		}

@@ -37,6 +37,10 @@ type Config struct {
 	AgentWriteTimeout                 time.Duration
 	RequireLandlock                   bool
 	LogLevel                          string
+	CodexExe, CodexHome               []string // trusted Codex executables and Codex homes
+	AgyExe                            []string // trusted Antigravity executables
+	AgyPresenceDir                    string   // where agy conversations' presence locks live
+	AgyBin                            string   // the agy program that runs agentapi; "" = first AgyExe
 }
 
 // option is one flag: its name, environment variable, default and how a value is stored.
@@ -128,6 +132,13 @@ var options = []option{
 	{name: "idempotency-ttl", env: "XMSG_IDEMPOTENCY_TTL", def: secs(limits.IdempotencyTTL), usage: "retention of idempotency keys, in seconds",
 		set: seconds("idempotency-ttl", func(c *Config) *time.Duration { return &c.IdempotencyTTL })},
 	{name: "svc-exe", env: "XMSG_SVC_EXE", doc: "none", usage: "trusted service executable NAME=PATH (repeatable, ',' lists)", list: true},
+	{name: "agy-exe", env: "XMSG_AGY_EXE", doc: "none", usage: "trusted Antigravity executable PATH (repeatable, ',' lists; none = agy attestation always fails)", list: true},
+	{name: "agy-presence-dir", env: "XMSG_AGY_PRESENCE_DIR", doc: "none", usage: "directory of agy presence locks <conversation_id>.lock (required with --agy-exe)",
+		set: absPath("agy-presence-dir", func(c *Config) *string { return &c.AgyPresenceDir })},
+	{name: "agy-bin", env: "XMSG_AGY_BIN", doc: "the first --agy-exe", usage: "agy program run as 'agy agentapi send-message' to deliver",
+		set: absPath("agy-bin", func(c *Config) *string { return &c.AgyBin })},
+	{name: "codex-exe", env: "XMSG_CODEX_EXE", doc: "none", usage: "trusted Codex executable PATH (repeatable, ',' lists; Linux)", list: true},
+	{name: "codex-home", env: "XMSG_CODEX_HOME", doc: "none", usage: "Codex home whose thread-writer-locks attest Codex sessions (repeatable, ',' lists)", list: true},
 	{name: "peers-file", env: "XMSG_PEERS_FILE", doc: "none", usage: "federation peers JSON (prefer LoadCredential=peers)",
 		set: str(func(c *Config) *string { return &c.PeersFile })},
 	{name: "fed-listen", env: "XMSG_FED_LISTEN", doc: "none", usage: "federation mTLS listener IP:PORT (not available in this build)",
@@ -247,7 +258,67 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	if c.DBPath, err = dbPath(c.DBPath, getenv); err != nil {
 		return nil, err
 	}
+	if err := harnesses(c, given, getenv); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// harnesses reads the Codex and Antigravity attestation flags, which only make sense
+// together: an executable without its lock directory could attest nothing.
+func harnesses(c *Config, given map[string][]string, getenv func(string) string) error {
+	var err error
+	for _, l := range []struct {
+		name, env string
+		dst       *[]string
+	}{{"codex-exe", "XMSG_CODEX_EXE", &c.CodexExe}, {"codex-home", "XMSG_CODEX_HOME", &c.CodexHome}, {"agy-exe", "XMSG_AGY_EXE", &c.AgyExe}} {
+		if *l.dst, err = pathList(l.name, given[l.name], getenv(l.env), getenv); err != nil {
+			return err
+		}
+	}
+	if (len(c.CodexExe) == 0) != (len(c.CodexHome) == 0) {
+		return errors.New("config: --codex-exe and --codex-home must be given together")
+	}
+	if len(c.AgyExe) > 0 && c.AgyPresenceDir == "" {
+		return errors.New("config: --agy-exe needs --agy-presence-dir")
+	}
+	if c.AgyBin == "" && len(c.AgyExe) > 0 {
+		c.AgyBin = c.AgyExe[0]
+	}
+	return nil
+}
+
+// absPath stores one absolute path (a leading ~/ is expanded by the caller's HOME).
+func absPath(name string, dst func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		p := filepath.Clean(v)
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("config: --%s %q must be absolute", name, v)
+		}
+		*dst(c) = p
+		return nil
+	}
+}
+
+// pathList reads a repeatable, ','-separated list of absolute paths (flag values, else env).
+func pathList(name string, flags []string, env string, getenv func(string) string) ([]string, error) {
+	if len(flags) == 0 && env != "" {
+		flags = []string{env}
+	}
+	var out []string
+	for _, v := range flags {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			p = filepath.Clean(expand(p, getenv))
+			if !filepath.IsAbs(p) {
+				return nil, fmt.Errorf("config: --%s %q must be absolute", name, p)
+			}
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 func home(getenv func(string) string) string {

@@ -504,7 +504,7 @@ func isReset(err error) bool {
 func mcpMain() int {
 	reply, _ := strconv.ParseBool(os.Getenv("XMSG_REPLY_ONLY"))
 	err := mcp.Run(context.Background(), mcp.Config{AgentSock: os.Getenv("XMSG_AGENT_SOCK"), HTTPSock: os.Getenv("XMSG_HTTP_SOCK"),
-		ReplyOnly: reply, In: os.Stdin, Out: os.Stdout, Version: "test"})
+		ReplyOnly: reply, In: os.Stdin, Out: os.Stdout, Version: "test", AgyStart: os.Getenv("ANTIGRAVITY_CONVERSATION_ID") != ""})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -516,12 +516,95 @@ func mcpMain() int {
 // waits for it: the child is then a grandchild of the test, one level below the process a
 // session file names.
 func parentMain() int {
-	cmd := ostest.Command("", os.Getenv(childEnv))
+	held, err := holdFiles()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "daemontest parent:", err)
+		return 1
+	}
+	defer func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}()
+	// The child runs the test binary itself when the parent is a copy (childExeEnv).
+	cmd := ostest.Command(os.Getenv(childExeEnv), os.Getenv(childEnv))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return 1
 	}
 	return 0
+}
+
+// Files a "parent" helper holds open for its whole life (harness attestation tests: a Codex
+// writer lock, a rollout, an Antigravity presence lock):
+//   - LockEnv: ','-separated paths created if missing and locked with an exclusive flock;
+//   - OpenEnv: ','-separated existing paths opened for appending, as a writer holds them.
+const (
+	LockEnv     = "XMSG_DAEMONTEST_LOCK"
+	OpenEnv     = "XMSG_DAEMONTEST_OPEN"
+	childExeEnv = "XMSG_DAEMONTEST_CHILD_EXE"
+)
+
+func holdFiles() ([]*os.File, error) {
+	var held []*os.File
+	for _, p := range strings.Split(os.Getenv(LockEnv), ",") {
+		if p == "" {
+			continue
+		}
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return held, err
+		}
+		held = append(held, f)
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			return held, fmt.Errorf("flock %s: %w", p, err)
+		}
+	}
+	for _, p := range strings.Split(os.Getenv(OpenEnv), ",") {
+		if p == "" {
+			continue
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return held, err
+		}
+		held = append(held, f)
+	}
+	return held, nil
+}
+
+// StartNestedExe is StartNested with the parent running exe (a copy of the test binary that
+// a daemon trusts, e.g. as a Codex executable) while its child, the puppet, runs the test
+// binary itself. env may hold LockEnv and OpenEnv: the files the parent holds.
+func StartNestedExe(t testing.TB, exe string, env ...string) *Puppet {
+	return start(t, exe, "parent", append([]string{childEnv + "=puppet", childExeEnv + "=" + os.Args[0]}, env...))
+}
+
+// StartMCPAt starts the MCP bridge (the test binary) for the sockets agent and http as the
+// child of a "parent" helper running exe, and returns the parent and the bridge's pipes.
+func StartMCPAt(t testing.TB, exe, agent, http string, env ...string) (parent *exec.Cmd, in io.WriteCloser, out *bufio.Reader) {
+	t.Helper()
+	cmd := ostest.Command(exe, "parent")
+	cmd.Env = append(append(cmd.Env, childEnv+"=mcp", childExeEnv+"="+os.Args[0],
+		"XMSG_AGENT_SOCK="+agent, "XMSG_HTTP_SOCK="+http), env...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, in, bufio.NewReader(stdout)
 }
 
 // StartMCP starts the MCP bridge as a child of a session process: it returns the session

@@ -1,12 +1,14 @@
-// Package exehelper answers "which executable runs pid N" for a daemon that Landlock
-// confines.
+// Package exehelper answers "which executable runs pid N" and "which files does pid N hold
+// open" for a daemon that Landlock confines.
 //
 // Landlock forbids a sandboxed process to ptrace processes outside its domain, and reading
 // /proc/<pid>/exe is a ptrace-mode access: once `xmsg serve` is sandboxed, it can no longer
 // read the exe link of the service processes it must attest (it can still read
-// /proc/<pid>/stat). So before the sandbox applies, serve starts this helper: a child that
-// stays outside the Landlock domain and does exactly one thing, on a socketpair that is its
-// only channel: read a pid, answer peercred.Proc.Exe(pid). It dies with its parent
+// /proc/<pid>/stat); /proc/<pid>/fd, which Codex and Antigravity attestation read, is the same
+// kind of access. So before the sandbox applies, serve starts this helper: a child that stays
+// outside the Landlock domain and answers two read-only questions on a socketpair that is its
+// only channel: read a pid, answer peercred.Proc.Exe(pid) or peercred.Proc.OpenFiles(pid).
+// It dies with its parent
 // (PDEATHSIG) and when the socketpair closes. If it is gone, attestation fails closed.
 package exehelper
 

@@ -19,14 +19,24 @@ import (
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
-// A request is 8 bytes: a sequence number and the pid, big-endian. The answer echoes the
-// sequence number, so an answer that arrives late (after its request timed out) is
-// recognised and skipped instead of being taken for the answer to the next request.
+// A request is 12 bytes, big-endian: a sequence number, the question (opExe or opFiles) and
+// the pid. The answer echoes the sequence number, so an answer that arrives late (after its
+// request timed out) is recognised and skipped instead of being taken for the answer to the
+// next request.
 type answer struct {
-	Seq   uint32 `json:"seq"`
-	Path  string `json:"path,omitempty"`
-	Error string `json:"error,omitempty"`
+	Seq   uint32              `json:"seq"`
+	Path  string              `json:"path,omitempty"`
+	Files []peercred.OpenFile `json:"files,omitempty"`
+	Error string              `json:"error,omitempty"`
 }
+
+// The questions the helper answers; nothing else.
+const (
+	opExe   = 1 // which executable runs pid N (peercred.Proc.Exe)
+	opFiles = 2 // which files pid N holds open (peercred.Proc.OpenFiles)
+)
+
+const requestLen = 12
 
 // Client talks to a running helper.
 type Client struct {
@@ -69,32 +79,45 @@ func Start(self string, env []string) (*Client, error) {
 
 // Exe returns the canonical executable of pid, as peercred.Proc.Exe does.
 func (c *Client) Exe(pid int) (string, error) {
+	a, err := c.ask(opExe, pid)
+	return a.Path, err
+}
+
+// OpenFiles returns the descriptors pid holds open, as peercred.Proc.OpenFiles does.
+func (c *Client) OpenFiles(pid int) ([]peercred.OpenFile, error) {
+	a, err := c.ask(opFiles, pid)
+	return a.Files, err
+}
+
+func (c *Client) ask(op uint32, pid int) (answer, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
 	c.conn.SetDeadline(time.Now().Add(5 * time.Second))
-	var req [8]byte
+	var req [requestLen]byte
 	binary.BigEndian.PutUint32(req[:4], c.seq)
-	binary.BigEndian.PutUint32(req[4:], uint32(pid))
+	binary.BigEndian.PutUint32(req[4:8], op)
+	binary.BigEndian.PutUint32(req[8:], uint32(pid))
 	if _, err := c.conn.Write(req[:]); err != nil {
-		return "", fmt.Errorf("exehelper: request: %w", err)
+		return answer{}, fmt.Errorf("exehelper: request: %w", err)
 	}
 	for {
+		// An answer lists at most peercred.MaxOpenFiles files; ReadBytes grows as needed.
 		line, err := c.r.ReadBytes('\n')
 		if err != nil {
-			return "", fmt.Errorf("exehelper: answer: %w", err)
+			return answer{}, fmt.Errorf("exehelper: answer: %w", err)
 		}
 		var a answer
 		if err := json.Unmarshal(line, &a); err != nil {
-			return "", fmt.Errorf("exehelper: answer: %w", err)
+			return answer{}, fmt.Errorf("exehelper: answer: %w", err)
 		}
 		if a.Seq != c.seq {
 			continue // the late answer to an earlier request that timed out
 		}
 		if a.Error != "" {
-			return "", errors.New(a.Error)
+			return answer{}, errors.New(a.Error)
 		}
-		return a.Path, nil
+		return a, nil
 	}
 }
 
@@ -117,7 +140,7 @@ func Serve() error {
 	enc := json.NewEncoder(f)
 	proc := peercred.Proc{}
 	for {
-		var req [8]byte
+		var req [requestLen]byte
 		if _, err := io.ReadFull(r, req[:]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -125,11 +148,18 @@ func Serve() error {
 			return err
 		}
 		a := answer{Seq: binary.BigEndian.Uint32(req[:4])}
-		path, err := proc.Exe(int(binary.BigEndian.Uint32(req[4:])))
+		pid := int(binary.BigEndian.Uint32(req[8:]))
+		var err error
+		switch binary.BigEndian.Uint32(req[4:8]) {
+		case opExe:
+			a.Path, err = proc.Exe(pid)
+		case opFiles:
+			a.Files, err = proc.OpenFiles(pid)
+		default:
+			err = errors.New("exehelper: unknown question")
+		}
 		if err != nil {
-			a.Error = err.Error()
-		} else {
-			a.Path = path
+			a.Error, a.Path, a.Files = err.Error(), "", nil
 		}
 		if err := enc.Encode(a); err != nil {
 			return err

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/xmsg/xmsg/internal/ostest"
+	"github.com/xmsg/xmsg/internal/peercred"
 )
 
 // The helper is this test binary in the role "helper", standing in for `xmsg __exe-helper`
@@ -70,7 +71,7 @@ func TestLateAnswerIsSkipped(t *testing.T) {
 	c.r = bufio.NewReader(ours)
 	// A fake helper: answers request 1 late (after request 2 was written), then request 2.
 	go func() {
-		buf := make([]byte, 8)
+		buf := make([]byte, requestLen)
 		io.ReadFull(theirs, buf) // request 1 (pid 111), not answered yet
 		io.ReadFull(theirs, buf) // request 2 (pid 222)
 		fmt.Fprintln(theirs, `{"seq":1,"path":"/bin/one-one-one"}`)
@@ -78,9 +79,10 @@ func TestLateAnswerIsSkipped(t *testing.T) {
 	}()
 	// Request 1 gives up (we simulate its timeout by writing it by hand and never reading).
 	c.seq++
-	var req [8]byte
+	var req [requestLen]byte
 	binary.BigEndian.PutUint32(req[:4], c.seq)
-	binary.BigEndian.PutUint32(req[4:], 111)
+	binary.BigEndian.PutUint32(req[4:8], opExe)
+	binary.BigEndian.PutUint32(req[8:], 111)
 	ours.Write(req[:])
 	got, err := c.Exe(222)
 	if err != nil || got != "/bin/two-two-two" {
@@ -104,4 +106,32 @@ func socketPair() (*net.UnixConn, *net.UnixConn, error) {
 		conns[i] = c.(*net.UnixConn)
 	}
 	return conns[0], conns[1], nil
+}
+
+func TestOpenFilesThroughTheHelper(t *testing.T) {
+	c, err := Start(os.Args[0], helperEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	path := filepath.Join(t.TempDir(), "held")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	files, err := c.OpenFiles(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := peercred.HoldsOpen(files, uint64(st.Dev), st.Ino); !ok || got.FD != int(f.Fd()) || got.Path != path {
+		t.Fatalf("OpenFiles(self) = %+v; want fd %d on %s", got, f.Fd(), path)
+	}
+	if _, err := c.OpenFiles(1 << 30); err == nil {
+		t.Error("OpenFiles of a pid that does not exist succeeded")
+	}
 }

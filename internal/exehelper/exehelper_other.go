@@ -2,7 +2,11 @@
 
 package exehelper
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/xmsg/xmsg/internal/peercred"
+)
 
 var errUnsupported = errors.New("exehelper: only supported on Linux")
 
@@ -14,6 +18,9 @@ func Start(self string, env []string) (*Client, error) { return nil, errUnsuppor
 
 // Exe fails off Linux.
 func (c *Client) Exe(pid int) (string, error) { return "", errUnsupported }
+
+// OpenFiles fails off Linux.
+func (c *Client) OpenFiles(pid int) ([]peercred.OpenFile, error) { return nil, errUnsupported }
 
 // Close does nothing.
 func (c *Client) Close() error { return nil }

@@ -62,6 +62,11 @@ type Config struct {
 	Out       io.Writer
 	Log       *slog.Logger
 	Version   string // serverInfo.version; "" = the module version of the binary
+	// AgyStart: the bridge runs under an Antigravity session. It keeps an agent.sock
+	// connection that announced itself with mcp_start, so the daemon attests the session
+	// before any credentials exist, and reconnects with backoff (a daemon restart, the idle
+	// timeout).
+	AgyStart bool
 }
 
 type bridge struct {
@@ -118,6 +123,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if cfg.AgyStart {
+		presence, stop := context.WithCancel(ctx)
+		defer stop()
+		wg.Add(1)
+		go func() { defer wg.Done(); b.agyPresence(presence) }() // stop runs before wg.Wait
+	}
 	sem := make(chan struct{}, maxConcurrent)
 	for {
 		var it item
@@ -300,7 +311,8 @@ func (b *bridge) handle(ctx context.Context, req request) *response {
 		default:
 			return errorResponse(req.id, codeInvalidParams, "Unknown tool: "+name)
 		}
-		return result(req.id, b.call(ctx, name, args))
+		meta, _, _ := params.Raw("_meta")
+		return result(req.id, b.call(ctx, name, args, identityMeta(meta)))
 	}
 	return errorResponse(req.id, codeMethodNotFound, "Method not found: "+req.method)
 }
@@ -395,7 +407,7 @@ func text(s string, isError bool) toolResult {
 
 // call runs one tool. Failures are tool results with isError (visible to the model), not
 // JSON-RPC errors.
-func (b *bridge) call(ctx context.Context, name string, args jsonline.Object) toolResult {
+func (b *bridge) call(ctx context.Context, name string, args jsonline.Object, meta map[string]json.RawMessage) toolResult {
 	if _, ok := args["from"]; ok {
 		// The sender is whoever the daemon attests; accepting a claimed name here (even to
 		// ignore it) would suggest to the agent that it can choose one.
@@ -429,7 +441,7 @@ func (b *bridge) call(ctx context.Context, name string, args jsonline.Object) to
 		if ref == "" || msg == "" {
 			return text("ref and text are required", true)
 		}
-		return b.agent(ctx, map[string]any{"action": "send", "ref": ref, "text": msg, "push_replies": push}, "delivery")
+		return b.agent(ctx, withMeta(map[string]any{"action": "send", "ref": ref, "text": msg, "push_replies": push}, meta), "delivery")
 	default: // reply
 		id, err1 := argString(args, "message_id", "messageId")
 		msg, err2 := argString(args, "text")
@@ -439,8 +451,36 @@ func (b *bridge) call(ctx context.Context, name string, args jsonline.Object) to
 		if id == "" || msg == "" {
 			return text("message_id and text are required", true)
 		}
-		return b.agent(ctx, map[string]any{"action": "reply", "messageId": id, "text": msg}, "reply")
+		return b.agent(ctx, withMeta(map[string]any{"action": "reply", "messageId": id, "text": msg}, meta), "reply")
 	}
+}
+
+// identityMeta keeps the members of params._meta that name a Codex session (sessionId,
+// threadId, turn_id). Codex writes _meta itself; the model writes only the arguments, so these
+// are taken from _meta alone and never from arguments of the same names.
+func identityMeta(raw json.RawMessage) map[string]json.RawMessage {
+	var all map[string]json.RawMessage
+	if json.Unmarshal(raw, &all) != nil {
+		return nil
+	}
+	out := map[string]json.RawMessage{}
+	for _, k := range []string{"sessionId", "threadId", "turn_id"} {
+		if v, ok := all[k]; ok {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// withMeta adds the identity _meta to an agent.sock frame; the daemon attests it.
+func withMeta(frame map[string]any, meta map[string]json.RawMessage) map[string]any {
+	if meta != nil {
+		frame["_meta"] = meta
+	}
+	return frame
 }
 
 // argString is a string argument under the first present of names; its error names the
@@ -533,4 +573,54 @@ func errText(err error) string {
 		return errText(ue.Err)
 	}
 	return err.Error()
+}
+
+// agyPresence keeps an mcp_start connection to agent.sock until ctx ends: the daemon attests
+// the agy session from it (docs/protocol.md §2.8). A refusal (not below an attested agy process)
+// ends it for good; a lost connection is re-made after a backoff of 1 s doubling to 30 s.
+func (b *bridge) agyPresence(ctx context.Context) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		refused := b.agyStartOnce(ctx)
+		if refused {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// agyStartOnce sends mcp_start and holds the connection until it ends. It reports whether
+// the daemon refused the attestation.
+func (b *bridge) agyStartOnce(ctx context.Context) (refused bool) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", b.cfg.AgentSock)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	defer context.AfterFunc(ctx, func() { c.Close() })()
+	if _, err := c.Write([]byte(`{"action":"mcp_start"}` + "\n")); err != nil {
+		return false
+	}
+	r := bufio.NewReader(c)
+	line, err := jsonline.ReadLine(r, maxResponse)
+	if err != nil {
+		return false
+	}
+	var ans struct{ Status, Error, Detail, SessionID string }
+	if json.Unmarshal(line, &ans) != nil {
+		return false
+	}
+	if ans.Status != "ok" {
+		b.cfg.Log.Warn("mcp: agy attestation refused", "code", ans.Error, "detail", ans.Detail)
+		return ans.Error == "unattested"
+	}
+	b.cfg.Log.Debug("mcp: agy session attested", "session_id", ans.SessionID)
+	io.Copy(io.Discard, r) // until the daemon closes it (restart, idle timeout)
+	return false
 }

@@ -229,3 +229,18 @@ func Canonical(path string) (string, error) {
 	}
 	return resolved, nil
 }
+
+// BootID returns the kernel's boot id (/proc/sys/kernel/random/boot_id). Start times count
+// clock ticks since boot, so a pid and start time name one process only within one boot:
+// anything keyed by them across a daemon restart must carry the boot id too.
+func (p Proc) BootID() (string, error) {
+	data, err := os.ReadFile(filepath.Join(p.root(), "sys", "kernel", "random", "boot_id"))
+	if err != nil {
+		return "", fmt.Errorf("peercred: read boot id: %w", err)
+	}
+	id := strings.TrimSpace(string(data))
+	if id == "" {
+		return "", errors.New("peercred: empty boot id")
+	}
+	return id, nil
+}

@@ -4,9 +4,13 @@
 //
 // A registration belongs to its connection. It is made from the kernel's peer credentials (and
 // for svc the peer's executable), never from ids in the request; every later frame acts on that
-// registration only, and closing the connection ends it. Before each frame the registered
-// process must still be alive with the start time it registered with, so a descriptor passed on
-// to another process (or outliving its process) cannot keep acting for it.
+// registration only, and closing the connection ends it. A newer registration by the same
+// process (a client that reconnected, its old connection still open) takes over: the old
+// connection is closed and what it was handed but did not ack is delivered on the new one.
+// An agy credential frame registers credentials and ends the connection after flushing the
+// conversation's queue. Before each frame the registered process must still be alive with the
+// start time it registered with, so a descriptor passed on to another process (or outliving
+// its process) cannot keep acting for it.
 //
 // At most MaxConns connections are served at once; the next is closed at accept, unread.
 // Accepting, attesting the peer at connect, line framing and draining come from lineserver.
@@ -25,6 +29,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/limits"
@@ -135,7 +140,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	switch {
 	case errors.Is(err, jsonline.ErrTooLong):
 		s.refuse(actor, "register", "first frame too long")
-		s.srv.Write(c, errorLine(fmt.Sprintf("first frame exceeds %d bytes", s.cfg.MaxFirstFrame)))
+		s.srv.Write(c, errorLine("payload_too_large", fmt.Sprintf("first frame exceeds %d bytes", s.cfg.MaxFirstFrame)))
 		return
 	case err != nil:
 		// Timeout, EOF, or a frame without its newline: nothing was asked, nothing answered.
@@ -146,7 +151,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		return
 	case !utf8.Valid(line):
 		s.refuse(actor, "register", "invalid UTF-8")
-		s.srv.Write(c, errorLine("frame is not valid UTF-8"))
+		s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 		return
 	}
 	// Later frames have no deadline: a registered client may stay quiet between polls.
@@ -154,18 +159,17 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	first, err := decodeFirst(line)
 	if err != nil {
 		s.refuse(actor, "register", "invalid json")
-		s.srv.Write(c, errorLine(err.Error()))
+		s.srv.Write(c, errorLine("bad_request", err.Error()))
 		return
 	}
 	var reg *bus.Registration
 	switch first.Kind {
 	case kindCheck:
-		// No agy credentials are ever held in this build.
-		s.srv.Write(c, encode(checkResp{Status: "ok", HasCredentials: false, HasCredentialsSnake: false}))
+		has := s.cfg.Bus.HasCredentials(first.Conversation)
+		s.srv.Write(c, encode(checkResp{Status: "ok", HasCredentials: has, HasCredentialsSnake: has}))
 		return
 	case kindAgy:
-		s.refuse(actor, "register", "agy registration is not available")
-		s.srv.Write(c, errorLine("agy registration is not available"))
+		s.registerAgy(c, first, cred, start, actor)
 		return
 	case kindService:
 		reg, err = s.cfg.Bus.RegisterService(first.Name, first.Cwd, cred, start)
@@ -181,7 +185,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	if err != nil {
 		e := bus.AsError(err)
 		s.refuse(actor, "register", e.Detail)
-		s.srv.Write(c, errorLine(e.Detail))
+		s.srv.Write(c, errorLine(e.Code, e.Detail))
 		return
 	}
 	defer s.cfg.Bus.Unregister(reg)
@@ -191,6 +195,26 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	}
 	s.loop(c, r, reg)
 	s.cfg.Log.Info("unregistered", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID)
+}
+
+// registerAgy answers an agy credential frame, then flushes the conversation's queue (in
+// FIFO order, each message once) and ends the connection.
+func (s *Server) registerAgy(c net.Conn, f first, cred peercred.Cred, start, actor string) {
+	if f.AgyErr != nil {
+		s.refuse(actor, "register", f.AgyErr.Error())
+		s.srv.Write(c, errorLine("bad_request", f.AgyErr.Error()))
+		return
+	}
+	reg, err := s.cfg.Bus.RegisterAgy(f.Agy, cred, start)
+	if err != nil {
+		e := bus.AsError(err)
+		s.refuse(actor, "register", e.Detail)
+		s.srv.Write(c, errorLine(e.Code, e.Detail))
+		return
+	}
+	s.cfg.Log.Info("registered", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID, "peer_pid", cred.PID)
+	s.srv.Write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID}))
+	s.cfg.Bus.FlushAgy(reg)
 }
 
 type frame struct {
@@ -204,6 +228,17 @@ type frame struct {
 func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
+	// A newer registration by the same process takes over (a client that reconnected while
+	// this connection stayed open): this connection ends, a poll waiting here included, and
+	// whatever it was handed but did not ack is delivered again on the new one.
+	go func() {
+		select {
+		case <-reg.Replaced():
+			s.cfg.Log.Info("replaced by a newer registration", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	frames := make(chan frame)
 	var reader sync.WaitGroup
 	reader.Add(1)
@@ -239,7 +274,7 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 		}
 		if errors.Is(f.err, jsonline.ErrTooLong) {
 			s.refuse(actor, "frame", "frame too long")
-			s.srv.Write(c, errorLine(fmt.Sprintf("frame exceeds %d bytes", s.cfg.MaxFrame)))
+			s.srv.Write(c, errorLine("payload_too_large", fmt.Sprintf("frame exceeds %d bytes", s.cfg.MaxFrame)))
 			return
 		}
 		if jsonline.IsBlank(f.line) {
@@ -251,9 +286,12 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 			s.refuse(actor, "frame", "registered process exited or its pid was reused")
 			return
 		}
+		if !s.cfg.Bus.Current(reg) {
+			return // replaced; the watcher above has cancelled ctx
+		}
 		if !utf8.Valid(f.line) {
 			s.refuse(actor, "frame", "invalid UTF-8")
-			s.srv.Write(c, errorLine("frame is not valid UTF-8"))
+			s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 			return
 		}
 		resp, ok := s.frame(ctx, reg, f.line)
@@ -273,7 +311,7 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 	req, err := decodeLoop(line)
 	if err != nil {
 		s.refuse(actor, "frame", "invalid json")
-		return errorLine(err.Error()), true
+		return errorLine("bad_request", err.Error()), true
 	}
 	switch {
 	case req.Action == "poll":
@@ -283,7 +321,7 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 				return nil, false
 			}
 			s.cfg.Log.Error("poll failed", "socket", "register", "actor", actor, "err", err)
-			return errorLine("poll failed"), true
+			return errorLine("internal", "poll failed"), true
 		}
 		if p == nil {
 			return encode(timeoutResp{Action: "timeout"}), true
@@ -293,6 +331,9 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 		if !s.cfg.Proc.Alive(reg.PID, reg.Start) {
 			s.refuse(actor, "poll", "registered process exited or its pid was reused")
 			return nil, false
+		}
+		if !s.cfg.Bus.Current(reg) {
+			return nil, false // taken over while waiting: the new connection gets it
 		}
 		return encode(deliverFrame(reg, p)), true
 	case req.Action == "ack":
@@ -305,7 +346,7 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 	case req.Action == "reply" && reg.Harness == "svc":
 		if req.MessageID == "" || req.Text == "" {
 			s.refuse(actor, "reply", "messageId and text are required")
-			return errorLine("messageId and text are required"), true
+			return errorLine("bad_request", "messageId and text are required"), true
 		}
 		// Unlike the original xmsg (which recorded `pushed` without pushing), a local reply
 		// here is pushed like an agent.sock reply (docs/protocol.md §7.4).
@@ -316,7 +357,7 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 			if e.Code == "not_found" {
 				detail += " not found"
 			}
-			return errorLine(detail), true
+			return errorLine(e.Code, detail), true
 		}
 		// The pushed message is the reply's new message id; with no push (no return address,
 		// pushes disabled, sender gone) there is none, and the original id is returned.
@@ -327,7 +368,7 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 		return encode(replyResp{Status: "ok", MessageID: id}), true
 	default:
 		s.refuse(actor, "frame", "unknown action")
-		return errorLine("unknown action: " + req.Action), true
+		return errorLine("bad_request", "unknown action: "+req.Action), true
 	}
 }
 
@@ -348,6 +389,7 @@ type (
 	}
 	errorResp struct {
 		Status string `json:"status"`
+		Error  string `json:"error"`
 		Detail string `json:"detail"`
 	}
 	checkResp struct {
@@ -376,14 +418,18 @@ type (
 	}
 )
 
-// errorLine is register.sock's error shape: no code field (docs/protocol.md §4.2).
-func errorLine(detail string) []byte { return encode(errorResp{Status: "error", Detail: detail}) }
+// errorLine is register.sock's error shape. The original had no code field (docs/protocol.md
+// §4.2); this one carries the protocol's code next to the detail, as agent.sock does, so that
+// clients can branch on it. Clients that read only `detail` ignore the extra field.
+func errorLine(code, detail string) []byte {
+	return encode(errorResp{Status: "error", Error: code, Detail: detail})
+}
 
 // encode renders one response line (jsonline: no HTML escaping, as the original xmsg).
 func encode(v any) []byte {
 	line, err := jsonline.Encode(v)
 	if err != nil {
-		return []byte(`{"status":"error","detail":"encoding failed"}` + "\n")
+		return []byte(`{"status":"error","error":"internal","detail":"encoding failed"}` + "\n")
 	}
 	return line
 }
@@ -407,10 +453,13 @@ const (
 )
 
 type first struct {
-	Kind    string
-	Harness string // for kindSession: pi, opencode, hermes
-	Name    string // service name, or session name
-	Cwd     string
+	Kind         string
+	Harness      string // for kindSession: pi, opencode, hermes
+	Name         string // service name, or session name
+	Cwd          string
+	Conversation string          // for kindCheck
+	Agy          agy.Credentials // for kindAgy
+	AgyErr       error           // for kindAgy: why the credential frame is invalid
 }
 
 // decodeFirst classifies a first frame. Any caller-supplied session id is ignored: ids are
@@ -432,7 +481,11 @@ func decodeFirst(line []byte) (first, error) {
 		return first{}, err
 	}
 	if action == "check" || action == "has_credentials" {
-		return first{Kind: kindCheck}, nil
+		conv, err := field("conversation_id", "conversationId")
+		if err != nil {
+			return first{}, err
+		}
+		return first{Kind: kindCheck, Conversation: conv}, nil
 	}
 	harness, err := field("harness")
 	if err != nil {
@@ -456,7 +509,8 @@ func decodeFirst(line []byte) (first, error) {
 		}
 		return first{Kind: kindSession, Harness: harness, Name: name, Cwd: cwd}, nil
 	}
-	return first{Kind: kindAgy}, nil
+	creds, err := agy.DecodeCredentials(obj)
+	return first{Kind: kindAgy, Agy: creds, AgyErr: err}, nil
 }
 
 type loopReq struct {

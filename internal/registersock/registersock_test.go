@@ -20,6 +20,8 @@ func TestMain(m *testing.M) { daemontest.Main(m) }
 
 const claudeID = "11111111-2222-4333-8444-555555555555"
 
+const convID = "22222222-3333-4444-8555-666666666666"
+
 func newEnv(t *testing.T, opt daemontest.Options) *daemontest.Env {
 	if opt.SvcExe == nil {
 		opt.SvcExe = map[string]string{"bot": os.Args[0]}
@@ -45,22 +47,25 @@ func TestFirstFrame(t *testing.T) {
 	}{
 		{"check", `{"action":"check","conversation_id":"c1"}`, `{"status":"ok","hasCredentials":false,"has_credentials":false}`},
 		{"has_credentials", `{"action":"has_credentials","conversationId":"c1"}`, `{"status":"ok","hasCredentials":false,"has_credentials":false}`},
-		{"agy credentials", `{"conversation_id":"c","ls_address":"127.0.0.1:1","csrf_token":"t"}`, `{"status":"error","detail":"agy registration is not available"}`},
-		{"unknown harness", `{"harness":"codex","name":"x"}`, `{"status":"error","detail":"agy registration is not available"}`},
-		{"not json", `hello`, `{"status":"error","detail":"invalid json"}`},
-		{"array", `[1]`, `{"status":"error","detail":"invalid json"}`},
-		{"blank", ``, `{"status":"error","detail":"invalid json"}`},
-		{"two objects", `{} {}`, `{"status":"error","detail":"invalid json"}`},
-		{"wrong type", `{"harness":5}`, `{"status":"error","detail":"invalid json: field 'harness' must be a string"}`},
-		{"svc empty name", `{"harness":"svc","name":"  "}`, `{"status":"error","detail":"service name must not be empty"}`},
-		{"svc not configured", `{"harness":"svc","name":"other"}`, `{"status":"error","detail":"no trusted executable configured for service 'other'"}`},
+		{"agy credentials, bad conversation", `{"conversation_id":"c","ls_address":"127.0.0.1:1","csrf_token":"t"}`, `{"status":"error","error":"bad_request","detail":"conversation_id is not a valid conversation id"}`},
+		{"agy credentials, token with a space", `{"conversation_id":"` + convID + `","ls_address":"127.0.0.1:1","csrf_token":"a b"}`, `{"status":"error","error":"bad_request","detail":"csrf_token is not a valid token"}`},
+		{"agy credentials, not below agy", `{"conversation_id":"` + convID + `","ls_address":"127.0.0.1:1","csrf_token":"t"}`,
+			fmt.Sprintf(`{"status":"error","error":"unattested","detail":"peer process %d does not descend from a trusted agy process holding the presence lock of conversation %s"}`, os.Getpid(), convID)},
+		{"unknown harness", `{"harness":"codex","name":"x"}`, `{"status":"error","error":"bad_request","detail":"conversation_id, ls_address and csrf_token are required"}`},
+		{"not json", `hello`, `{"status":"error","error":"bad_request","detail":"invalid json"}`},
+		{"array", `[1]`, `{"status":"error","error":"bad_request","detail":"invalid json"}`},
+		{"blank", ``, `{"status":"error","error":"bad_request","detail":"invalid json"}`},
+		{"two objects", `{} {}`, `{"status":"error","error":"bad_request","detail":"invalid json"}`},
+		{"wrong type", `{"harness":5}`, `{"status":"error","error":"bad_request","detail":"invalid json: field 'harness' must be a string"}`},
+		{"svc empty name", `{"harness":"svc","name":"  "}`, `{"status":"error","error":"bad_request","detail":"service name must not be empty"}`},
+		{"svc not configured", `{"harness":"svc","name":"other"}`, `{"status":"error","error":"not_recipient","detail":"no trusted executable configured for service 'other'"}`},
 		// No HTML escaping: the bytes of the original xmsg (serde), not encoding/json's \u003c.
-		{"html unescaped", `{"harness":"svc","name":"<a&b>"}`, `{"status":"error","detail":"no trusted executable configured for service '<a&b>'"}`},
+		{"html unescaped", `{"harness":"svc","name":"<a&b>"}`, `{"status":"error","error":"not_recipient","detail":"no trusted executable configured for service '<a&b>'"}`},
 		// Field names match exactly (serde), so this names no harness at all.
-		{"names are case-sensitive", `{"Harness":"svc","Name":"bot"}`, `{"status":"error","detail":"agy registration is not available"}`},
-		{"trailing vertical tab", "{}\v", `{"status":"error","detail":"invalid json"}`},
-		{"invalid UTF-8", "{\"harness\":\"\xff\"}", `{"status":"error","detail":"frame is not valid UTF-8"}`},
-		{"too long", `{"harness":"` + strings.Repeat("x", 1100) + `"}`, `{"status":"error","detail":"first frame exceeds 1024 bytes"}`},
+		{"names are case-sensitive", `{"Harness":"svc","Name":"bot"}`, `{"status":"error","error":"bad_request","detail":"conversation_id, ls_address and csrf_token are required"}`},
+		{"trailing vertical tab", "{}\v", `{"status":"error","error":"bad_request","detail":"invalid json"}`},
+		{"invalid UTF-8", "{\"harness\":\"\xff\"}", `{"status":"error","error":"bad_request","detail":"frame is not valid UTF-8"}`},
+		{"too long", `{"harness":"` + strings.Repeat("x", 1100) + `"}`, `{"status":"error","error":"payload_too_large","detail":"first frame exceeds 1024 bytes"}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,12 +235,12 @@ func TestLoopFrames(t *testing.T) {
 	e := newEnv(t, daemontest.Options{Register: registersock.Config{MaxFrame: 2048}})
 	bot, reg := e.Service("", "bot")
 	for _, tc := range []struct{ frame, want string }{
-		{`{"action":"dance"}`, `{"status":"error","detail":"unknown action: dance"}`},
-		{`{nope`, `{"status":"error","detail":"invalid json"}`},
-		{`{"action":"poll","waitSecs":"soon"}`, `{"status":"error","detail":"invalid json: field 'waitSecs' must be a number"}`},
+		{`{"action":"dance"}`, `{"status":"error","error":"bad_request","detail":"unknown action: dance"}`},
+		{`{nope`, `{"status":"error","error":"bad_request","detail":"invalid json"}`},
+		{`{"action":"poll","waitSecs":"soon"}`, `{"status":"error","error":"bad_request","detail":"invalid json: field 'waitSecs' must be a number"}`},
 		{`{"action":"poll","waitSecs":-5}`, `{"action":"timeout"}`},
-		{`{"action":"reply","text":"x"}`, `{"status":"error","detail":"messageId and text are required"}`},
-		{`{"action":"reply","messageId":"nope","text":"x"}`, `{"status":"error","detail":"message 'nope' not found"}`},
+		{`{"action":"reply","text":"x"}`, `{"status":"error","error":"bad_request","detail":"messageId and text are required"}`},
+		{`{"action":"reply","messageId":"nope","text":"x"}`, `{"status":"error","error":"not_found","detail":"message 'nope' not found"}`},
 	} {
 		bot.Write(reg, []byte("\n"+tc.frame+"\n")) // the blank line is ignored
 		if line, _ := bot.Recv(reg); line != tc.want {
@@ -243,7 +248,7 @@ func TestLoopFrames(t *testing.T) {
 		}
 	}
 	bot.Write(reg, []byte(`{"action":"`+strings.Repeat("x", 3000)+`"}`+"\n"))
-	if line, _ := bot.Recv(reg); line != `{"status":"error","detail":"frame exceeds 2048 bytes"}` {
+	if line, _ := bot.Recv(reg); line != `{"status":"error","error":"payload_too_large","detail":"frame exceeds 2048 bytes"}` {
 		t.Fatalf("oversized: got %q", line)
 	}
 	if line, eof := bot.Recv(reg); !eof {
@@ -253,7 +258,7 @@ func TestLoopFrames(t *testing.T) {
 
 	bot2, reg2 := e.Service("", "bot")
 	bot2.Write(reg2, []byte("{\"action\":\"\xfe\"}\n"))
-	if line, _ := bot2.Recv(reg2); line != `{"status":"error","detail":"frame is not valid UTF-8"}` {
+	if line, _ := bot2.Recv(reg2); line != `{"status":"error","error":"bad_request","detail":"frame is not valid UTF-8"}` {
 		t.Fatalf("invalid UTF-8: got %q", line)
 	}
 	if line, eof := bot2.Recv(reg2); !eof {

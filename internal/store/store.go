@@ -144,7 +144,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("store: chmod %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMessages, bucketReplies, bucketReplyIndex, bucketQueue, bucketIdem} {
+		for _, b := range [][]byte{bucketMessages, bucketReplies, bucketReplyIndex, bucketQueue, bucketIdem, bucketProcessSessions} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -1,0 +1,45 @@
+package agentsock
+
+import (
+	"time"
+
+	"github.com/xmsg/xmsg/internal/bus"
+)
+
+// deliverResp is a queued message handed to a Codex session (the shape of register.sock's
+// deliver frame).
+type deliverResp struct {
+	Action    string `json:"action"`
+	MessageID string `json:"messageId"`
+	FromName  string `json:"fromName"`
+	Text      string `json:"text"`
+	Envelope  string `json:"envelope"`
+}
+
+// queue answers poll and ack for a Codex session: it has no register.sock connection, so its
+// queue is read here, by the attested thread only. Other callers have their own channels.
+func (s *Server) queue(caller bus.Caller, req request) []byte {
+	if caller.Harness != "codex" {
+		s.refuse(caller.Actor(), req.Action, "bad_request", "queue frames are for codex sessions")
+		return errorLine("bad_request", "unknown action: '"+req.Action+"'")
+	}
+	reg := &bus.Registration{Harness: caller.Harness, SessionID: caller.SessionID, Name: caller.Name}
+	if req.Action == "ack" {
+		if err := s.cfg.Bus.Ack(reg, req.MessageID); err != nil {
+			s.cfg.Log.Error("ack failed", "socket", "agent", "actor", caller.Actor(), "err", err)
+		}
+		return encode(map[string]string{"status": "ok"})
+	}
+	wait := 0.0
+	if req.WaitSecs != nil {
+		wait = min(max(*req.WaitSecs, 0), float64(bus.MaxWait/time.Second))
+	}
+	p, err := s.cfg.Bus.Poll(s.ctx, reg, time.Duration(wait*float64(time.Second)))
+	if err != nil {
+		return errorLine("internal", "poll failed")
+	}
+	if p == nil {
+		return encode(map[string]string{"action": "timeout"})
+	}
+	return encode(deliverResp{Action: "deliver", MessageID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope})
+}

@@ -1,0 +1,317 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/agy"
+	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+// agySession is what a registration of harness "agy" holds beyond the common fields. Its
+// credentials live in memory only (docs/protocol.md §9), guarded by Bus.mu, never logged.
+type agySession struct {
+	presence agy.Presence
+	creds    *agy.Credentials
+	stale    bool
+}
+
+// agyQueue is the durable queue of a conversation: it outlives the agy process, so that
+// messages queued before a restart are flushed to the next one.
+func agyQueue(conversation string) string { return "agy:" + conversation }
+
+// MCPStart attests the agy session an MCP bridge runs under (docs/protocol.md §4.1 mcp_start): an
+// ancestor of pid runs a trusted agy executable and holds a conversation's presence lock.
+// The session is created unregistered (no credentials) and stays while the lock is held.
+func (b *Bus) MCPStart(pid int) (string, error) {
+	chain, err := b.cfg.Proc.Ancestors(pid, 32)
+	if err == nil {
+		for _, st := range chain {
+			if !b.cfg.Agy.IsAgy(st.PID) {
+				continue
+			}
+			p, err := b.cfg.Agy.Attest(st.PID, "")
+			if err != nil {
+				b.cfg.Log.Warn("agy attestation failed", "peer_pid", pid, "err", err)
+				break
+			}
+			r, err := b.agyLease(st, p, nil)
+			if err != nil {
+				return "", err
+			}
+			return r.SessionID, nil
+		}
+	}
+	return "", errorf(http.StatusForbidden, "unattested", "peer PID %d does not descend from a trusted agy process holding a presence lock", pid)
+}
+
+// RegisterAgy stores the credentials of a conversation (register.sock credential frame):
+// the peer must descend from the trusted agy process holding that conversation's presence
+// lock. connectStart is the peer's start time at connect.
+func (b *Bus) RegisterAgy(c agy.Credentials, cred peercred.Cred, connectStart string) (*Registration, error) {
+	if err := b.checkUID(cred); err != nil {
+		return nil, err
+	}
+	chain, err := b.cfg.Proc.Ancestors(cred.PID, 32)
+	if err != nil || (connectStart != "" && chain[0].StartTime != connectStart) {
+		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+	}
+	for _, st := range chain {
+		if !b.cfg.Agy.IsAgy(st.PID) {
+			continue
+		}
+		p, err := b.cfg.Agy.Attest(st.PID, c.Conversation)
+		if err != nil {
+			b.cfg.Log.Warn("agy attestation failed", "peer_pid", cred.PID, "err", err)
+			break
+		}
+		return b.agyLease(st, p, &c)
+	}
+	return nil, errorf(http.StatusForbidden, "unattested", "peer process %d does not descend from a trusted agy process holding the presence lock of conversation %s", cred.PID, c.Conversation)
+}
+
+// agyLease makes (or renews) the registration of the agy process st present in p's
+// conversation; creds, when not nil, replace its credentials.
+func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials) (*Registration, error) {
+	if b.locks == nil {
+		return nil, errorf(http.StatusForbidden, "unattested", "agy presence locks cannot be watched")
+	}
+	// Watch before the lease exists, then check the lock again: a lock removed in between is
+	// reported or seen, never missed.
+	if err := b.locks.Watch(strings.TrimSuffix(p.Lock, "/"+p.Conversation+".lock")); err != nil {
+		b.cfg.Log.Warn("agy presence dir not watchable", "err", err)
+		return nil, errorf(http.StatusForbidden, "unattested", "the presence lock of %s cannot be watched", p.Conversation)
+	}
+	if !b.cfg.Agy.Held(p) {
+		return nil, errorf(http.StatusForbidden, "unattested", "the presence lock of %s is no longer held", p.Conversation)
+	}
+	id := fmt.Sprintf("agy:%d:%s", st.PID, st.StartTime)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.regs[id]
+	if r == nil || r.agy == nil || r.agy.presence != p {
+		r = &Registration{Harness: "agy", SessionID: id, Name: p.Conversation, Cwd: "/", PID: st.PID, Start: st.StartTime,
+			RegisteredAt: time.Now().Unix(), Lock: p.Lock, Conversation: p.Conversation, agy: &agySession{presence: p}}
+		b.install(r)
+		b.cfg.Log.Info("agy session", "session_id", id, "peer_pid", st.PID)
+	}
+	if creds != nil {
+		c := *creds
+		r.agy.creds, r.agy.stale = &c, false
+		b.cfg.Log.Info("agy credentials registered", "session_id", id) // never the credentials
+	}
+	return r, nil
+}
+
+// HasCredentials reports whether a live agy session of the conversation (or with that
+// session id) holds credentials that are not known to be stale.
+func (b *Bus) HasCredentials(ref string) bool {
+	ref = strings.ToLower(strings.TrimSpace(ref))
+	for _, r := range b.liveRegistrations() {
+		if r.Harness != "agy" || (r.Conversation != ref && r.SessionID != ref && r.SessionID != "agy:"+ref) {
+			continue
+		}
+		if c, _ := b.agyCredentials(r); c != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// agyCredentials returns a copy of r's usable credentials (nil when none or stale).
+func (b *Bus) agyCredentials(r *Registration) (*agy.Credentials, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r.agy == nil || r.agy.creds == nil || r.agy.stale {
+		return nil, false
+	}
+	c := *r.agy.creds
+	return &c, true
+}
+
+func (b *Bus) markStale(r *Registration) {
+	b.mu.Lock()
+	if r.agy != nil {
+		r.agy.stale = true
+	}
+	b.mu.Unlock()
+	b.cfg.Log.Warn("agy credentials stale", "session_id", r.SessionID)
+}
+
+// agyDeliver runs agentapi for one message and maps its outcome to the protocol's errors
+// (docs/protocol.md §5.3): auth failure marks the credentials stale (503 credentials_stale), a
+// non-zero exit is 502, a timeout 504.
+func (b *Bus) agyDeliver(r *Registration, c *agy.Credentials, title, env string) error {
+	if b.cfg.AgySend == nil {
+		return errorf(http.StatusBadGateway, "inbox_unavailable", "agentapi is not configured")
+	}
+	out, err := b.cfg.AgySend(*c, title, env)
+	switch out {
+	case agy.Delivered:
+		return nil
+	case agy.AuthFailed:
+		b.markStale(r)
+		return errorf(http.StatusServiceUnavailable, "credentials_stale", "agy credentials for %s are stale; run the agy hook again", r.Conversation)
+	case agy.TimedOut:
+		return errorf(http.StatusGatewayTimeout, "inbox_timeout", "agentapi did not deliver within %s", agy.Timeout)
+	}
+	b.cfg.Log.Warn("agentapi failed", "session_id", r.SessionID, "err", err)
+	return errorf(http.StatusBadGateway, "inbox_unavailable", "agentapi failed")
+}
+
+// FlushAgy delivers r's conversation queue in FIFO order now that it has credentials. Each
+// message is removed only after agentapi took it, so each is delivered exactly once unless
+// the daemon dies in between; the first failure stops the flush (the rest stay queued).
+func (b *Bus) FlushAgy(r *Registration) int {
+	n := 0
+	for {
+		c, ok := b.agyCredentials(r)
+		if !ok {
+			return n
+		}
+		var p store.Pending
+		var found bool
+		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+			p, found, err = tx.Head(agyQueue(r.Conversation))
+			return err
+		})
+		if err != nil || !found {
+			return n
+		}
+		if err := b.agyDeliver(r, c, p.FromName, p.Envelope); err != nil {
+			b.cfg.Log.Warn("agy flush stopped", "session_id", r.SessionID, "message_id", p.ID, "code", AsError(err).Code)
+			return n
+		}
+		if err := b.cfg.Store.Update(func(tx *store.Tx) error {
+			_, err := tx.Ack(agyQueue(r.Conversation), p.ID)
+			return err
+		}); err != nil {
+			b.cfg.Log.Error("agy flush: ack failed", "message_id", p.ID, "err", err)
+			return n
+		}
+		b.cfg.Log.Info("accepted", "socket", "register", "actor", r.Caller().Actor(), "request", "flush", "message_id", p.ID)
+		n++
+	}
+}
+
+// resolveAgy matches live agy sessions by session id (agy:<pid>:<start>, so a recycled pid
+// never matches) or by conversation id. An unregistered session is only visible (GET) by its
+// exact session id; it can still be sent to by conversation, which queues.
+func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
+	var hits []*Registration
+	for _, r := range b.liveRegistrations() {
+		if r.Harness != "agy" {
+			continue
+		}
+		if strings.EqualFold(strings.TrimPrefix(r.SessionID, "agy:"), bare) || strings.EqualFold(r.Conversation, bare) {
+			hits = append(hits, r)
+		}
+	}
+	switch len(hits) {
+	case 0:
+		return Target{}, nil, false
+	case 1:
+		r := hits[0]
+		_, registered := b.agyCredentials(r)
+		exact := strings.EqualFold(strings.TrimPrefix(r.SessionID, "agy:"), bare)
+		return Target{Harness: "agy", SessionID: r.SessionID, View: b.agyView(r), Offline: !registered && !exact, reg: r}, nil, true
+	}
+	ids := make([]string, len(hits))
+	for i, r := range hits {
+		ids[i] = r.SessionID
+	}
+	return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ",")), true
+}
+
+func (b *Bus) agyView(r *Registration) SessionView {
+	v := regView(r)
+	_, registered := b.agyCredentials(r)
+	v.Registered = &registered
+	if !registered {
+		v.Status = "unregistered"
+	}
+	return v
+}
+
+// sendAgy delivers s to the agy target t: through agentapi when the session has usable
+// credentials, else into the conversation's queue (outcome queued, sessionId = the
+// conversation id). msg is committed before agentapi runs, so a reply finds it.
+func (b *Bus) sendAgy(s Send, t Target, msg store.Message, idem *store.Idem) (Delivery, error) {
+	r := t.reg
+	env := envelope.Plain(s.FromName, msg.ID, s.Text)
+	d := Delivery{SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: "delivered"}
+	c, ok := b.agyCredentials(r)
+	var pending *store.Pending
+	if !ok {
+		d.SessionID, d.Outcome, msg.Outcome = r.Conversation, "queued", "queued"
+		pending = &store.Pending{ID: msg.ID, SessionID: agyQueue(r.Conversation), CreatedAt: msg.CreatedAt, FromName: s.FromName,
+			Bytes: s.Bytes, Text: s.Text, Envelope: env}
+	}
+	if idem != nil {
+		idem.SessionID, idem.Outcome = d.SessionID, d.Outcome
+	}
+	err := b.cfg.Store.Update(func(tx *store.Tx) error {
+		if pending != nil {
+			if err := tx.Enqueue(*pending); err != nil {
+				return err
+			}
+		}
+		if err := tx.PutMessage(msg); err != nil {
+			return err
+		}
+		if idem == nil {
+			return nil
+		}
+		return tx.PutIdem(*idem)
+	})
+	if errors.Is(err, store.ErrQueueFull) {
+		return Delivery{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "agy session message queue is full")
+	}
+	if err != nil || pending != nil {
+		return d, err
+	}
+	if err := b.agyDeliver(r, c, s.FromName, env); err != nil {
+		msg.Outcome = "delivery_failed"
+		if uerr := b.cfg.Store.Update(func(tx *store.Tx) error {
+			if idem != nil {
+				if err := tx.DeleteIdem(idem.Principal, idem.Key); err != nil {
+					return err
+				}
+			}
+			return tx.PutMessage(msg)
+		}); uerr != nil {
+			b.cfg.Log.Error("recording failed delivery", "message_id", msg.ID, "err", uerr)
+		}
+		return Delivery{}, err
+	}
+	return d, nil
+}
+
+// pushAgy pushes a reply to an agy sender: through agentapi now (after the commit) when it
+// has credentials, else into its conversation's queue.
+func (b *Bus) pushAgy(sessionID string, pushed *store.Message, badge, body string, now int64, text string) (string, *store.Pending, func() string) {
+	var r *Registration
+	for _, x := range b.liveRegistrations() {
+		if x.SessionID == sessionID && x.Harness == "agy" {
+			r = x
+		}
+	}
+	if r == nil {
+		return "sender_gone", nil, nil
+	}
+	if c, ok := b.agyCredentials(r); ok {
+		return "pushed", nil, func() string {
+			if err := b.agyDeliver(r, c, badge, body); err != nil {
+				return "push_failed"
+			}
+			return "pushed"
+		}
+	}
+	return "pushed", &store.Pending{ID: pushed.ID, SessionID: agyQueue(r.Conversation), CreatedAt: now, FromName: badge,
+		Bytes: len(text), Text: text, Envelope: body}, nil
+}
