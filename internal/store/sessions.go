@@ -12,8 +12,8 @@ import (
 // start time name another process, which must not inherit the id.
 var bucketProcessSessions = []byte("process_sessions")
 
-// ProcessSession is the durable id of one session process (docs/protocol.md decisions table: a
-// fresh UUID v4 per session process, kept durably).
+// ProcessSession is the durable id of one session process (docs/protocol.md §4.2: a fresh
+// UUID v4 per session process, kept durably).
 type ProcessSession struct {
 	Harness   string `json:"harness"`
 	Boot      string `json:"boot"`
