@@ -70,6 +70,17 @@ func TestNspawn(t *testing.T) {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// One container per state directory at a time: a second run on the same machine (another
+	// checkout, or a go test of several packages) waits here instead of tearing down the
+	// first one's container. The lock goes with the process, so a killed run cannot leave it.
+	lock, err := os.OpenFile(state+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("nspawn state lock: %v", err)
+	}
 	harness := filepath.Join(repo, "vmtests", "nspawn", "harness.sh")
 	env := append(os.Environ(), "STATE="+state, "PAYLOAD="+payload, "MACHINE=xmsg-vmtest")
 	run := func(ctx context.Context, args ...string) (string, error) {
