@@ -14,10 +14,9 @@ package gate
 import (
 	"log/slog"
 	"net"
-	"sync"
-	"time"
 
 	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
 // Conn is a connection admitted by the gate, with the credentials the
@@ -50,7 +49,7 @@ func Listener(l net.Listener, uid uint32, socket string, log *slog.Logger) net.L
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &listener{Listener: l, uid: uid, socket: socket, log: log, lim: limiter{now: time.Now}}
+	return &listener{Listener: l, uid: uid, socket: socket, log: log}
 }
 
 type listener struct {
@@ -58,7 +57,7 @@ type listener struct {
 	uid    uint32
 	socket string
 	log    *slog.Logger
-	lim    limiter
+	lim    ratelog.Limiter
 }
 
 func (l *listener) Accept() (net.Conn, error) {
@@ -101,7 +100,7 @@ func (l *listener) admit(c net.Conn) *Conn {
 // refuse logs (rate-limited) and closes c. peerUID and peerPID are -1 when
 // unknown.
 func (l *listener) refuse(c net.Conn, reason string, peerUID int64, peerPID int) {
-	if ok, suppressed := l.lim.allow(); ok {
+	if ok, suppressed := l.lim.Allow(""); ok {
 		l.log.Warn("peer refused",
 			"socket", l.socket,
 			"reason", reason,
@@ -110,28 +109,4 @@ func (l *listener) refuse(c net.Conn, reason string, peerUID int64, peerPID int)
 			"suppressed", suppressed)
 	}
 	c.Close()
-}
-
-// limiter lets one log line through per second and counts the rest, so a
-// peer that connects in a loop cannot flood the journal.
-type limiter struct {
-	mu         sync.Mutex
-	now        func() time.Time
-	last       time.Time
-	suppressed int
-}
-
-// allow reports whether a line may be logged now and, if so, how many were
-// suppressed since the previous one.
-func (r *limiter) allow() (ok bool, suppressed int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.now()
-	if !r.last.IsZero() && now.Sub(r.last) < time.Second {
-		r.suppressed++
-		return false, 0
-	}
-	r.last = now
-	suppressed, r.suppressed = r.suppressed, 0
-	return true, suppressed
 }

@@ -194,7 +194,7 @@ func TestRefusalLogRateLimited(t *testing.T) {
 	log, logs := newLogger()
 	pl := newPipeListener()
 	gl := Listener(pl, 0, "rl", log)
-	gl.(*listener).lim.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	gl.(*listener).lim.Now = func() time.Time { return time.Unix(0, clock.Load()) }
 	serveEcho(t, gl)
 	refuse := func(n int) {
 		for i := 0; i < n; i++ {

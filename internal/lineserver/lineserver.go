@@ -4,6 +4,13 @@
 // with a deadline, and draining at shutdown. Each protocol package supplies a Handle function
 // that reads its frames and answers them.
 //
+// Fairness (the way dbus-broker accounts per peer): a connection starts unattested, in a pool
+// of its own (MaxPending) with one deadline for the whole unattested phase (PendingTimeout,
+// from the connect, never extended). Only when the protocol has attested it (Attest: the
+// peer is a known session or a verified service) does it take one of the MaxConns slots. No
+// peer pid holds more than MaxPerPID connections, attested or not. So connections that never
+// attest cannot keep attested clients out, and no single process can take a socket.
+//
 // Who the peer is never comes from what it sends. The listener must be a gate.Listener, which
 // has already refused other uids; here the peer's pid comes from the gate (SO_PEERCRED) and its
 // start time is read from /proc at connect, so that the protocol can check before each frame
@@ -22,6 +29,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/gate"
 	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
 // Peer is the process that connected, as attested at accept.
@@ -39,16 +47,29 @@ type Config struct {
 	Socket string // the socket's name in log lines: "agent", "register"
 	Proc   peercred.Proc
 	Log    *slog.Logger // nil: discard
-	// MaxConns is how many connections are served at once; the next is closed unread. When it
-	// is not positive none is served: a forgotten limit refuses rather than admits.
+	// MaxConns is how many attested connections (see Attest) are served at once. When it is
+	// not positive none is: a forgotten limit refuses rather than admits.
 	MaxConns int
+	// MaxPending is how many connections not yet attested are served at once; the next is
+	// closed unread. Not positive: MaxConns.
+	MaxPending int
+	// MaxPerPID is how many connections one peer pid may hold, attested or not; the next is
+	// closed unread. Not positive: no bound of its own (MaxConns + MaxPending).
+	MaxPerPID int
+	// PendingTimeout is how long a connection may stay unattested, counted from the connect:
+	// ArmRead never sets a deadline past it, so neither blank lines nor a byte trickle nor
+	// frames that fail attestation extend it. Not positive: 30s.
+	PendingTimeout time.Duration
 	// WriteTimeout abandons a response the client does not read; not positive: 10s.
 	WriteTimeout time.Duration
 	// Handle serves one attested connection; the Server closes c when it returns.
 	Handle func(c net.Conn, p Peer)
 }
 
-const defaultWriteTimeout = 10 * time.Second
+const (
+	defaultWriteTimeout   = 10 * time.Second
+	defaultPendingTimeout = 30 * time.Second
+)
 
 // Server accepts and tracks connections for one protocol. Safe for concurrent use.
 type Server struct {
@@ -57,8 +78,18 @@ type Server struct {
 	mu        sync.Mutex
 	closing   bool
 	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{}
+	conns     map[net.Conn]*slot
+	attested  int         // conns holding one of the MaxConns slots
+	perPID    map[int]int // conns by peer pid
 	wg        sync.WaitGroup
+	lim       ratelog.Limiter
+}
+
+// slot is the accounting of one connection.
+type slot struct {
+	pid      int       // peer pid (0: unknown)
+	attested bool      // holds a MaxConns slot
+	deadline time.Time // end of the unattested phase; zero once attested
 }
 
 // New returns a server; it serves once Serve is called.
@@ -69,7 +100,46 @@ func New(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = cfg.MaxConns
+	}
+	if cfg.MaxPerPID <= 0 {
+		cfg.MaxPerPID = max(cfg.MaxConns, 0) + cfg.MaxPending
+	}
+	if cfg.PendingTimeout <= 0 {
+		cfg.PendingTimeout = defaultPendingTimeout
+	}
+	return &Server{cfg: cfg, listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]*slot{}, perPID: map[int]int{}}
+}
+
+// Attested is the number of connections holding an attested slot now.
+func (s *Server) Attested() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attested
+}
+
+// Attest moves c from the unattested pool to one of the MaxConns slots, once its protocol
+// knows who the peer is; calling it again is a no-op. False means every slot is taken: the
+// protocol refuses what the connection asked and ends it. From now on ArmRead's deadlines are
+// the protocol's own (idle), no longer capped by PendingTimeout.
+func (s *Server) Attest(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := s.conns[c]
+	if sl == nil {
+		return false
+	}
+	if sl.attested {
+		return true
+	}
+	if s.attested >= s.cfg.MaxConns {
+		s.refuseLocked(c, "attest", "too many attested connections", s.cfg.MaxConns)
+		return false
+	}
+	s.attested++
+	sl.attested, sl.deadline = true, time.Time{}
+	return true
 }
 
 // Conns is the number of connections being served now.
@@ -112,27 +182,37 @@ func (s *Server) Serve(l net.Listener) error {
 			// Out of descriptors or an aborted handshake: wait and retry rather than stop
 			// serving, as net/http does.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.cfg.Log.Warn("accept failed", "socket", s.cfg.Socket, "err", err, "retry_in", backoff)
+			s.lim.Log(s.cfg.Log, slog.LevelWarn, "accept", "accept failed", "socket", s.cfg.Socket, "err", err, "retry_in", backoff)
 			time.Sleep(backoff)
 			continue
 		}
 		backoff = 0
+		pid := 0
+		if cred, ok := gate.CredOf(c); ok {
+			pid = cred.PID
+		}
 		s.mu.Lock()
 		switch {
 		case s.closing:
 			s.mu.Unlock()
 			c.Close()
 			return net.ErrClosed
-		case len(s.conns) >= s.cfg.MaxConns:
-			s.mu.Unlock()
+		case len(s.conns)-s.attested >= s.cfg.MaxPending:
 			// Closed before reading a byte: a flood of connections from one uid cannot grow
 			// the daemon's goroutines and buffers without bound. Logged first, so that the
 			// peer's EOF implies the refusal is on record.
-			s.cfg.Log.Warn("refused", "socket", s.cfg.Socket, "actor", actorOf(c), "request", "connect", "reason", "too many connections", "limit", s.cfg.MaxConns)
+			s.refuseLocked(c, "connect", "too many connections", s.cfg.MaxPending)
+			s.mu.Unlock()
+			c.Close()
+			continue
+		case s.perPID[pid] >= s.cfg.MaxPerPID:
+			s.refuseLocked(c, "connect", "too many connections from one process", s.cfg.MaxPerPID)
+			s.mu.Unlock()
 			c.Close()
 			continue
 		}
-		s.conns[c] = struct{}{}
+		s.conns[c] = &slot{pid: pid, deadline: time.Now().Add(s.cfg.PendingTimeout)}
+		s.perPID[pid]++
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.serveConn(c)
@@ -180,15 +260,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // ArmRead sets c's read deadline d from now, unless the server is closing; false means the
-// connection must end. Holding mu orders it with Shutdown: either Shutdown's immediate deadline
-// comes after this one, or this sees closing.
+// connection must end. While c is unattested the deadline is never later than the end of its
+// unattested phase. Holding mu orders it with Shutdown: either Shutdown's immediate deadline
+// comes after this one, or this sees closing. Protocols arm once per phase (first frame, the
+// wait after an answered frame), never for a blank line, so that nothing short of a frame
+// moves a deadline.
 func (s *Server) ArmRead(c net.Conn, d time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return false
 	}
-	c.SetReadDeadline(time.Now().Add(d))
+	t := time.Now().Add(d)
+	if sl := s.conns[c]; sl != nil && !sl.attested && sl.deadline.Before(t) {
+		t = sl.deadline
+	}
+	c.SetReadDeadline(t)
 	return true
 }
 
@@ -210,13 +297,27 @@ func actorOf(c net.Conn) string {
 }
 
 func (s *Server) refuse(actor, reason string) {
-	s.cfg.Log.Warn("refused", "socket", s.cfg.Socket, "actor", actor, "request", "connect", "reason", reason)
+	s.lim.Log(s.cfg.Log, slog.LevelWarn, "connect "+reason, "refused", "socket", s.cfg.Socket, "actor", actor, "request", "connect", "reason", reason)
+}
+
+// refuseLocked logs a refusal of c over a limit, rate-limited per reason (a flood of
+// connections is one line a second, with the count of the others).
+func (s *Server) refuseLocked(c net.Conn, request, reason string, limit int) {
+	s.lim.Log(s.cfg.Log, slog.LevelWarn, request+" "+reason, "refused", "socket", s.cfg.Socket, "actor", actorOf(c), "request", request, "reason", reason, "limit", limit)
 }
 
 func (s *Server) serveConn(c net.Conn) {
 	defer func() {
 		c.Close()
 		s.mu.Lock()
+		if sl := s.conns[c]; sl != nil {
+			if sl.attested {
+				s.attested--
+			}
+			if s.perPID[sl.pid]--; s.perPID[sl.pid] <= 0 {
+				delete(s.perPID, sl.pid)
+			}
+		}
 		delete(s.conns, c)
 		s.mu.Unlock()
 		s.wg.Done()

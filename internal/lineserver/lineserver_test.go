@@ -24,6 +24,13 @@ const wait = 20 * time.Second
 // server logged so far.
 func echo(t *testing.T, maxConns int, gated bool) (s *lineserver.Server, path string, logs func() string) {
 	t.Helper()
+	return echoCfg(t, lineserver.Config{MaxConns: maxConns}, gated)
+}
+
+// echoCfg is echo with more of the Config; the line "attest" is answered "attested" or "full"
+// (lineserver.Attest) instead of being echoed.
+func echoCfg(t *testing.T, cfg lineserver.Config, gated bool) (s *lineserver.Server, path string, logs func() string) {
+	t.Helper()
 	// A file, not a buffer: each log line is one write(2), and reading it back while the
 	// server logs is no data race.
 	logPath := filepath.Join(t.TempDir(), "log")
@@ -40,16 +47,23 @@ func echo(t *testing.T, maxConns int, gated bool) (s *lineserver.Server, path st
 		return string(b)
 	}
 	log := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s = lineserver.New(lineserver.Config{Socket: "echo", Log: log, MaxConns: maxConns,
-		Handle: func(c net.Conn, p lineserver.Peer) {
-			r := bufio.NewReader(c)
-			for s.ArmRead(c, wait) {
-				line, err := jsonline.ReadLine(r, 64)
-				if err != nil || !s.Write(c, append(line, '\n')) {
-					return
+	cfg.Socket, cfg.Log = "echo", log
+	cfg.Handle = func(c net.Conn, p lineserver.Peer) {
+		r := bufio.NewReader(c)
+		for s.ArmRead(c, wait) {
+			line, err := jsonline.ReadLine(r, 64)
+			if err == nil && string(line) == "attest" {
+				line = []byte("full")
+				if s.Attest(c) {
+					line = []byte("attested")
 				}
 			}
-		}})
+			if err != nil || !s.Write(c, append(line, '\n')) {
+				return
+			}
+		}
+	}
+	s = lineserver.New(cfg)
 	path = filepath.Join(t.TempDir(), "echo.sock")
 	var l net.Listener
 	l, err = net.Listen("unix", path)
@@ -144,5 +158,94 @@ func TestLineCap(t *testing.T) {
 	}
 	if got, eof := call(t, c, r, fits+"x"); !eof {
 		t.Fatalf("line of 65 bytes: got %q, want closed", got)
+	}
+}
+
+// TestPendingPoolAndAttestedSlots: unattested connections have a pool of their own, so holding
+// every one of them keeps no attested client out, and an attested connection frees its
+// pending place.
+func TestPendingPoolAndAttestedSlots(t *testing.T) {
+	s, path, logs := echoCfg(t, lineserver.Config{MaxConns: 2, MaxPending: 2}, true)
+	// Two attested connections, then two held unattested: all four are served.
+	for i := range 2 {
+		c, r := dial(t, path)
+		if got, _ := call(t, c, r, "attest"); got != "attested" {
+			t.Fatalf("attest %d: got %q", i, got)
+		}
+	}
+	for i := range 2 {
+		c, r := dial(t, path)
+		if got, eof := call(t, c, r, "hi"); eof || got != "hi" {
+			t.Fatalf("pending %d: got %q (eof %v)", i, got, eof)
+		}
+	}
+	if s.Conns() != 4 || s.Attested() != 2 {
+		t.Fatalf("conns %d attested %d, want 4 and 2", s.Conns(), s.Attested())
+	}
+	// The pending pool is full: the next connection is closed unread.
+	c, r := dial(t, path)
+	if got, eof := call(t, c, r, "hi"); !eof {
+		t.Fatalf("over the pending pool: got %q, want closed", got)
+	}
+	if !strings.Contains(logs(), `reason="too many connections"`) {
+		t.Fatalf("refusal not logged:\n%s", logs())
+	}
+}
+
+// TestAttestedSlotsFull: a connection asking for an attested slot when all are taken is told so.
+func TestAttestedSlotsFull(t *testing.T) {
+	_, path, logs := echoCfg(t, lineserver.Config{MaxConns: 1, MaxPending: 4}, true)
+	c, r := dial(t, path)
+	if got, _ := call(t, c, r, "attest"); got != "attested" {
+		t.Fatalf("first attest: got %q", got)
+	}
+	c2, r2 := dial(t, path)
+	if got, _ := call(t, c2, r2, "attest"); got != "full" {
+		t.Fatalf("second attest: got %q, want full", got)
+	}
+	if !strings.Contains(logs(), `reason="too many attested connections"`) {
+		t.Fatalf("refusal not logged:\n%s", logs())
+	}
+}
+
+// TestPerPIDShare: one process cannot hold more than MaxPerPID connections, however many
+// slots are free. (Every connection here comes from this test's pid.)
+func TestPerPIDShare(t *testing.T) {
+	s, path, logs := echoCfg(t, lineserver.Config{MaxConns: 10, MaxPending: 10, MaxPerPID: 3}, true)
+	for i := range 3 {
+		c, r := dial(t, path)
+		if got, eof := call(t, c, r, "hi"); eof || got != "hi" {
+			t.Fatalf("connection %d: got %q (eof %v)", i, got, eof)
+		}
+	}
+	c, r := dial(t, path)
+	if got, eof := call(t, c, r, "hi"); !eof {
+		t.Fatalf("connection 4 of one pid: got %q, want closed", got)
+	}
+	if s.Conns() != 3 || !strings.Contains(logs(), `reason="too many connections from one process"`) {
+		t.Fatalf("conns %d; log:\n%s", s.Conns(), logs())
+	}
+}
+
+// TestPendingDeadlineIsNotExtended: an unattested connection that keeps sending lines (each
+// re-arms the protocol's deadline) is still closed at the end of its unattested phase, and an
+// attested one is not.
+func TestPendingDeadlineIsNotExtended(t *testing.T) {
+	_, path, _ := echoCfg(t, lineserver.Config{MaxConns: 4, PendingTimeout: 300 * time.Millisecond}, true)
+	pending, pr := dial(t, path)
+	attested, ar := dial(t, path)
+	if got, _ := call(t, attested, ar, "attest"); got != "attested" {
+		t.Fatalf("attest: got %q", got)
+	}
+	closed := false
+	for i := 0; i < 400 && !closed; i++ {
+		_, closed = call(t, pending, pr, "hi")
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !closed {
+		t.Fatal("an unattested connection sending a line every 10ms was never closed")
+	}
+	if got, eof := call(t, attested, ar, "hi"); eof || got != "hi" {
+		t.Fatalf("attested connection: got %q (eof %v), want served", got, eof)
 	}
 }
