@@ -12,10 +12,13 @@
 // poll/ack frames; `mcp_start` attests an Antigravity session.
 //
 // Each connection is bounded: a line longer than MaxLine is answered with one error and the
-// connection closed, a connection with no complete line for IdleTimeout is closed, a response
-// the client does not read within WriteTimeout is abandoned, and at most MaxConns connections
-// are served at once (the next is closed at accept). Accepting, attesting the peer at connect,
-// line framing and draining come from lineserver.
+// connection closed, a connection with no frame for IdleTimeout is closed (blank lines do not
+// count: only an answered frame re-arms the deadline), a response the client does not read
+// within WriteTimeout is abandoned. A connection counts against MaxConns only once a frame from
+// it has been attested to a session; until then it is in lineserver's unattested pool
+// (MaxPending, closed PendingTimeout after the connect whatever it sends), and one pid holds at
+// most MaxPerPID connections. Accepting, attesting the peer at connect, line framing, the pools
+// and draining come from lineserver.
 package agentsock
 
 import (
@@ -37,6 +40,7 @@ import (
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lineserver"
 	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
 // Defaults of the per-socket limits (docs/design.md §3), from package limits.
@@ -45,6 +49,10 @@ const (
 	DefaultMaxConns     = limits.AgentMaxConns
 	DefaultIdleTimeout  = limits.AgentIdleTimeout
 	DefaultWriteTimeout = limits.AgentWriteTimeout
+	// DefaultMaxPending and DefaultPendingTimeout bound connections no frame of which has been
+	// attested yet (see limits).
+	DefaultMaxPending     = limits.AgentMaxPending
+	DefaultPendingTimeout = limits.AgentPendingTimeout
 )
 
 // Config of the server. Zero limits take the defaults above.
@@ -55,11 +63,15 @@ type Config struct {
 	MaxLine int // bytes per request line, without the newline
 	// MaxFrame is the protocol's frame cap, max_body*6+4096 (docs/protocol.md §2.4); 0 = none.
 	// It is kept in addition to MaxLine (docs/protocol.md §2.4): the smaller of the two applies.
-	MaxFrame     int
-	MaxConns     int           // connections served at once; the next is closed at accept
-	IdleTimeout  time.Duration // no complete line for this long: close
-	WriteTimeout time.Duration // a response not read by the client for this long: close
-	Host         string        // host label for sender badges; "" = Bus.Host()
+	MaxFrame   int
+	MaxConns   int // attested connections served at once
+	MaxPending int // connections not yet attested; the next is closed at accept
+	MaxPerPID  int // connections of one peer pid; 0: no bound of its own
+	// PendingTimeout closes a connection that has not been attested this long after connect.
+	PendingTimeout time.Duration
+	IdleTimeout    time.Duration // no complete line for this long: close
+	WriteTimeout   time.Duration // a response not read by the client for this long: close
+	Host           string        // host label for sender badges; "" = Bus.Host()
 }
 
 // Server serves agent.sock. Safe for concurrent use.
@@ -70,6 +82,7 @@ type Server struct {
 	// ctx is passed to the bus; it is cancelled only when Shutdown's deadline expires.
 	ctx    context.Context
 	cancel context.CancelFunc
+	lim    ratelog.Limiter
 }
 
 // New returns a server; it serves once Serve is called.
@@ -86,6 +99,12 @@ func New(cfg Config) *Server {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.PendingTimeout <= 0 {
+		cfg.PendingTimeout = DefaultPendingTimeout
+	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
 	}
@@ -98,7 +117,8 @@ func New(cfg Config) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
 	s.srv = lineserver.New(lineserver.Config{Socket: "agent", Proc: cfg.Proc, Log: cfg.Log,
-		MaxConns: cfg.MaxConns, WriteTimeout: cfg.WriteTimeout, Handle: s.serveConn})
+		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.PendingTimeout,
+		WriteTimeout: cfg.WriteTimeout, Handle: s.serveConn})
 	return s
 }
 
@@ -129,20 +149,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+// refuse logs a refused frame, at most one line a second per (request, code) with the count
+// of the others: a client looping on a refused frame must not flood the journal.
 func (s *Server) refuse(actor, request, code, reason string) {
-	s.cfg.Log.Warn("refused", "socket", "agent", "actor", actor, "request", request, "code", code, "reason", reason)
+	s.lim.Log(s.cfg.Log, slog.LevelWarn, request+" "+code, "refused", "socket", "agent", "actor", actor, "request", request, "code", code, "reason", reason)
 }
 
 // serveConn answers the frames of one attested connection until it ends.
 func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	cred, start, actor := p.Cred, p.Start, p.Actor
 	r := bufio.NewReaderSize(c, 64<<10)
+	// The idle deadline is armed here and after each answered frame, never for a blank line:
+	// a client sending only blank lines (or a line a byte at a time) is still closed when it
+	// runs out. A connection waiting for its next line is woken by Shutdown; one processing a
+	// frame finishes it, answers, and then sees the server closing when it re-arms.
+	if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
+		return
+	}
 	for {
-		// A connection waiting for its next line is woken by Shutdown; one processing a frame
-		// finishes it, answers, and then sees the server closing here.
-		if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
-			return
-		}
 		line, err := jsonline.ReadLine(r, s.cfg.MaxLine)
 		if errors.Is(err, jsonline.ErrTooLong) {
 			// The rest of the line is not read: the connection ends here, so the frame
@@ -177,7 +201,8 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 			s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 			return
 		}
-		if !s.srv.Write(c, s.frame(cred, start, line)) || last {
+		resp, keep := s.frame(c, cred, start, line)
+		if !s.srv.Write(c, resp) || last || !keep || !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 			return
 		}
 	}
@@ -258,13 +283,14 @@ func encode(v any) []byte {
 	return line
 }
 
-// frame answers one valid-UTF-8, non-blank line.
-func (s *Server) frame(cred peercred.Cred, start string, line []byte) []byte {
+// frame answers one valid-UTF-8, non-blank line; keep false means the connection ends after
+// the answer.
+func (s *Server) frame(c net.Conn, cred peercred.Cred, start string, line []byte) (resp []byte, keep bool) {
 	actor := "pid:" + strconv.Itoa(cred.PID)
 	req, err := decodeRequest(line)
 	if err != nil {
 		s.refuse(actor, "frame", "bad_request", "invalid json")
-		return errorLine("bad_request", err.Error())
+		return errorLine("bad_request", err.Error()), true
 	}
 	switch req.Action {
 	case "send", "reply", "poll", "ack":
@@ -278,14 +304,18 @@ func (s *Server) frame(cred peercred.Cred, start string, line []byte) []byte {
 		if err != nil {
 			e := bus.AsError(err)
 			s.refuse(actor, "mcp_start", e.Code, e.Detail)
-			return errorLine(e.Code, e.Detail)
+			return errorLine(e.Code, e.Detail), true
+		}
+		if !s.srv.Attest(c) {
+			s.refuse(actor, "mcp_start", "service_unavailable", "too many attested connections")
+			return errorLine("service_unavailable", "too many attested connections; retry later"), false
 		}
 		s.cfg.Log.Info("accepted", "socket", "agent", "actor", actor, "request", "mcp_start", "session_id", id)
-		return encode(mcpStartResp{Status: "ok", SessionID: id})
+		return encode(mcpStartResp{Status: "ok", SessionID: id}), true
 	default:
 		detail := fmt.Sprintf("unknown action: '%s'", req.Action)
 		s.refuse(actor, "frame", "bad_request", "unknown action")
-		return errorLine("bad_request", detail)
+		return errorLine("bad_request", detail), true
 	}
 	caller, err := s.cfg.Bus.IdentifyMeta(cred.PID, req.Meta)
 	// The walk read /proc/<pid> again. If the pid was recycled between the check before this
@@ -297,15 +327,21 @@ func (s *Server) frame(cred peercred.Cred, start string, line []byte) []byte {
 	if err != nil {
 		e := bus.AsError(err)
 		s.refuse(actor, req.Action, e.Code, e.Detail)
-		return errorLine(e.Code, e.Detail)
+		return errorLine(e.Code, e.Detail), true
+	}
+	// Only now does the connection take an attested slot: connections that never attest stay
+	// in the unattested pool and cannot crowd sessions out.
+	if !s.srv.Attest(c) {
+		s.refuse(caller.Actor(), req.Action, "service_unavailable", "too many attested connections")
+		return errorLine("service_unavailable", "too many attested connections; retry later"), false
 	}
 	switch req.Action {
 	case "send":
-		return s.send(caller, req)
+		return s.send(caller, req), true
 	case "poll", "ack":
-		return s.queue(caller, req)
+		return s.queue(caller, req), true
 	}
-	return s.reply(caller, req)
+	return s.reply(caller, req), true
 }
 
 type mcpStartResp struct {
@@ -382,3 +418,6 @@ func (s *Server) reply(caller bus.Caller, req request) []byte {
 	}
 	return encode(replyResp{Status: "ok", Reply: res})
 }
+
+// Attested is the number of connections holding an attested slot now.
+func (s *Server) Attested() int { return s.srv.Attested() }

@@ -544,3 +544,59 @@ func TestStartTimeUnreadable(t *testing.T) {
 		t.Fatalf("refusal not logged with its reason")
 	}
 }
+
+// TestBlankLinesDoNotResetIdle: an attested session that sends only blank lines after its
+// frame is closed when its idle time runs out, as if it had sent nothing.
+func TestBlankLinesDoNotResetIdle(t *testing.T) {
+	e := daemontest.New(t, daemontest.Options{Agent: agentsock.Config{IdleTimeout: 300 * time.Millisecond}})
+	// The test process itself is the session, so that its writes can fail without ending it.
+	e.Claude(os.Getpid(), claudeID, "blank")
+	c := daemontest.Dial(t, e.AgentPath)
+	got := c.Call(map[string]any{"action": "reply", "messageId": "nope", "text": "x"})
+	if got["error"] != "not_found" {
+		t.Fatalf("reply to an unknown message: got %v, want not_found", got)
+	}
+	if e.Agent.Attested() != 1 {
+		t.Fatalf("attested connections %d, want 1", e.Agent.Attested())
+	}
+	// Blank lines every 20 ms, for far longer than the idle timeout: the server must close.
+	closed := false
+	for i := 0; i < 500 && !closed; i++ {
+		_, err := c.C.Write([]byte("\n"))
+		closed = err != nil || e.Agent.Conns() == 0
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !closed {
+		t.Fatal("blank lines kept an idle connection open")
+	}
+}
+
+// TestUnattestedDoNotTakeAttestedSlots: with every unattested place held by connections that
+// never attest, a session's connection is refused at accept only if it is over the pending
+// pool; once in, its attested slot does not depend on them. Here the holders fill MaxConns
+// worth of connections and a session is still served.
+func TestUnattestedDoNotTakeAttestedSlots(t *testing.T) {
+	e := daemontest.New(t, daemontest.Options{Agent: agentsock.Config{MaxConns: 2, MaxPending: 4}})
+	// Three holders from this test process: unknown pid, never attested.
+	for range 3 {
+		h := daemontest.Dial(t, e.AgentPath)
+		h.Write([]byte("\n"))
+	}
+	daemontest.WaitFor(t, "the holders to be served", func() bool { return e.Agent.Conns() == 3 })
+	session := daemontest.Start(t, "")
+	e.Claude(session.PID, claudeID, "fair")
+	for i := range 2 {
+		c := session.Dial(e.AgentPath)
+		if got := session.Call(c, map[string]any{"action": "reply", "messageId": "nope", "text": "x"}); got["error"] != "not_found" {
+			t.Fatalf("session connection %d: got %v, want served (not_found)", i, got)
+		}
+	}
+	if e.Agent.Attested() != 2 {
+		t.Fatalf("attested %d, want 2", e.Agent.Attested())
+	}
+	// A third attested connection is over MaxConns: refused with a retryable code, closed.
+	c := session.Dial(e.AgentPath)
+	if got := session.Call(c, map[string]any{"action": "reply", "messageId": "nope", "text": "x"}); got["error"] != "service_unavailable" {
+		t.Fatalf("over MaxConns: got %v, want service_unavailable", got)
+	}
+}

@@ -18,6 +18,15 @@ const (
 	AgentMaxConns     = 32               // connections at once; the next is closed (--agent-max-conns)
 	AgentIdleTimeout  = 60 * time.Second // no complete line for this long: closed (--agent-idle-timeout)
 	AgentWriteTimeout = 10 * time.Second // an answer the client does not read: abandoned (--agent-write-timeout)
+	// AgentMaxPending and AgentPendingTimeout bound connections not yet attested to a session
+	// (--agent-max-pending, --agent-pending-timeout): an MCP bridge attests with its first
+	// tool call, so 10 s is plenty; a process that is no session may ask (and be refused)
+	// for that long, then reconnect. AgentMaxConns counts attested connections only.
+	AgentMaxPending     = 32
+	AgentPendingTimeout = 10 * time.Second
+	// AgentMaxPerPID is how many connections one process may hold (--agent-max-per-pid): an
+	// MCP bridge needs one or two.
+	AgentMaxPerPID = 8
 )
 
 // register.sock (docs/protocol.md §2.5).
