@@ -37,6 +37,19 @@ const (
 	// RegisterMaxConns caps connections served at once. Each costs goroutines (a registered
 	// one also a long-poll waiter), so without a cap one client could exhaust the daemon.
 	RegisterMaxConns = 64
+	// RegisterMaxPending caps connections before their first frame (--register-max-pending);
+	// RegisterMaxConns counts registrations only.
+	RegisterMaxPending = 32
+	// RegisterMaxPerPID is how many connections one process may hold (--register-max-per-pid).
+	RegisterMaxPerPID = 8
+	// RegisterMaxUIDOnly caps uid-only registrations (pi, opencode, hermes), which any process
+	// of the uid can make, leaving the rest of RegisterMaxConns to exe-attested services
+	// (--register-max-uid-only).
+	RegisterMaxUIDOnly = 16
+	// RegisterIdleTimeout is how long a registration may send no frame beyond a poll's wait
+	// (--register-idle-timeout): a client polls in a loop, so two quiet minutes mean it is gone
+	// or holding a slot.
+	RegisterIdleTimeout = 2 * time.Minute
 )
 
 // Retention (docs/protocol.md §5.6).

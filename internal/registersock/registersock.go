@@ -12,8 +12,14 @@
 // start time it registered with, so a descriptor passed on to another process (or outliving
 // its process) cannot keep acting for it.
 //
-// At most MaxConns connections are served at once; the next is closed at accept, unread.
-// Accepting, attesting the peer at connect, line framing and draining come from lineserver.
+// Connections waiting for their first frame are in lineserver's unattested pool (MaxPending,
+// closed FirstFrameTimeout after the connect, whatever they send). A registration takes one of
+// the MaxConns slots; uid-only registrations (pi, opencode, hermes: any process of the uid can
+// make one) take at most MaxUIDOnly of them, so they cannot keep an exe-attested service from
+// re-registering. One pid holds at most MaxPerPID connections. After its first frame every
+// registration must send a frame at least every IdleTimeout (plus the longest poll wait);
+// blank lines do not count. Accepting, attesting the peer at connect, line framing, the pools
+// and draining come from lineserver.
 package registersock
 
 import (
@@ -35,6 +41,7 @@ import (
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lineserver"
 	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
 // Defaults (docs/protocol.md §2.5, §5.6), from package limits.
@@ -46,6 +53,15 @@ const (
 	// one two: the frame loop and its reader) and a read buffer, so a flood from one uid must
 	// not grow them without bound; 64 leaves room for every service and session a user runs.
 	DefaultMaxConns = limits.RegisterMaxConns
+	// DefaultMaxUIDOnly caps uid-only registrations (pi, opencode, hermes), which any process
+	// of the uid can make, leaving the rest of MaxConns to exe-attested services.
+	DefaultMaxUIDOnly = limits.RegisterMaxUIDOnly
+	// DefaultIdleTimeout is how long a registration may send nothing beyond a poll's wait.
+	DefaultIdleTimeout = limits.RegisterIdleTimeout
+	// maxPipelined bounds frames read ahead of the one being answered (a client may send its
+	// next frame while a poll waits), together with their size (MaxFrame in all); past either
+	// the client is refused and the connection ends.
+	maxPipelined = 16
 	// writeTimeout abandons a response the client does not read. A deliver frame that is not
 	// written stays queued and is delivered again.
 	writeTimeout = 10 * time.Second
@@ -60,7 +76,11 @@ type Config struct {
 	FirstFrameTimeout time.Duration
 	MaxFirstFrame     int
 	MaxFrame          int
-	MaxConns          int // connections served at once; the next is closed at accept, unread
+	MaxConns          int // registrations served at once
+	MaxPending        int // connections before their first frame; 0: MaxConns
+	MaxPerPID         int // connections of one peer pid; 0: no bound of its own
+	MaxUIDOnly        int // uid-only registrations (pi, opencode, hermes) at once
+	IdleTimeout       time.Duration
 }
 
 // Server serves register.sock. Safe for concurrent use.
@@ -71,6 +91,10 @@ type Server struct {
 	// ctx ends long-polls at Shutdown; frames that change state ignore it and finish.
 	ctx    context.Context
 	cancel context.CancelFunc
+	lim    ratelog.Limiter
+
+	mu      sync.Mutex
+	uidOnly int // uid-only registrations now
 }
 
 // New returns a server; it serves once Serve is called.
@@ -87,13 +111,20 @@ func New(cfg Config) *Server {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
+	if cfg.MaxUIDOnly <= 0 {
+		cfg.MaxUIDOnly = DefaultMaxUIDOnly
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
 	s.srv = lineserver.New(lineserver.Config{Socket: "register", Proc: cfg.Proc, Log: cfg.Log,
-		MaxConns: cfg.MaxConns, WriteTimeout: writeTimeout, Handle: s.serveConn})
+		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.FirstFrameTimeout,
+		WriteTimeout: writeTimeout, Handle: s.serveConn})
 	return s
 }
 
@@ -123,8 +154,34 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+// refuse logs a refusal, at most one line a second per (request, reason) with the count of
+// the others.
 func (s *Server) refuse(actor, request, reason string) {
-	s.cfg.Log.Warn("refused", "socket", "register", "actor", actor, "request", request, "reason", reason)
+	s.lim.Log(s.cfg.Log, slog.LevelWarn, request+" "+reason, "refused", "socket", "register", "actor", actor, "request", request, "reason", reason)
+}
+
+// UIDOnly is the number of uid-only registrations now.
+func (s *Server) UIDOnly() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.uidOnly
+}
+
+// takeUIDOnly reserves a uid-only place; false when all MaxUIDOnly are taken.
+func (s *Server) takeUIDOnly() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.uidOnly >= s.cfg.MaxUIDOnly {
+		return false
+	}
+	s.uidOnly++
+	return true
+}
+
+func (s *Server) releaseUIDOnly() {
+	s.mu.Lock()
+	s.uidOnly--
+	s.mu.Unlock()
 }
 
 // serveConn registers the attested peer with its first frame, then serves its loop.
@@ -154,8 +211,6 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 		return
 	}
-	// Later frames have no deadline: a registered client may stay quiet between polls.
-	c.SetReadDeadline(time.Time{})
 	first, err := decodeFirst(line)
 	if err != nil {
 		s.refuse(actor, "register", "invalid json")
@@ -174,6 +229,13 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	case kindService:
 		reg, err = s.cfg.Bus.RegisterService(first.Name, first.Cwd, cred, start)
 	case kindSession:
+		// Anyone of the uid can make one: a bounded number at once.
+		if !s.takeUIDOnly() {
+			s.refuse(actor, "register", "too many uid-only registrations")
+			s.srv.Write(c, errorLine("service_unavailable", fmt.Sprintf("too many %s registrations (limit %d); retry later", first.Harness, s.cfg.MaxUIDOnly)))
+			return
+		}
+		defer s.releaseUIDOnly()
 		reg, err = s.cfg.Bus.RegisterSession(first.Harness, first.Name, first.Cwd, cred, start)
 	}
 	if err == nil && reg.Start != start {
@@ -189,6 +251,12 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		return
 	}
 	defer s.cfg.Bus.Unregister(reg)
+	// The registration takes an attested slot only now: connections waiting for a first frame
+	// (or sending a bad one) never crowd registered services out.
+	if !s.srv.Attest(c) {
+		s.srv.Write(c, errorLine("service_unavailable", "too many registrations; retry later"))
+		return
+	}
 	s.cfg.Log.Info("registered", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID, "peer_pid", reg.PID)
 	if !s.srv.Write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID})) {
 		return
@@ -222,9 +290,51 @@ type frame struct {
 	err  error
 }
 
+// pipeline holds frames read ahead of the one being answered. The reader never blocks on it,
+// so it is always reading and sees the peer hang up even while a poll waits with a pipelined
+// frame behind it; a client that sends more than maxPipelined frames ahead is cut off.
+type pipeline struct {
+	mu       sync.Mutex
+	frames   []frame
+	bytes    int // of frames: at most maxBytes, so memory per connection stays bounded
+	maxBytes int
+	ready    chan struct{} // 1-buffered: something was added
+}
+
+func (p *pipeline) push(f frame) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.frames) >= maxPipelined || (len(p.frames) > 0 && p.bytes+len(f.line) > p.maxBytes) {
+		return false
+	}
+	p.frames = append(p.frames, f)
+	p.bytes += len(f.line)
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (p *pipeline) pop() (frame, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.frames) == 0 {
+		return frame{}, false
+	}
+	f := p.frames[0]
+	p.frames = p.frames[1:]
+	p.bytes -= len(f.line)
+	return f, true
+}
+
+// errPipelined is the reader's last "frame" when the client ran too far ahead.
+var errPipelined = errors.New("registersock: too many frames pipelined")
+
 // loop answers poll/ack(/reply) frames for reg until the connection ends. A separate reader
-// goroutine notices the peer hanging up even while a poll is waiting, so the poll ends at once
-// instead of holding a dead registration for up to a minute.
+// goroutine notices the peer hanging up even while a poll is waiting (with or without frames
+// pipelined behind it), so the poll ends at once instead of holding a dead registration for up
+// to a minute. Each frame taken re-arms the idle deadline; blank lines do not.
 func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
@@ -239,7 +349,12 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 		case <-ctx.Done():
 		}
 	}()
-	frames := make(chan frame)
+	// Each frame taken re-arms the deadline: IdleTimeout, plus a poll's wait (during which a
+	// well-behaved client sends nothing) for a poll (see frame).
+	if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
+		return
+	}
+	p := &pipeline{ready: make(chan struct{}, 1), maxBytes: s.cfg.MaxFrame}
 	var reader sync.WaitGroup
 	reader.Add(1)
 	go func() {
@@ -250,9 +365,16 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 				cancel()
 				return
 			}
-			select {
-			case frames <- frame{line, err}:
-			case <-ctx.Done():
+			if err == nil && jsonline.IsBlank(line) {
+				continue
+			}
+			if !p.push(frame{line, err}) {
+				// Logged here: the loop may be in a poll that this cancel ends silently.
+				s.refuse(reg.Caller().Actor(), "frame", "too many frames pipelined")
+				p.mu.Lock()
+				p.frames = append(p.frames, frame{err: errPipelined})
+				p.mu.Unlock()
+				cancel()
 				return
 			}
 			if err != nil {
@@ -260,16 +382,27 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 			}
 		}
 	}()
-	// The reader is blocked in Read until the connection is closed, or in its send until ctx
-	// ends (a frame read ahead that this loop will never take): cancel AND close, then wait,
-	// so the reader is gone before this returns. (The outer defer closes c again, harmlessly.)
+	// The reader is blocked in Read until the connection is closed: cancel AND close, then
+	// wait, so the reader is gone before this returns. (The outer defer closes c again,
+	// harmlessly.)
 	defer func() { cancel(); c.Close(); reader.Wait() }()
 	actor := reg.Caller().Actor()
 	for {
-		var f frame
-		select {
-		case f = <-frames:
-		case <-ctx.Done():
+		f, ok := p.pop()
+		if !ok {
+			select {
+			case <-p.ready:
+				continue
+			case <-ctx.Done():
+				// Frames queued before the hang-up are still answered (a client may half-close
+				// after its last frame); a cut-off client is told why.
+				if f, ok = p.pop(); !ok {
+					return
+				}
+			}
+		}
+		if errors.Is(f.err, errPipelined) {
+			s.srv.Write(c, errorLine("bad_request", fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
 			return
 		}
 		if errors.Is(f.err, jsonline.ErrTooLong) {
@@ -277,8 +410,8 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 			s.srv.Write(c, errorLine("payload_too_large", fmt.Sprintf("frame exceeds %d bytes", s.cfg.MaxFrame)))
 			return
 		}
-		if jsonline.IsBlank(f.line) {
-			continue
+		if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
+			return
 		}
 		// The registration is the process that registered; if it is gone (or its pid now
 		// names another process) nobody may act for it on this descriptor.
@@ -294,7 +427,7 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 			s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 			return
 		}
-		resp, ok := s.frame(ctx, reg, f.line)
+		resp, ok := s.frame(ctx, c, reg, f.line)
 		if !ok {
 			return
 		}
@@ -306,7 +439,7 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 
 // frame answers one loop frame. ok is false when the connection must end without an answer
 // (a poll interrupted by hang-up or shutdown).
-func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) (resp []byte, ok bool) {
+func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, line []byte) (resp []byte, ok bool) {
 	actor := reg.Caller().Actor()
 	req, err := decodeLoop(line)
 	if err != nil {
@@ -315,6 +448,10 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 	}
 	switch {
 	case req.Action == "poll":
+		wait := time.Duration(req.WaitSecs) * time.Second
+		if !s.srv.ArmRead(c, wait+s.cfg.IdleTimeout) {
+			return nil, false
+		}
 		p, err := s.cfg.Bus.Poll(ctx, reg, time.Duration(req.WaitSecs)*time.Second)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -337,10 +474,14 @@ func (s *Server) frame(ctx context.Context, reg *bus.Registration, line []byte) 
 		}
 		return encode(deliverFrame(reg, p)), true
 	case req.Action == "ack":
-		// Always ok, as in the original xmsg (docs/protocol.md §4.2): acking an id that is not this session's pending
-		// message changes nothing (the bus scopes it to reg), and says nothing about it.
+		// ok, as in the original xmsg (docs/protocol.md §4.2), for an id that is not this session's pending message: that
+		// changes nothing (the bus scopes it to reg) and says nothing about it. But an ack
+		// that could not be stored is an error: the message stays queued and comes again,
+		// and the client must not believe otherwise.
 		if err := s.cfg.Bus.Ack(reg, req.MessageID); err != nil {
 			s.cfg.Log.Error("ack failed", "socket", "register", "actor", actor, "err", err)
+			e := bus.AsError(err)
+			return errorLine(e.Code, e.Detail), true
 		}
 		return encode(okResp{Status: "ok"}), true
 	case req.Action == "reply" && reg.Harness == "svc":

@@ -513,3 +513,96 @@ func TestPipelinedFrameAfterFatalOneEndsTheHandler(t *testing.T) {
 	bot.Close(reg)
 	daemontest.WaitFor(t, "the handler to end", func() bool { return e.Register.Conns() == 0 && e.Bus.Registrations() == 0 })
 }
+
+// TestPipelinedPollThenHangup: a poll with a frame pipelined behind it, then a hang-up. The
+// reader must still be reading (not blocked handing over the pipelined frame), so the hang-up
+// ends the poll, frees the slot and ends the registration at once, not after the poll's 60 s.
+func TestPipelinedPollThenHangup(t *testing.T) {
+	e := newEnv(t, daemontest.Options{})
+	p := daemontest.Start(t, "")
+	c := p.Dial(e.RegPath)
+	if got := p.Call(c, map[string]any{"harness": "pi", "sessionName": "x"}); got["status"] != "ok" {
+		t.Fatal(got)
+	}
+	p.Write(c, []byte(`{"action":"poll","waitSecs":60}`+"\n"+`{"action":"ack","messageId":"m"}`+"\n"))
+	daemontest.WaitFor(t, "the registration", func() bool { return e.Bus.Registrations() == 1 })
+	p.Close(c)
+	daemontest.WaitFor(t, "the slot and the registration to be freed", func() bool {
+		return e.Register.Conns() == 0 && e.Bus.Registrations() == 0
+	})
+}
+
+// TestTooManyPipelinedFrames: a client far ahead of its answers is cut off with one error.
+func TestTooManyPipelinedFrames(t *testing.T) {
+	e := newEnv(t, daemontest.Options{})
+	p := daemontest.Start(t, "")
+	c := p.Dial(e.RegPath)
+	if got := p.Call(c, map[string]any{"harness": "pi", "sessionName": "x"}); got["status"] != "ok" {
+		t.Fatal(got)
+	}
+	p.Write(c, []byte(strings.Repeat(`{"action":"poll","waitSecs":60}`+"\n", 40)))
+	daemontest.WaitFor(t, "the connection to be cut off", func() bool { return e.Register.Conns() == 0 })
+	if !strings.Contains(e.Logs.String(), "too many frames pipelined") {
+		t.Fatalf("refusal not logged:\n%s", e.Logs.String())
+	}
+}
+
+// TestUIDOnlyShare: uid-only registrations take at most MaxUIDOnly slots; a service still
+// registers while they are all held, and a freed place is taken again.
+func TestUIDOnlyShare(t *testing.T) {
+	e := newEnv(t, daemontest.Options{Register: registersock.Config{MaxConns: 4, MaxUIDOnly: 2}})
+	// One process each: a second registration by the same process takes its first one over.
+	type held struct {
+		p *daemontest.Puppet
+		c int
+	}
+	var hs []held
+	for i := range 2 {
+		p := daemontest.Start(t, "")
+		c := p.Dial(e.RegPath)
+		if got := p.Call(c, map[string]any{"harness": "pi", "sessionName": fmt.Sprint("s", i)}); got["status"] != "ok" {
+			t.Fatalf("pi %d: %v", i, got)
+		}
+		hs = append(hs, held{p, c})
+	}
+	p := daemontest.Start(t, "")
+	c := p.Dial(e.RegPath)
+	got := p.Call(c, map[string]any{"harness": "pi", "sessionName": "third"})
+	if got["status"] != "error" || !strings.Contains(fmt.Sprint(got["detail"]), "too many pi registrations") {
+		t.Fatalf("third pi: got %v, want refused", got)
+	}
+	e.Service("", "bot") // fatal unless registered
+	hs[0].p.Close(hs[0].c)
+	daemontest.WaitFor(t, "a uid-only place to free", func() bool { return e.Register.UIDOnly() == 1 })
+	c = p.Dial(e.RegPath)
+	if got := p.Call(c, map[string]any{"harness": "pi", "sessionName": "again"}); got["status"] != "ok" {
+		t.Fatalf("after a place freed: %v", got)
+	}
+}
+
+// TestRegistrationIdleDeadline: after its first frame, a registration that sends only blank
+// lines is closed when IdleTimeout runs out; one that polls is not.
+func TestRegistrationIdleDeadline(t *testing.T) {
+	e := newEnv(t, daemontest.Options{Register: registersock.Config{IdleTimeout: 300 * time.Millisecond}})
+	// A uid-only registration from the test process itself, so that a write to the closed
+	// connection fails without ending the test.
+	idle := daemontest.Dial(t, e.RegPath)
+	if got := idle.Call(map[string]any{"harness": "pi", "sessionName": "idle"}); got["status"] != "ok" {
+		t.Fatal(got)
+	}
+	bot, reg := e.Service("", "bot")
+	for i := 0; i < 500 && e.Bus.Registrations() == 2; i++ {
+		idle.C.Write([]byte("\n"))
+		// The service polls for longer than the idle timeout: the poll's wait counts.
+		if i%50 == 0 {
+			if got := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 1}); got["action"] != "timeout" {
+				t.Fatalf("poll: %v", got)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	daemontest.WaitFor(t, "the blank-line registration to end", func() bool { return e.Bus.Registrations() == 1 })
+	if got := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); got["action"] != "timeout" {
+		t.Fatalf("the polling service was cut off: %v", got)
+	}
+}
