@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,6 +23,12 @@ func mcpCmd(args []string, stdin io.Reader, stdout io.Writer) error {
 	fs.String("sessions-dir", "", "accepted for compatibility; the bus discovers sessions")
 	fs.String("xmsg-url", "", "accepted for compatibility; the bridge uses the sockets")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, "usage: xmsg mcp [flags]\n\nMCP bridge on stdin/stdout for an agent session (tools: list, send, reply).\n\n")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil
+		}
 		return usageError{fmt.Sprintf("mcp: %v", err)}
 	}
 	httpSock, err := sockPath("http", *httpFlag)

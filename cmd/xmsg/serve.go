@@ -301,7 +301,8 @@ func (d *instance) serve(ctx context.Context) error {
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
 		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log,
 		Codex: codexAttester(cfg, proc, d.exe, d.files), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
-		Claude: &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: d.log},
+		Claude:     &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: d.log},
+		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks),
 	})
 	defer b.Close()
 	doctorLines := func() []string { return d.facts.Lines() }
@@ -312,28 +313,28 @@ func (d *instance) serve(ctx context.Context) error {
 
 	group := servergroup.Group{Drain: drainTimeout}
 	addHTTP := func(name string, l net.Listener) {
-		srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: d.log, Socket: name, Doctor: doctorLines})
+		srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: d.log, Socket: name, Doctor: doctorLines, Limits: httpLimits(cfg)})
 		srv.BaseContext = func(net.Listener) context.Context { return httpCtx }
 		group.Add(servergroup.Server{Name: name, Serve: func() error { return srv.Serve(l) },
 			Shutdown: func(c context.Context) error { stopHTTP(); return srv.Shutdown(c) }})
 	}
 	if d.socks.HTTP != nil {
-		addHTTP("http", gate.Listener(d.socks.HTTP, uid, "http", d.log))
+		addHTTP("http", httpListener(gate.Listener(d.socks.HTTP, uid, "http", d.log), cfg, d.log))
 	}
 	if d.tcp != nil {
 		addHTTP("tcp", d.tcp)
 	}
 	var conns []func() int
 	if d.socks.Agent != nil {
-		agent := agentsock.New(agentsock.Config{Bus: b, Proc: proc, Log: d.log, Host: cfg.HostLabel,
+		agent := agentsock.New(agentLimits(agentsock.Config{Bus: b, Proc: proc, Log: d.log, Host: cfg.HostLabel,
 			MaxLine: cfg.AgentMaxLine, MaxFrame: cfg.MaxBody*6 + 4096, MaxConns: cfg.AgentMaxConns,
-			IdleTimeout: cfg.AgentIdleTimeout, WriteTimeout: cfg.AgentWriteTimeout})
+			IdleTimeout: cfg.AgentIdleTimeout, WriteTimeout: cfg.AgentWriteTimeout}, cfg))
 		l := gate.Listener(d.socks.Agent, uid, "agent", d.log)
 		group.Add(servergroup.Server{Name: "agent", Serve: func() error { return agent.Serve(l) }, Shutdown: agent.Shutdown})
 		conns = append(conns, agent.Conns)
 	}
 	if d.socks.Register != nil {
-		register := registersock.New(registersock.Config{Bus: b, Proc: proc, Log: d.log})
+		register := registersock.New(registerLimits(registersock.Config{Bus: b, Proc: proc, Log: d.log}, cfg))
 		l := gate.Listener(d.socks.Register, uid, "register", d.log)
 		group.Add(servergroup.Server{Name: "register", Serve: func() error { return register.Serve(l) }, Shutdown: register.Shutdown})
 		conns = append(conns, register.Conns)

@@ -19,6 +19,7 @@ import (
 	"github.com/xmsg/xmsg/internal/codex"
 	"github.com/xmsg/xmsg/internal/lockwatch"
 	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/ratelog"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -43,6 +44,10 @@ type Config struct {
 	// Agy attests Antigravity sessions (nil: none); AgySend runs agentapi for them.
 	Agy     *agy.Attester
 	AgySend func(c agy.Credentials, title, envelope string) (agy.Outcome, error)
+	// OwnSockets are the paths of the daemon's own listening sockets. A session file whose
+	// messagingSocketPath names one of them would have the daemon deliver to itself and
+	// report it delivered; such a delivery is refused instead.
+	OwnSockets []string
 }
 
 // Bus is the router. Safe for concurrent use.
@@ -57,6 +62,7 @@ type Bus struct {
 	stop    chan struct{}
 	stopped sync.WaitGroup
 	locks   *lockwatch.Watcher // follows the locks of leases; nil without Codex
+	lim     ratelog.Limiter    // refusal log lines
 }
 
 // New builds a bus and starts its retention loop.
@@ -211,6 +217,10 @@ func (b *Bus) Sessions(cwd, status string) []SessionView {
 // SessionDirsPresent reports whether any Claude session directory exists (for /healthz).
 func (b *Bus) SessionDirsPresent() bool { return b.cfg.Claude.AnyDir() }
 
+// SessionDirsReadable reports whether any Claude session directory can be listed (for
+// /healthz: under Landlock a directory replaced after start exists but is denied).
+func (b *Bus) SessionDirsReadable() bool { return b.cfg.Claude.AnyDirReadable() }
+
 // Target is a resolved local recipient.
 type Target struct {
 	Harness   string
@@ -249,8 +259,11 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 	pid, numErr := strconv.Atoi(bare)
 	isPID := numErr == nil && pid > 0
 	var live, dead []claude.Session
+	var incomplete error
 	if harness == "" || harness == "claude" {
-		for _, s := range b.cfg.Claude.Scan() {
+		var sessions []claude.Session
+		sessions, incomplete = b.cfg.Claude.ScanErr()
+		for _, s := range sessions {
 			if strings.EqualFold(s.ID, bare) || (isPID && s.PID == pid) || (s.Name != nil && *s.Name == bare) {
 				if s.Live {
 					live = append(live, s)
@@ -259,6 +272,13 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 				}
 			}
 		}
+	}
+	if incomplete != nil {
+		// Some session files could not be read for lack of descriptors or memory: whatever
+		// this scan found or missed, an answer now could be wrong (a live session reported
+		// not found), so none is given. The client may retry.
+		b.lim.Log(b.cfg.Log, slog.LevelError, "scan incomplete", "session scan incomplete", "err", incomplete)
+		return Target{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "session directory unreadable for lack of resources; retry later")
 	}
 	switch {
 	case len(live) == 1:
@@ -350,8 +370,14 @@ func (b *Bus) Identify(pid int) (Caller, error) { return b.identify(pid, nil) }
 
 func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, error) {
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
+	if err != nil && OutOfResources(err) {
+		return Caller{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "process ancestry unreadable for lack of resources; retry later")
+	}
 	if err == nil {
-		sessions := b.cfg.Claude.Scan()
+		sessions, incomplete := b.cfg.Claude.ScanErr()
+		if incomplete != nil {
+			return Caller{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "session directory unreadable for lack of resources; retry later")
+		}
 		regs := b.liveRegistrations()
 		for _, st := range chain {
 			for _, s := range sessions {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"syscall"
 )
 
 // Error is a refusal with the protocol's status and code (docs/protocol.md §3.1, §4.1). Servers
@@ -23,14 +25,47 @@ func errorf(status int, code, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Detail: fmt.Sprintf(format, args...)}
 }
 
-// AsError returns err as an *Error; anything else becomes 500 internal (with a generic
-// detail, so internal paths and causes don't leak to clients).
+// AsError returns err as an *Error. A full disk (ENOSPC, EDQUOT) becomes 507
+// insufficient_storage and running out of descriptors or memory (EMFILE, ENFILE, ENOMEM)
+// 503 service_unavailable: both are conditions a client may retry, and in both nothing was
+// stored. Anything else becomes 500 internal (with a generic detail, so internal paths and
+// causes don't leak to clients).
 func AsError(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e
 	}
+	switch {
+	case StorageFull(err):
+		return &Error{Status: http.StatusInsufficientStorage, Code: "insufficient_storage", Detail: "the store's disk is full; nothing was stored, retry later"}
+	case OutOfResources(err):
+		return &Error{Status: http.StatusServiceUnavailable, Code: "service_unavailable", Detail: "out of file descriptors or memory; retry later"}
+	}
 	return &Error{Status: http.StatusInternalServerError, Code: "internal", Detail: "internal error"}
+}
+
+// StorageFull reports whether err is a full disk or quota. bbolt flattens some of its errors
+// to text ("file resize error: %s"), so the errno's message is matched as well.
+func StorageFull(err error) bool {
+	return errIs(err, syscall.ENOSPC, syscall.EDQUOT)
+}
+
+// OutOfResources reports whether err is running out of descriptors or memory: the work could
+// not be attempted, which says nothing about what was asked for.
+func OutOfResources(err error) bool {
+	return errIs(err, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.ENOBUFS)
+}
+
+func errIs(err error, errnos ...syscall.Errno) bool {
+	if err == nil {
+		return false
+	}
+	for _, n := range errnos {
+		if errors.Is(err, n) || strings.Contains(err.Error(), n.Error()) {
+			return true
+		}
+	}
+	return false
 }
 
 func badRequest(format string, args ...any) *Error {

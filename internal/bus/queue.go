@@ -34,6 +34,15 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 			p, found, err = tx.Head(r.SessionID)
 			return err
 		})
+		if err == nil && found && b.expired(p.CreatedAt) {
+			// Past the TTL: it must not be delivered. Drop it now rather than wait for the
+			// purge, and look at the next one.
+			cancel()
+			if err := b.cfg.Store.Update(func(tx *store.Tx) error { _, err := tx.Ack(r.SessionID, p.ID); return err }); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err != nil || found {
 			cancel()
 			if found {

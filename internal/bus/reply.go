@@ -175,7 +175,7 @@ func (b *Bus) push(caller Caller, msg store.Message, text string, now int64) (ou
 		// Delivered only after the reply and the pushed message are committed (the caller
 		// runs deliver), so the sender can reply to the push the instant it arrives.
 		return "pushed", pushed, nil, func() string {
-			if err := claude.Deliver(target.MessagingSocketPath, line, b.cfg.InboxTimeout); err != nil {
+			if err := b.deliverClaude(target.MessagingSocketPath, line); err != nil {
 				if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 					return "sender_gone"
 				}
@@ -222,7 +222,25 @@ func (b *Bus) message(id string) (store.Message, bool, error) {
 		m, found, err = tx.Message(id)
 		return err
 	})
-	return m, found, err
+	return m, found && !b.expired(m.CreatedAt), err
+}
+
+// expired reports whether a row created at createdAt (unix seconds) is past --reply-ttl.
+// Reads ignore such rows (docs/protocol.md §5.6): the purge runs on a timer, and until it has
+// run an expired message, reply or queue entry must look exactly as if it had.
+func (b *Bus) expired(createdAt int64) bool {
+	return b.cfg.ReplyTTL > 0 && createdAt < nowUnix()-int64(b.cfg.ReplyTTL/time.Second)
+}
+
+// fresh drops expired replies.
+func (b *Bus) fresh(rs []store.Reply) []store.Reply {
+	out := rs[:0]
+	for _, r := range rs {
+		if !b.expired(r.CreatedAt) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // MessageView is the answer of GET /v1/messages/{id}.
@@ -258,6 +276,8 @@ func (b *Bus) Message(id string) (MessageView, error) {
 	if err != nil {
 		return MessageView{}, err
 	}
+	found = found && !b.expired(m.CreatedAt)
+	replies = b.fresh(replies)
 	if !found {
 		return MessageView{}, messageNotFound(id)
 	}
@@ -283,12 +303,17 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 		var rs []store.Reply
 		var found bool
 		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
-			if _, found, err = tx.Message(id); err != nil || !found {
+			var m store.Message
+			if m, found, err = tx.Message(id); err != nil || !found {
 				return err
+			}
+			if found = !b.expired(m.CreatedAt); !found {
+				return nil
 			}
 			rs, err = tx.Replies(id, after)
 			return err
 		})
+		rs = b.fresh(rs)
 		out := make([]ReplyView, 0, len(rs))
 		for _, r := range rs {
 			out = append(out, replyView(r))

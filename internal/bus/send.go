@@ -3,7 +3,9 @@ package bus
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"os"
 	"sync"
 	"syscall"
 
@@ -175,7 +177,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	if t.Harness == "claude" {
 		line, err := envelope.ClaudeLine(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
 		if err == nil {
-			err = claude.Deliver(t.Claude.MessagingSocketPath, line, b.cfg.InboxTimeout)
+			err = b.deliverClaude(t.Claude.MessagingSocketPath, line)
 		}
 		if err != nil {
 			msg.Outcome = "delivery_failed"
@@ -212,7 +214,42 @@ func (b *Bus) idem(principal, key string) (store.Idem, bool, error) {
 	return rec, found, err
 }
 
+// errOwnSocket: the inbox path is one of the daemon's own sockets.
+var errOwnSocket = errors.New("bus: messaging socket is one of the daemon's own sockets")
+
+// deliverClaude writes line to a Claude inbox, refusing the daemon's own sockets: a session
+// file may name any path, and a delivery the daemon accepts from itself would be reported
+// delivered although no session received it.
+func (b *Bus) deliverClaude(path string, line []byte) error {
+	if b.ownSocket(path) {
+		return errOwnSocket
+	}
+	return claude.Deliver(path, line, b.cfg.InboxTimeout)
+}
+
+// ownSocket compares the file path names (after symlinks) with the daemon's sockets by
+// device and inode, so another name for the same socket is caught too.
+func (b *Bus) ownSocket(path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	for _, own := range b.cfg.OwnSockets {
+		if ofi, err := os.Stat(own); err == nil && os.SameFile(fi, ofi) {
+			return true
+		}
+	}
+	return false
+}
+
 func inboxError(err error) *Error {
+	if errors.Is(err, errOwnSocket) {
+		return errorf(http.StatusBadGateway, "inbox_unavailable", "session inbox unavailable: its messaging socket is the bus itself")
+	}
+	if OutOfResources(err) {
+		// The delivery could not even be attempted; nothing is wrong with the session.
+		return errorf(http.StatusServiceUnavailable, "service_unavailable", "out of file descriptors or memory; delivery not attempted, retry later")
+	}
 	if errors.Is(err, claude.ErrInboxTimeout) {
 		return errorf(http.StatusGatewayTimeout, "inbox_timeout", "session inbox did not accept the message within the timeout")
 	}
@@ -229,15 +266,19 @@ func errText(err error) string {
 }
 
 // audit logs one state-changing request: actor, socket, kind, target, outcome; never a body.
+// Refusals are rate-limited per (socket, request, code): one line a second, carrying the
+// count of those suppressed, so a client looping on a full queue cannot flood the journal.
+// Accepted requests are each logged: they are the bus's work, paid for by a commit each.
 func (b *Bus) audit(socket, actor, kind, target, messageID string, err error) {
 	if err != nil {
 		e := AsError(err)
-		lvl := b.cfg.Log.Warn
-		if e.Code == "internal" {
-			lvl = b.cfg.Log.Error
-			b.cfg.Log.Error("internal error", "socket", socket, "actor", actor, "request", kind, "err", err)
+		lvl := slog.LevelWarn
+		key := socket + " " + kind + " " + e.Code
+		if e.Code == "internal" || e.Code == "insufficient_storage" || (e.Code == "service_unavailable" && OutOfResources(err)) {
+			lvl = slog.LevelError
+			b.lim.Log(b.cfg.Log, lvl, key+" err", "request failed", "socket", socket, "actor", actor, "request", kind, "err", err)
 		}
-		lvl("refused", "socket", socket, "actor", actor, "request", kind, "target", target, "code", e.Code, "reason", e.Detail)
+		b.lim.Log(b.cfg.Log, lvl, key, "refused", "socket", socket, "actor", actor, "request", kind, "target", target, "code", e.Code, "reason", e.Detail)
 		return
 	}
 	b.cfg.Log.Info("accepted", "socket", socket, "actor", actor, "request", kind, "target", target, "message_id", messageID)

@@ -9,13 +9,16 @@ package claude
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/xmsg/xmsg/internal/peercred"
 )
@@ -94,12 +97,45 @@ func (s *Scanner) AnyDir() bool {
 	return false
 }
 
+// AnyDirReadable reports whether at least one configured directory can be listed. A directory
+// can exist (stat works) and still be unreadable: Landlock denies one that was replaced after
+// the sandbox was applied, and modes can deny it too.
+func (s *Scanner) AnyDirReadable() bool {
+	for _, d := range s.Dirs {
+		if f, err := os.Open(d); err == nil {
+			_, err = f.Readdirnames(1)
+			f.Close()
+			if err == nil || errors.Is(err, io.EOF) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ErrScanIncomplete wraps the error of a scan that could not read every directory or file
+// for lack of descriptors or memory (EMFILE, ENFILE, ENOMEM): a session missing from such a
+// scan may well be live, so "not found" would be a wrong answer.
+var ErrScanIncomplete = errors.New("claude: session scan incomplete")
+
 // Scan returns every readable session, live or not, with fork claims assigned.
 func (s *Scanner) Scan() []Session {
+	out, _ := s.ScanErr()
+	return out
+}
+
+// ScanErr is Scan that also reports, wrapped in ErrScanIncomplete, whether some directory or
+// file could not be read for lack of resources; the sessions found are returned either way.
+func (s *Scanner) ScanErr() ([]Session, error) {
 	var out []Session
+	var incomplete error
 	seen := map[string]bool{}
 	for _, dir := range s.Dirs {
-		out = append(out, s.scanDir(dir, seen)...)
+		found, err := s.scanDir(dir, seen)
+		out = append(out, found...)
+		if err != nil && incomplete == nil {
+			incomplete = fmt.Errorf("%w: %w", ErrScanIncomplete, err)
+		}
 	}
 	s.forget(seen)
 	// Fork claims are deterministic: the first file by sorted canonical path keeps the id.
@@ -118,7 +154,13 @@ func (s *Scanner) Scan() []Session {
 			out[i].ID = fmt.Sprintf("%s~%d", out[i].SessionID, n)
 		}
 	}
-	return out
+	return out, incomplete
+}
+
+// transient reports errors that say nothing about the directory or file, only about this
+// process running short (descriptors, memory).
+func transient(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ENOBUFS)
 }
 
 // warn logs a problem with a session file once, not on every rescan (every request rescans).
@@ -151,14 +193,18 @@ func (s *Scanner) forget(seen map[string]bool) {
 	}
 }
 
-func (s *Scanner) scanDir(dir string, seen map[string]bool) []Session {
+func (s *Scanner) scanDir(dir string, seen map[string]bool) ([]Session, error) {
+	var incomplete error
 	names, err := listDir(dir)
 	if err != nil {
+		if transient(err) {
+			return nil, err
+		}
 		if !os.IsNotExist(err) {
 			s.warn(dir, "session dir unreadable", "err", err)
 			seen["!"+dir] = true
 		}
-		return nil
+		return nil, nil
 	}
 	// Fork claims order files by canonical path: resolve the directory once per scan.
 	canonDir := dir
@@ -181,6 +227,12 @@ func (s *Scanner) scanDir(dir string, seen map[string]bool) []Session {
 			return ok && k != (fileKey{}) && p.key == k
 		})
 		if err != nil {
+			if transient(err) {
+				// Not the file's fault: remember nothing about it, and tell the caller.
+				incomplete = err
+				seen[path] = true
+				continue
+			}
 			s.warn(path, "session file skipped", "err", err)
 			seen["!"+path] = true
 			continue
@@ -205,7 +257,7 @@ func (s *Scanner) scanDir(dir string, seen map[string]bool) []Session {
 		seen[path] = true
 		out = append(out, Session{File: f, Path: filepath.Join(canonDir, name), Live: s.Proc.Alive(f.PID, procStart(f.ProcStart))})
 	}
-	return out
+	return out, incomplete
 }
 
 func listDir(dir string) ([]string, error) {

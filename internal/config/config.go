@@ -41,6 +41,20 @@ type Config struct {
 	AgyExe                            []string // trusted Antigravity executables
 	AgyPresenceDir                    string   // where agy conversations' presence locks live
 	AgyBin                            string   // the agy program that runs agentapi; "" = first AgyExe
+	Limits                            Limits
+}
+
+// Limits are the fairness bounds of the sockets (README "Reliability"): how many connections
+// each socket serves, how many one peer pid may hold, and the deadline of each phase.
+type Limits struct {
+	AgentMaxPending, AgentMaxPerPID                     int
+	AgentPendingTimeout                                 time.Duration
+	RegisterMaxConns, RegisterMaxPending                int
+	RegisterMaxPerPID, RegisterMaxUIDOnly               int
+	RegisterFirstFrameTimeout, RegisterIdleTimeout      time.Duration
+	HTTPMaxConns, HTTPMaxPerPID                         int
+	HTTPMaxWaiters, HTTPMaxWaitersPerPID                int
+	HTTPHeaderTimeout, HTTPBodyTimeout, HTTPIdleTimeout time.Duration
 }
 
 // option is one flag: its name, environment variable, default and how a value is stored.
@@ -153,12 +167,44 @@ var options = []option{
 		set: str(func(c *Config) *string { return &c.FedCA })},
 	{name: "agent-max-line", env: "XMSG_AGENT_MAX_LINE", def: strconv.Itoa(limits.AgentMaxLine), usage: "agent.sock maximum line length in bytes",
 		set: integer("agent-max-line", 1024, func(c *Config) *int { return &c.AgentMaxLine })},
-	{name: "agent-max-conns", env: "XMSG_AGENT_MAX_CONNS", def: strconv.Itoa(limits.AgentMaxConns), usage: "agent.sock concurrent connections (the next is closed)",
+	{name: "agent-max-conns", env: "XMSG_AGENT_MAX_CONNS", def: strconv.Itoa(limits.AgentMaxConns), usage: "agent.sock connections served at once, counted once attested to a session",
 		set: integer("agent-max-conns", 1, func(c *Config) *int { return &c.AgentMaxConns })},
 	{name: "agent-idle-timeout", env: "XMSG_AGENT_IDLE_TIMEOUT", def: limits.AgentIdleTimeout.String(), usage: "agent.sock idle connections are closed after this",
 		set: duration("agent-idle-timeout", func(c *Config) *time.Duration { return &c.AgentIdleTimeout })},
 	{name: "agent-write-timeout", env: "XMSG_AGENT_WRITE_TIMEOUT", def: limits.AgentWriteTimeout.String(), usage: "agent.sock writes the client does not read are abandoned after this",
 		set: duration("agent-write-timeout", func(c *Config) *time.Duration { return &c.AgentWriteTimeout })},
+	{name: "agent-max-pending", env: "XMSG_AGENT_MAX_PENDING", def: strconv.Itoa(limits.AgentMaxPending), usage: "agent.sock connections not yet attested (the next is closed)",
+		set: integer("agent-max-pending", 1, func(c *Config) *int { return &c.Limits.AgentMaxPending })},
+	{name: "agent-max-per-pid", env: "XMSG_AGENT_MAX_PER_PID", def: strconv.Itoa(limits.AgentMaxPerPID), usage: "agent.sock connections one process may hold",
+		set: integer("agent-max-per-pid", 1, func(c *Config) *int { return &c.Limits.AgentMaxPerPID })},
+	{name: "agent-pending-timeout", env: "XMSG_AGENT_PENDING_TIMEOUT", def: limits.AgentPendingTimeout.String(), usage: "agent.sock connections not attested this long after connect are closed",
+		set: duration("agent-pending-timeout", func(c *Config) *time.Duration { return &c.Limits.AgentPendingTimeout })},
+	{name: "register-max-conns", env: "XMSG_REGISTER_MAX_CONNS", def: strconv.Itoa(limits.RegisterMaxConns), usage: "register.sock registrations served at once",
+		set: integer("register-max-conns", 1, func(c *Config) *int { return &c.Limits.RegisterMaxConns })},
+	{name: "register-max-pending", env: "XMSG_REGISTER_MAX_PENDING", def: strconv.Itoa(limits.RegisterMaxPending), usage: "register.sock connections before their first frame (the next is closed)",
+		set: integer("register-max-pending", 1, func(c *Config) *int { return &c.Limits.RegisterMaxPending })},
+	{name: "register-max-per-pid", env: "XMSG_REGISTER_MAX_PER_PID", def: strconv.Itoa(limits.RegisterMaxPerPID), usage: "register.sock connections one process may hold",
+		set: integer("register-max-per-pid", 1, func(c *Config) *int { return &c.Limits.RegisterMaxPerPID })},
+	{name: "register-max-uid-only", env: "XMSG_REGISTER_MAX_UID_ONLY", def: strconv.Itoa(limits.RegisterMaxUIDOnly), usage: "register.sock uid-only registrations (pi, opencode, hermes) at once",
+		set: integer("register-max-uid-only", 1, func(c *Config) *int { return &c.Limits.RegisterMaxUIDOnly })},
+	{name: "register-first-frame-timeout", env: "XMSG_REGISTER_FIRST_FRAME_TIMEOUT", def: limits.RegisterFirstFrameTimeout.String(), usage: "register.sock first frame deadline, from the connect",
+		set: duration("register-first-frame-timeout", func(c *Config) *time.Duration { return &c.Limits.RegisterFirstFrameTimeout })},
+	{name: "register-idle-timeout", env: "XMSG_REGISTER_IDLE_TIMEOUT", def: limits.RegisterIdleTimeout.String(), usage: "register.sock registrations sending no frame this long (beyond a poll's wait) are closed",
+		set: duration("register-idle-timeout", func(c *Config) *time.Duration { return &c.Limits.RegisterIdleTimeout })},
+	{name: "http-max-conns", env: "XMSG_HTTP_MAX_CONNS", def: strconv.Itoa(limits.HTTPMaxConns), usage: "http.sock connections at once (the next is closed)",
+		set: integer("http-max-conns", 1, func(c *Config) *int { return &c.Limits.HTTPMaxConns })},
+	{name: "http-max-per-pid", env: "XMSG_HTTP_MAX_PER_PID", def: strconv.Itoa(limits.HTTPMaxPerPID), usage: "http.sock connections one process may hold",
+		set: integer("http-max-per-pid", 1, func(c *Config) *int { return &c.Limits.HTTPMaxPerPID })},
+	{name: "http-max-waiters", env: "XMSG_HTTP_MAX_WAITERS", def: strconv.Itoa(limits.HTTPMaxWaiters), usage: "reply long-polls waiting at once (the next gets 503)",
+		set: integer("http-max-waiters", 1, func(c *Config) *int { return &c.Limits.HTTPMaxWaiters })},
+	{name: "http-max-waiters-per-pid", env: "XMSG_HTTP_MAX_WAITERS_PER_PID", def: strconv.Itoa(limits.HTTPMaxWaitersPerPID), usage: "reply long-polls one process may have waiting",
+		set: integer("http-max-waiters-per-pid", 1, func(c *Config) *int { return &c.Limits.HTTPMaxWaitersPerPID })},
+	{name: "http-header-timeout", env: "XMSG_HTTP_HEADER_TIMEOUT", def: limits.HTTPHeaderTimeout.String(), usage: "http.sock request headers must arrive within this",
+		set: duration("http-header-timeout", func(c *Config) *time.Duration { return &c.Limits.HTTPHeaderTimeout })},
+	{name: "http-body-timeout", env: "XMSG_HTTP_BODY_TIMEOUT", def: limits.HTTPBodyTimeout.String(), usage: "http.sock request bodies must arrive within this",
+		set: duration("http-body-timeout", func(c *Config) *time.Duration { return &c.Limits.HTTPBodyTimeout })},
+	{name: "http-idle-timeout", env: "XMSG_HTTP_IDLE_TIMEOUT", def: limits.HTTPIdleTimeout.String(), usage: "http.sock keep-alive connections idle this long are closed",
+		set: duration("http-idle-timeout", func(c *Config) *time.Duration { return &c.Limits.HTTPIdleTimeout })},
 	{name: "require-landlock", env: "XMSG_REQUIRE_LANDLOCK", def: "false", usage: "refuse to start unless Landlock enforces filesystem, network and scoping", boolean: true,
 		set: func(c *Config, v string) (err error) {
 			if c.RequireLandlock, err = strconv.ParseBool(v); err != nil {

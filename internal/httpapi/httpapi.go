@@ -20,6 +20,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/jsonline"
+	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
 // Config of the API.
@@ -29,11 +30,13 @@ type Config struct {
 	Log     *slog.Logger
 	Socket  string          // "http" or "tcp", for the audit log
 	Doctor  func() []string // protections in force, for GET /v1/doctor (xmsg doctor)
+	Limits  Limits          // per-connection deadlines and per-pid shares; zero: DefaultLimits
 }
 
 // Handler returns the API router.
 func Handler(cfg Config) http.Handler {
-	h := &handler{cfg}
+	cfg.Limits = cfg.Limits.withDefaults()
+	h := &handler{cfg: cfg, waiters: &waiters{max: cfg.Limits.MaxWaitersPerPID}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /v1/sessions", h.sessions)
@@ -52,7 +55,7 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
 	})
-	var root http.Handler = logReads(mux, cfg.Log, cfg.Socket)
+	var root http.Handler = bodyDeadline(logReads(mux, cfg.Log, cfg.Socket), cfg.Limits.BodyTimeout)
 	if cfg.Socket == "tcp" {
 		root = refuseBrowsers(root)
 	}
@@ -111,20 +114,29 @@ func (w *statusWriter) WriteHeader(status int) {
 	w.ResponseWriter.WriteHeader(status)
 }
 
-// NewServer wraps Handler with the socket limits of docs/design.md §3: a 5 s header deadline and
-// 64 KiB of headers, and a write timeout that leaves room for a 60 s long-poll.
+// NewServer wraps Handler with the socket limits of docs/design.md §3: a header deadline (5 s) and
+// 64 KiB of headers, a body deadline (10 s, see bodyDeadline), an idle deadline (60 s), and a
+// write timeout that leaves room for a 60 s long-poll. Each deadline is counted once per
+// phase: net/http sets it when the phase begins, so a byte trickle does not extend it. The
+// connection caps are Listener's.
 func NewServer(cfg Config) *http.Server {
+	lim := cfg.Limits.withDefaults()
 	return &http.Server{
 		Handler:           Handler(cfg),
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: lim.HeaderTimeout,
 		MaxHeaderBytes:    64 << 10,
 		WriteTimeout:      bus.MaxWait + 15*time.Second,
-		IdleTimeout:       60 * time.Second,
+		IdleTimeout:       lim.IdleTimeout,
+		ConnContext:       connContext,
 		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
 	}
 }
 
-type handler struct{ cfg Config }
+type handler struct {
+	cfg     Config
+	waiters *waiters
+	lim     ratelog.Limiter
+}
 
 // writeJSON answers v as JSON (jsonline's encoding: no HTML escaping, one line).
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -145,9 +157,14 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
+	// "ok" only when a directory can really be listed: under Landlock one replaced after
+	// start exists but is denied, and sessions there are invisible.
 	dirs := "ok"
-	if !h.cfg.Bus.SessionDirsPresent() {
+	switch {
+	case !h.cfg.Bus.SessionDirsPresent():
 		dirs = "sessions_dir_missing"
+	case !h.cfg.Bus.SessionDirsReadable():
+		dirs = "sessions_dir_unreadable"
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "sessions_dir": dirs})
 }
@@ -227,6 +244,8 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: "could not read body"})
 		return
 	}
+	// The body is in: the rest of the request is the daemon's time, not the client's.
+	http.NewResponseController(w).SetReadDeadline(time.Time{})
 	if len(body) > max {
 		writeError(w, &bus.Error{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Detail: fmt.Sprintf("body %d exceeds limit %d", len(body), max)})
 		return
@@ -242,7 +261,7 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 	}
 	clean, err := envelope.Anonymous(req.From)
 	if err != nil {
-		h.cfg.Log.Warn("refused", "socket", h.cfg.Socket, "actor", "anon", "request", "send", "code", "bad_sender")
+		h.lim.Log(h.cfg.Log, slog.LevelWarn, "send bad_sender", "refused", "socket", h.cfg.Socket, "actor", "anon", "request", "send", "code", "bad_sender")
 		writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_sender", Detail: err.Error()})
 		return
 	}
@@ -283,6 +302,14 @@ func (h *handler) replies(w http.ResponseWriter, r *http.Request) {
 			writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: "wait must be a non-negative integer (seconds)"})
 			return
 		}
+	}
+	if wait > 0 {
+		release, ok := h.waiters.take(peerPID(r.Context()))
+		if !ok {
+			writeError(w, tooManyWaiters())
+			return
+		}
+		defer release()
 	}
 	out, err := h.cfg.Bus.Replies(r.Context(), r.PathValue("id"), after, time.Duration(min(wait, 60))*time.Second)
 	if err != nil {

@@ -52,6 +52,18 @@ const (
 	RegisterIdleTimeout = 2 * time.Minute
 )
 
+// http.sock. 256 connections need about 256 descriptors and at most 256 × (64 KiB of headers
+// + one body) of memory; one process may hold an eighth of them.
+const (
+	HTTPMaxConns         = 256              // connections at once; the next is closed (--http-max-conns)
+	HTTPMaxPerPID        = 32               // connections of one process (--http-max-per-pid)
+	HTTPMaxWaiters       = 128              // reply long-polls waiting at once; the next gets 503 (--http-max-waiters)
+	HTTPMaxWaitersPerPID = 32               // of them, one process's (--http-max-waiters-per-pid)
+	HTTPHeaderTimeout    = 5 * time.Second  // request headers, from the request's first byte (--http-header-timeout)
+	HTTPBodyTimeout      = 10 * time.Second // request body, from the end of the headers (--http-body-timeout)
+	HTTPIdleTimeout      = 60 * time.Second // keep-alive connection between requests (--http-idle-timeout)
+)
+
 // Retention (docs/protocol.md §5.6).
 const (
 	ReplyTTL       = 7 * 24 * time.Hour // messages, replies, queues (--reply-ttl)
