@@ -320,6 +320,11 @@ let
           RestartSec = "1s";
           KillSignal = "SIGTERM";
           TimeoutStopSec = "15s";
+          # Sized to the daemon's connection caps; the reasons are in systemd/xmsg@.service.
+          # Override per tier in systemd.services."xmsg@<name>".serviceConfig.
+          LimitNOFILE = 4096;
+          MemoryMax = lib.mkDefault "512M";
+          TasksMax = lib.mkDefault 1024;
         }
         // lib.optionalAttrs (creds != [ ]) {
           # Source files stay root-owned 0400; systemd copies them into $CREDENTIALS_DIRECTORY,
