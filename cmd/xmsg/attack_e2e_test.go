@@ -1,0 +1,890 @@
+package main
+
+// Attacks by a process of the tier's own uid (issue 10), against the real daemon in its own
+// process. Each test runs the attack from a separate attacker process (this test binary in
+// the "attack" role), measures that a well-behaved client (this test process, another pid) is
+// still served while it runs, and runs a positive control: the same attack with the defence
+// turned off by its flags, which must show the harm. The figures are logged (go test -v) and
+// quoted in the README's "Reliability" section. XMSG_LONG=1 makes every run longer.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xmsg/xmsg/internal/ostest"
+	"github.com/xmsg/xmsg/internal/peercred"
+)
+
+// long reports whether the long mode was asked for.
+func long() bool { return os.Getenv("XMSG_LONG") != "" }
+
+// The attacker role runs before TestMain: init functions come first.
+func init() {
+	if os.Getenv("XMSG_TEST_ROLE") == "attack" {
+		os.Exit(attackMain())
+	}
+}
+
+// attackMain holds $N connections to $SOCK in the way $ATTACK says, redialing each one the
+// daemon closes, until stdin closes. It prints "started" once every connection was tried.
+func attackMain() int {
+	kind, sock, extra := os.Getenv("ATTACK"), os.Getenv("SOCK"), os.Getenv("EXTRA")
+	n, _ := strconv.Atoi(os.Getenv("N"))
+	stop := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(stop) }()
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
+	var first sync.WaitGroup
+	first.Add(n)
+	for i := range n {
+		go func() {
+			once := sync.OnceFunc(first.Done)
+			for !stopped() {
+				holdOne(kind, sock, extra, i, once, stop)
+				once()
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	first.Wait()
+	fmt.Println("started")
+	<-stop
+	return 0
+}
+
+// holdOne opens one connection and holds it as kind says until the daemon closes it. started
+// is called once the connection has done its first step.
+func holdOne(kind, sock, extra string, i int, started func(), stop <-chan struct{}) {
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	go func() { <-stop; c.Close() }()
+	tick := func(every time.Duration, b []byte) {
+		for {
+			if _, err := c.Write(b); err != nil {
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(every):
+			}
+		}
+	}
+	switch kind {
+	case "http-slow-body":
+		// Headers promising a body, then the body a byte at a time.
+		if _, err := c.Write([]byte("POST /v1/sessions/x/messages HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n{")); err != nil {
+			return
+		}
+		started()
+		tick(300*time.Millisecond, []byte(" "))
+	case "http-idle":
+		// Connected, sending nothing.
+		started()
+		io.Copy(io.Discard, c)
+	case "agent-blank":
+		// A blank line every 100 ms: never a frame.
+		c.Write([]byte("\n"))
+		started()
+		tick(100*time.Millisecond, []byte("\n"))
+	case "register-uid":
+		// A uid-only registration, then blank lines.
+		fmt.Fprintf(c, `{"harness":"pi","sessionName":"holder-%d","cwd":"/"}`+"\n", i)
+		bufio.NewReader(c).ReadString('\n')
+		started()
+		tick(100*time.Millisecond, []byte("\n"))
+	case "longpoll":
+		// Reply long-polls, one after another.
+		r := bufio.NewReader(c)
+		for {
+			fmt.Fprintf(c, "GET /v1/messages/%s/replies?wait=60 HTTP/1.1\r\nHost: localhost\r\n\r\n", extra)
+			started()
+			resp, err := http.ReadResponse(r, nil)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+}
+
+// startAttack runs an attacker process until the test ends.
+func startAttack(t *testing.T, kind, sock string, n int, extra string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "XMSG_TEST_ROLE=attack", "ATTACK="+kind, "SOCK="+sock, "N="+strconv.Itoa(n), "EXTRA="+extra)
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); cmd.Wait() })
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "started\n" {
+		t.Fatalf("attacker %s did not start: %q", kind, line)
+	}
+}
+
+// limitFiles sets the daemon's RLIMIT_NOFILE (soft and hard).
+func limitFiles(t *testing.T, d *daemon, n uint64) {
+	t.Helper()
+	if err := unix.Prlimit(d.cmd.Process.Pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: n}, nil); err != nil {
+		t.Fatalf("prlimit: %v", err)
+	}
+}
+
+// freshClient is an HTTP client on http.sock that dials for every request (each one needs an
+// accept) and gives up after timeout.
+func (d *daemon) freshClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", d.sock("http"))
+		}}}
+}
+
+// tally counts a well-behaved client's outcomes.
+type tally struct {
+	served, failed int
+	codes          map[string]int // error codes and transport failures seen
+}
+
+func (t *tally) fail(code string) {
+	t.failed++
+	if t.codes == nil {
+		t.codes = map[string]int{}
+	}
+	t.codes[code]++
+}
+
+func (t tally) String() string { return fmt.Sprintf("served %d, failed %d %v", t.served, t.failed, t.codes) }
+
+// sendAll makes n anonymous sends to ref, one connection each, and counts them.
+func sendAll(d *daemon, c *http.Client, ref string, n int) tally {
+	var tl tally
+	for i := range n {
+		resp, err := c.Post("http://localhost/v1/sessions/"+ref+"/messages", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"from":"good","text":"m%d"}`, i)))
+		if err != nil {
+			tl.fail("transport")
+			continue
+		}
+		var v map[string]any
+		json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if resp.StatusCode == 202 {
+			tl.served++
+		} else {
+			tl.fail(fmt.Sprint(resp.StatusCode, " ", v["error"]))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return tl
+}
+
+// waitLog waits (bounded) until the daemon's log contains s.
+func (d *daemon) waitLog(s string) bool {
+	for range 500 {
+		if strings.Contains(d.stderr.String(), s) {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// TestAttackHTTPSlowBodiesAndIdleConns: two attacker processes hold slow bodies and idle
+// connections on http.sock of a daemon limited to 64 descriptors. With the caps (which fit
+// the limit) every send of a well-behaved client is served; without them (positive control)
+// the attackers take every descriptor, sends fail, and a request that does get in is answered
+// 503 service_unavailable, never 404 not_found.
+func TestAttackHTTPSlowBodiesAndIdleConns(t *testing.T) {
+	n, sends := 100, 20
+	if long() {
+		n, sends = 400, 200
+	}
+	run := func(t *testing.T, defended bool) (tally, *daemon) {
+		args := []string{"--http-max-conns", "24", "--http-max-per-pid", "8", "--http-body-timeout", "2s"}
+		if !defended {
+			args = []string{"--http-max-conns", "100000", "--http-max-per-pid", "100000",
+				"--http-header-timeout", "1h", "--http-body-timeout", "1h", "--http-idle-timeout", "1h"}
+		}
+		d := newDaemon(t, args...)
+		limitFiles(t, d, 64)
+		s := startClaude(t, d.sess, "aaaaaaaa-0000-0000-0000-00000000a001", "target", "/")
+		// A keep-alive connection made before the attack.
+		keep := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", d.sock("http"))
+			}}}
+		if resp, err := keep.Get("http://localhost/healthz"); err != nil {
+			t.Fatal(err)
+		} else {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		startAttack(t, "http-slow-body", d.sock("http"), n, "")
+		startAttack(t, "http-idle", d.sock("http"), n, "")
+		if !defended && !d.waitLog("accept failed") {
+			t.Fatalf("control: the daemon never ran out of descriptors:\n%s", d.stderr)
+		}
+		tl := sendAll(d, d.freshClient(2*time.Second), s.id, sends)
+		// The connection made before the attack: at the fd limit the session directory
+		// cannot be opened, which must not read as "no such session".
+		resp, err := keep.Post("http://localhost/v1/sessions/"+s.id+"/messages", "application/json", strings.NewReader(`{"from":"k","text":"k"}`))
+		if err == nil {
+			var v map[string]any
+			json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if resp.StatusCode == 404 {
+				t.Errorf("a send to a live session was answered 404 %v", v)
+			}
+			if !defended && resp.StatusCode != 503 {
+				t.Errorf("control: at the fd limit a send got %d %v, want 503 service_unavailable", resp.StatusCode, v)
+			}
+			if !defended && v["error"] != "service_unavailable" {
+				t.Errorf("control: error %v, want service_unavailable", v["error"])
+			}
+		} else if !defended {
+			t.Errorf("control: the pre-attack connection failed: %v", err)
+		}
+		return tl, d
+	}
+	t.Run("defended", func(t *testing.T) {
+		tl, d := run(t, true)
+		t.Logf("well-behaved sends during the attack: %s", tl)
+		if tl.failed != 0 {
+			t.Errorf("well-behaved client: %s, want every send served", tl)
+		}
+		// The refusals are logged, rate-limited with a count of the others.
+		lines := strings.Count(d.stderr.String(), `reason="too many connections from one process"`)
+		if lines == 0 || !strings.Contains(d.stderr.String(), "suppressed=") {
+			t.Errorf("refusals not logged with a suppressed count (%d lines)", lines)
+		}
+		t.Logf("refusal log lines: %d", lines)
+	})
+	t.Run("control", func(t *testing.T) {
+		tl, _ := run(t, false)
+		t.Logf("well-behaved sends without the caps: %s", tl)
+		if tl.failed == 0 {
+			t.Errorf("control: %s; the attack did no harm, so the test proves nothing", tl)
+		}
+	})
+}
+
+// agentSend sends one attested frame from this process on a new agent.sock connection.
+func agentSend(d *daemon, ref string, i int) (string, error) {
+	c, err := net.Dial("unix", d.sock("agent"))
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	fmt.Fprintf(c, `{"action":"send","ref":%q,"text":"a%d"}`+"\n", ref, i)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	var v map[string]any
+	json.Unmarshal([]byte(line), &v)
+	if v["status"] != "ok" {
+		return fmt.Sprint(v["error"]), nil
+	}
+	return "ok", nil
+}
+
+// selfSession makes this test process a Claude session in d's session dir, so that its
+// agent.sock connections are attested.
+func selfSession(t *testing.T, d *daemon, id string) {
+	t.Helper()
+	start, err := peercred.Proc{}.StartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := shortTemp(t)
+	l, err := net.Listen("unix", filepath.Join(dir, "inbox.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	raw, _ := json.Marshal(map[string]any{"pid": os.Getpid(), "sessionId": id, "cwd": "/", "status": "idle", "kind": "interactive",
+		"procStart": start, "messagingSocketPath": filepath.Join(dir, "inbox.sock"), "name": "tester"})
+	if err := os.WriteFile(filepath.Join(d.sess, id+".json"), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAttackAgentBlankLineHolders: 40 connections sending a blank line every 100 ms. Counted
+// before attestation and with blank lines resetting the idle timer, they once held every slot.
+// Now an MCP-like client (an attested session) is served throughout; the control turns the
+// per-process share off and gives the unattested pool exactly the holders' size.
+func TestAttackAgentBlankLineHolders(t *testing.T) {
+	sends := 20
+	if long() {
+		sends = 200
+	}
+	run := func(t *testing.T, args ...string) tally {
+		d := newDaemon(t, args...)
+		target := startClaude(t, d.sess, "aaaaaaaa-0000-0000-0000-00000000b001", "target", "/")
+		selfSession(t, d, "aaaaaaaa-0000-0000-0000-00000000b002")
+		startAttack(t, "agent-blank", d.sock("agent"), 40, "")
+		var tl tally
+		for i := range sends {
+			switch got, err := agentSend(d, target.id, i); {
+			case err != nil:
+				tl.fail("closed")
+			case got == "ok":
+				tl.served++
+			default:
+				tl.fail(got)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return tl
+	}
+	t.Run("defended", func(t *testing.T) {
+		tl := run(t)
+		t.Logf("attested sends during the attack: %s", tl)
+		if tl.failed != 0 {
+			t.Errorf("attested client: %s, want every send served", tl)
+		}
+	})
+	t.Run("control", func(t *testing.T) {
+		tl := run(t, "--agent-max-per-pid", "1000", "--agent-max-pending", "40", "--agent-pending-timeout", "1h")
+		t.Logf("attested sends without the per-process share: %s", tl)
+		if tl.failed == 0 {
+			t.Errorf("control: %s; the attack did no harm", tl)
+		}
+	})
+}
+
+// registerSvc registers this process as svc:name, polls once and hangs up.
+func registerSvc(d *daemon, name string) error {
+	c, err := net.Dial("unix", d.sock("register"))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	r := bufio.NewReader(c)
+	fmt.Fprintf(c, `{"harness":"svc","name":%q,"cwd":"/"}`+"\n", name)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(line, `"status":"ok"`) {
+		return fmt.Errorf("register: %s", strings.TrimSpace(line))
+	}
+	fmt.Fprint(c, `{"action":"poll","waitSecs":0}`+"\n")
+	if line, err = r.ReadString('\n'); err != nil || !strings.Contains(line, "timeout") {
+		return fmt.Errorf("poll: %q %v", line, err)
+	}
+	return nil
+}
+
+// TestAttackRegisterUIDOnlyFlood: 70 uid-only registrations held with blank lines. They once
+// took all 64 slots and a service could not re-register. Now the service re-registers every
+// time; the control removes the per-process and uid-only shares.
+func TestAttackRegisterUIDOnlyFlood(t *testing.T) {
+	self, err := filepath.EvalSymlinks(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tries := 10
+	if long() {
+		tries = 100
+	}
+	run := func(t *testing.T, args ...string) tally {
+		d := newDaemon(t, append([]string{"--svc-exe", "worker=" + self}, args...)...)
+		startAttack(t, "register-uid", d.sock("register"), 70, "")
+		var tl tally
+		for range tries {
+			if err := registerSvc(d, "worker"); err != nil {
+				tl.fail(err.Error())
+			} else {
+				tl.served++
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return tl
+	}
+	t.Run("defended", func(t *testing.T) {
+		tl := run(t)
+		t.Logf("service re-registrations during the attack: %s", tl)
+		if tl.failed != 0 {
+			t.Errorf("service: %s, want every registration served", tl)
+		}
+	})
+	t.Run("control", func(t *testing.T) {
+		tl := run(t, "--register-max-per-pid", "1000", "--register-max-uid-only", "1000", "--register-max-pending", "1000")
+		t.Logf("service re-registrations without the shares: %s", tl)
+		if tl.failed == 0 {
+			t.Errorf("control: %s; the attack did no harm", tl)
+		}
+	})
+}
+
+// TestPipelinedPollHangupFreesRegistration: a uid-only registration sends a poll and, in the
+// same write, another frame, then hangs up. The daemon notices at once: the registration is
+// gone from /v1/sessions well before the poll's 60 s. (The unit test in registersock carries
+// the mutant: the old reader, which blocked handing over the pipelined frame, goes red.)
+func TestPipelinedPollHangupFreesRegistration(t *testing.T) {
+	d := newDaemon(t)
+	c, err := net.Dial("unix", d.sock("register"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	fmt.Fprint(c, `{"harness":"pi","sessionName":"piped","cwd":"/"}`+"\n")
+	if line, _ := r.ReadString('\n'); !strings.Contains(line, `"status":"ok"`) {
+		t.Fatalf("register: %q", line)
+	}
+	fmt.Fprint(c, `{"action":"poll","waitSecs":60}`+"\n"+`{"action":"ack","messageId":"x"}`+"\n")
+	listed := func() bool {
+		_, v := d.do("GET", "/v1/sessions", "")
+		return strings.Contains(fmt.Sprint(v), "piped")
+	}
+	if !listed() {
+		t.Fatal("the registration is not listed")
+	}
+	c.Close()
+	for i := 0; i < 500 && listed(); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if listed() {
+		t.Fatal("the registration outlived its connection")
+	}
+}
+
+// TestAttackLongPollFlood: one process opens 200 reply long-polls. It gets at most its share
+// of the waiter places (503 for the rest), so a long-poll of another process is still
+// answered; the control lifts the per-process shares and the other process gets 503.
+func TestAttackLongPollFlood(t *testing.T) {
+	polls := 5
+	if long() {
+		polls = 30
+	}
+	run := func(t *testing.T, args ...string) tally {
+		d := newDaemon(t, args...)
+		s := startClaude(t, d.sess, "aaaaaaaa-0000-0000-0000-00000000c001", "target", "/")
+		status, v := d.do("POST", "/v1/sessions/"+s.id+"/messages", `{"from":"a","text":"q"}`)
+		if status != 202 {
+			t.Fatalf("send: %d %v", status, v)
+		}
+		id := field(v, "messageId").(string)
+		startAttack(t, "longpoll", d.sock("http"), 200, id)
+		var tl tally
+		c := d.freshClient(10 * time.Second)
+		for range polls {
+			resp, err := c.Get("http://localhost/v1/messages/" + id + "/replies?wait=1")
+			if err != nil {
+				tl.fail("transport")
+				continue
+			}
+			var v any
+			json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				tl.served++
+			} else {
+				tl.fail(fmt.Sprint(resp.StatusCode, " ", field(v, "error")))
+			}
+		}
+		return tl
+	}
+	t.Run("defended", func(t *testing.T) {
+		tl := run(t)
+		t.Logf("long-polls of another process during the flood: %s", tl)
+		if tl.failed != 0 {
+			t.Errorf("long-polls: %s, want every one answered", tl)
+		}
+	})
+	t.Run("control", func(t *testing.T) {
+		tl := run(t, "--http-max-per-pid", "1000", "--http-max-waiters-per-pid", "1000")
+		t.Logf("long-polls of another process without the shares: %s", tl)
+		if tl.failed == 0 {
+			t.Errorf("control: %s; the flood did no harm", tl)
+		}
+	})
+}
+
+// sink is a service worker in this process: it registers svc:name, takes every message,
+// records its text and acks it, reconnecting whenever the daemon goes away.
+type sink struct {
+	mu   sync.Mutex
+	got  map[string]int
+	acks atomic.Int64 // acks answered ok
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+func startSink(d *daemon, name string) *sink {
+	s := &sink{got: map[string]int{}, stop: make(chan struct{})}
+	s.done.Add(1)
+	go func() {
+		defer s.done.Done()
+		for {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			s.session(d, name)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return s
+}
+
+func (s *sink) session(d *daemon, name string) {
+	c, err := net.Dial("unix", d.sock("register"))
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	go func() {
+		select {
+		case <-s.stop:
+		case <-time.After(time.Hour):
+		}
+		c.Close()
+	}()
+	r := bufio.NewReader(c)
+	call := func(v any) map[string]any {
+		raw, _ := json.Marshal(v)
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(append(raw, '\n')); err != nil {
+			return nil
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return nil
+		}
+		var out map[string]any
+		json.Unmarshal([]byte(line), &out)
+		return out
+	}
+	if got := call(map[string]any{"harness": "svc", "name": name, "cwd": "/"}); got == nil || got["status"] != "ok" {
+		return
+	}
+	for {
+		got := call(map[string]any{"action": "poll", "waitSecs": 1})
+		if got == nil {
+			return
+		}
+		if got["action"] != "deliver" {
+			continue
+		}
+		text, _ := got["text"].(string)
+		s.mu.Lock()
+		s.got[text]++
+		s.mu.Unlock()
+		ack := call(map[string]any{"action": "ack", "messageId": got["messageId"]})
+		if ack == nil {
+			return
+		}
+		if ack["status"] == "ok" {
+			s.acks.Add(1)
+		}
+	}
+}
+
+func (s *sink) close() { close(s.stop); s.done.Wait() }
+
+// received returns a copy of what the sink got.
+func (s *sink) received() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.got))
+	for k, v := range s.got {
+		out[k] = v
+	}
+	return out
+}
+
+// sendAcked sends text to svc:name with an idempotency key until the daemon answers 202 (a
+// kill -9 or a full queue in between is retried with the same key) or stop closes; it
+// reports whether the send was acknowledged, and the non-retryable answers it saw.
+func sendAcked(d *daemon, c *http.Client, name, text string, stop <-chan struct{}, seen func(int, string)) bool {
+	body := fmt.Sprintf(`{"from":"load","text":%q,"idempotency_key":%q}`, text, text)
+	for {
+		select {
+		case <-stop:
+			return false
+		default:
+		}
+		resp, err := c.Post("http://localhost/v1/sessions/svc:"+name+"/messages", "application/json", strings.NewReader(body))
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		var v map[string]any
+		json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if resp.StatusCode == 202 {
+			return true
+		}
+		code, _ := v["error"].(string)
+		seen(resp.StatusCode, code)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCrashLoopLosesNothing: 64 concurrent senders to a service queue while the daemon is
+// killed with SIGKILL at least 20 times and restarted; a service drains the queue throughout.
+// Every message answered 202 must arrive (lost = 0); redeliveries (a kill between deliver and
+// ack) are counted and reported.
+func TestCrashLoopLosesNothing(t *testing.T) {
+	self, err := filepath.EvalSymlinks(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	senders, perSender, kills := 64, 10, 20
+	if long() {
+		perSender, kills = 50, 100
+	}
+	// The 64 senders are goroutines of this one process: lift the per-process share.
+	d := newDaemon(t, "--svc-exe", "sink="+self, "--http-max-per-pid", "256", "--http-max-conns", "512")
+	sk := startSink(d, "sink")
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: senders,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", d.sock("http"))
+		}}}
+	stop := make(chan struct{})
+	var acked sync.Map
+	var ackedN atomic.Int64
+	var badMu sync.Mutex
+	bad := map[string]int{}
+	var wg sync.WaitGroup
+	for g := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perSender {
+				text := fmt.Sprintf("g%d-m%d", g, i)
+				if sendAcked(d, client, "sink", text, stop, func(status int, code string) {
+					if status != 503 { // a full queue is the only expected refusal
+						badMu.Lock()
+						bad[fmt.Sprint(status, " ", code)]++
+						badMu.Unlock()
+					}
+				}) {
+					acked.Store(text, true)
+					ackedN.Add(1)
+				}
+			}
+		}()
+	}
+	for k := range kills {
+		// Let some sends land, then kill mid-flight.
+		for j := 0; j < 200 && ackedN.Load() < int64((k+1)*senders*perSender/(kills+1)); j++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+		d.cmd.Process.Signal(syscall.SIGKILL)
+		d.cmd.Wait()
+		d.start()
+	}
+	sendersDone := make(chan struct{})
+	go func() { wg.Wait(); close(sendersDone) }()
+	select {
+	case <-sendersDone:
+	case <-time.After(120 * time.Second):
+		close(stop)
+		wg.Wait()
+		t.Errorf("senders did not finish")
+	}
+	// Drain: every acknowledged message must arrive (bounded wait).
+	want := int(ackedN.Load())
+	var got map[string]int
+	for range 1000 {
+		got = sk.received()
+		missing := 0
+		acked.Range(func(k, _ any) bool {
+			if got[k.(string)] == 0 {
+				missing++
+			}
+			return true
+		})
+		if missing == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	sk.close()
+	lost, dups := 0, 0
+	acked.Range(func(k, _ any) bool {
+		if got[k.(string)] == 0 {
+			lost++
+		}
+		return true
+	})
+	for _, n := range got {
+		dups += n - 1
+	}
+	t.Logf("kill -9: %d, senders: %d, acknowledged (202): %d, received: %d distinct, lost: %d, redelivered: %d, other refusals: %v",
+		kills, senders, want, len(got), lost, dups, bad)
+	if lost != 0 {
+		t.Errorf("%d acknowledged messages lost", lost)
+	}
+	if want != senders*perSender {
+		t.Errorf("acknowledged %d of %d", want, senders*perSender)
+	}
+	if len(bad) != 0 {
+		t.Errorf("unexpected refusals: %v", bad)
+	}
+}
+
+// TestDiskFull: the store on a 4 MiB tmpfs. Sends until the disk is full are answered 507
+// insufficient_storage (not 500), nothing answered 202 is missing, every message drained, and
+// once drained the daemon takes sends again without a restart. After a restart nothing acked
+// comes back.
+func TestDiskFull(t *testing.T) {
+	ostest.RequireRoot(t)
+	self, err := filepath.EvalSymlinks(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := shortTemp(t)
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	d := newDaemon(t, "--svc-exe", "sink="+self, "--db-path", filepath.Join(mnt, "xmsg.db"))
+	big := strings.Repeat("x", 60000)
+	statuses := map[string]int{}
+	var acked []string
+	full := false
+	for i := 0; i < 400 && !full; i++ {
+		text := fmt.Sprintf("%04d%s", i, big)
+		status, v := d.do("POST", "/v1/sessions/svc:sink/messages", fmt.Sprintf(`{"from":"f","text":%q}`, text))
+		statuses[fmt.Sprint(status, " ", field(v, "error"))]++
+		switch status {
+		case 202:
+			acked = append(acked, text[:4])
+		case 507:
+			full = true
+		case 503: // the queue's 100-message bound: drain and go on
+			sk := startSink(d, "sink")
+			for j := 0; j < 500 && len(sk.received()) < len(acked); j++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+			sk.close()
+		default:
+			t.Fatalf("send %d: %d %v", i, status, v)
+		}
+	}
+	t.Logf("answers until full: %v", statuses)
+	if !full {
+		t.Fatalf("the disk never filled: %v", statuses)
+	}
+	// Drain everything: each 202 must be there.
+	sk := startSink(d, "sink")
+	for j := 0; j < 1000 && len(sk.received()) < len(acked); j++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	sk.close()
+	got := sk.received()
+	lost := 0
+	for _, a := range acked {
+		found := false
+		for k := range got {
+			if strings.HasPrefix(k, a) {
+				found = true
+			}
+		}
+		if !found {
+			lost++
+		}
+	}
+	t.Logf("acknowledged %d, drained %d, lost %d, acks answered ok %d", len(acked), len(got), lost, sk.acks.Load())
+	if lost != 0 {
+		t.Errorf("%d acknowledged messages lost on a full disk", lost)
+	}
+	// Recovered without a restart: small sends are taken again.
+	if status, v := d.do("POST", "/v1/sessions/svc:sink/messages", `{"from":"f","text":"after"}`); status != 202 {
+		t.Errorf("after draining, a send got %d %v, want 202", status, v)
+	}
+	// Acks answered ok were stored: after a restart only "after" (never acked) is queued.
+	d.stop()
+	d.start()
+	sk = startSink(d, "sink")
+	for j := 0; j < 300 && len(sk.received()) == 0; j++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	sk.close()
+	for k := range sk.received() {
+		if k != "after" {
+			t.Errorf("after a restart a message acked ok came again: %.8s", k)
+		}
+	}
+}
+
+// TestExpiredRowsInvisible: with --reply-ttl 2, a message (and so its replies) 3.5 s old is
+// not listed, and an expired queued message is not delivered, though the minute purge has
+// not run yet.
+func TestExpiredRowsInvisible(t *testing.T) {
+	self, err := filepath.EvalSymlinks(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDaemon(t, "--reply-ttl", "2", "--svc-exe", "sink="+self)
+	s := startClaude(t, d.sess, "aaaaaaaa-0000-0000-0000-00000000d001", "target", "/")
+	status, v := d.do("POST", "/v1/sessions/"+s.id+"/messages", `{"from":"a","text":"old"}`)
+	if status != 202 {
+		t.Fatalf("send: %d %v", status, v)
+	}
+	id := field(v, "messageId").(string)
+	if status, v := d.do("POST", "/v1/sessions/svc:sink/messages", `{"from":"a","text":"stale"}`); status != 202 {
+		t.Fatalf("queue: %d %v", status, v)
+	}
+	if status, _ := d.do("GET", "/v1/messages/"+id+"/replies", ""); status != 200 {
+		t.Fatalf("fresh message not listed: %d", status)
+	}
+	time.Sleep(3500 * time.Millisecond)
+	if status, v := d.do("GET", "/v1/messages/"+id+"/replies", ""); status != 404 {
+		t.Errorf("expired message's replies: %d %v, want 404", status, v)
+	}
+	if status, v := d.do("GET", "/v1/messages/"+id, ""); status != 404 {
+		t.Errorf("expired message: %d %v, want 404", status, v)
+	}
+	if err := registerSvc(d, "sink"); err != nil {
+		t.Errorf("an expired queued message was delivered (or the poll failed): %v", err)
+	}
+}
