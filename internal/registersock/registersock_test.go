@@ -606,3 +606,19 @@ func TestRegistrationIdleDeadline(t *testing.T) {
 		t.Fatalf("the polling service was cut off: %v", got)
 	}
 }
+
+// TestAckThatIsNotStoredIsAnError: an ack whose store write fails (here the store is closed;
+// on a full disk it is ENOSPC) is answered with an error, never {"status":"ok"}: the message
+// stays queued and comes again.
+func TestAckThatIsNotStoredIsAnError(t *testing.T) {
+	e := newEnv(t, socktest.Options{})
+	bot, reg := e.Service("", "bot")
+	id := anonSend(t, e, "svc:bot", "hello")
+	if d := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); d["messageId"] != id {
+		t.Fatalf("poll: %v", d)
+	}
+	e.Store.Close()
+	if got := bot.Call(reg, map[string]any{"action": "ack", "messageId": id}); got["status"] != "error" {
+		t.Fatalf("ack with the store gone: got %v, want an error", got)
+	}
+}
