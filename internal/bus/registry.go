@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"log/slog"
 	"net/http"
 	"os"
 	"sort"
@@ -94,7 +95,7 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	want, err1 := peercred.Canonical(trusted)
 	got, err2 := b.cfg.Exe(cred.PID)
 	if err1 != nil || err2 != nil || got != want {
-		b.cfg.Log.Warn("svc attestation failed", "service", name, "peer_pid", cred.PID, "trusted_err", err1, "exe_err", err2)
+		b.lim.Log(b.cfg.Log, slog.LevelWarn, "svc attestation failed", "svc attestation failed", "service", name, "peer_pid", cred.PID, "trusted_err", err1, "exe_err", err2)
 		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d executable does not match trusted executable for service '%s'", cred.PID, name)
 	}
 	start, err := b.cfg.Proc.StartTime(cred.PID)

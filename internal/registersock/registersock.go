@@ -457,7 +457,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 			if ctx.Err() != nil {
 				return nil, false
 			}
-			s.cfg.Log.Error("poll failed", "socket", "register", "actor", actor, "err", err)
+			s.lim.Log(s.cfg.Log, slog.LevelError, "poll failed", "poll failed", "socket", "register", "actor", actor, "err", err)
 			return errorLine("internal", "poll failed"), true
 		}
 		if p == nil {
@@ -479,7 +479,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		// that could not be stored is an error: the message stays queued and comes again,
 		// and the client must not believe otherwise.
 		if err := s.cfg.Bus.Ack(reg, req.MessageID); err != nil {
-			s.cfg.Log.Error("ack failed", "socket", "register", "actor", actor, "err", err)
+			s.lim.Log(s.cfg.Log, slog.LevelError, "ack failed", "ack failed", "socket", "register", "actor", actor, "err", err)
 			e := bus.AsError(err)
 			return errorLine(e.Code, e.Detail), true
 		}

@@ -611,7 +611,7 @@ func TestRegistrationIdleDeadline(t *testing.T) {
 // on a full disk it is ENOSPC) is answered with an error, never {"status":"ok"}: the message
 // stays queued and comes again.
 func TestAckThatIsNotStoredIsAnError(t *testing.T) {
-	e := newEnv(t, socktest.Options{})
+	e := newEnv(t, daemontest.Options{})
 	bot, reg := e.Service("", "bot")
 	id := anonSend(t, e, "svc:bot", "hello")
 	if d := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); d["messageId"] != id {
