@@ -322,7 +322,7 @@ func (d *instance) serve(ctx context.Context) error {
 		addHTTP("http", httpListener(gate.Listener(d.socks.HTTP, uid, "http", d.log), cfg, d.log))
 	}
 	if d.tcp != nil {
-		addHTTP("tcp", d.tcp)
+		addHTTP("tcp", tcpListener(d.tcp, cfg, d.log))
 	}
 	var conns []func() int
 	if d.socks.Agent != nil {

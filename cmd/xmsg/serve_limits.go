@@ -25,6 +25,14 @@ func httpListener(gated net.Listener, cfg *config.Config, log *slog.Logger) net.
 	return httpapi.Listener(gated, httpLimits(cfg), "http", log)
 }
 
+// tcpListener caps the optional TCP listener's connections. TCP peers carry no pid, so they
+// share one account: only the total applies.
+func tcpListener(l net.Listener, cfg *config.Config, log *slog.Logger) net.Listener {
+	lim := httpLimits(cfg)
+	lim.MaxPerPID = lim.MaxConns
+	return httpapi.Listener(l, lim, "tcp", log)
+}
+
 // agentLimits fills the fairness fields of an agent.sock config.
 func agentLimits(c agentsock.Config, cfg *config.Config) agentsock.Config {
 	c.MaxPending, c.MaxPerPID, c.PendingTimeout = cfg.Limits.AgentMaxPending, cfg.Limits.AgentMaxPerPID, cfg.Limits.AgentPendingTimeout
