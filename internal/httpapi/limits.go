@@ -11,6 +11,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
@@ -25,10 +26,9 @@ type Limits struct {
 	IdleTimeout      time.Duration // keep-alive connection between requests
 }
 
-// DefaultLimits: 256 connections need about 256 descriptors and, at most, 256 × (64 KiB of
-// headers + one body) of memory; one process may hold an eighth of them.
-var DefaultLimits = Limits{MaxConns: 256, MaxPerPID: 32, MaxWaitersPerPID: 32,
-	HeaderTimeout: 5 * time.Second, BodyTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
+// DefaultLimits are the limits package's (the reasons are given there).
+var DefaultLimits = Limits{MaxConns: limits.HTTPMaxConns, MaxPerPID: limits.HTTPMaxPerPID, MaxWaitersPerPID: limits.HTTPMaxWaitersPerPID,
+	HeaderTimeout: limits.HTTPHeaderTimeout, BodyTimeout: limits.HTTPBodyTimeout, IdleTimeout: limits.HTTPIdleTimeout}
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits

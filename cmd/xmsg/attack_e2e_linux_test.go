@@ -184,7 +184,9 @@ func (t *tally) fail(code string) {
 	t.codes[code]++
 }
 
-func (t tally) String() string { return fmt.Sprintf("served %d, failed %d %v", t.served, t.failed, t.codes) }
+func (t tally) String() string {
+	return fmt.Sprintf("served %d, failed %d %v", t.served, t.failed, t.codes)
+}
 
 // sendAll makes n anonymous sends to ref, one connection each, and counts them.
 func sendAll(d *daemon, c *http.Client, ref string, n int) tally {
@@ -553,15 +555,15 @@ func TestAttackLongPollFlood(t *testing.T) {
 // sink is a service worker in this process: it registers svc:name, takes every message,
 // records its text and acks it, reconnecting whenever the daemon goes away.
 type sink struct {
-	mu   sync.Mutex
-	got  map[string]int
+	mu  sync.Mutex
+	got map[string]int
 	// okAcked are the ids whose ack was answered ok; one delivered again means an ack that
 	// said ok was not stored (lies counts them).
 	okAcked map[string]bool
 	lies    int
-	acks atomic.Int64 // acks answered ok
-	stop chan struct{}
-	done sync.WaitGroup
+	acks    atomic.Int64 // acks answered ok
+	stop    chan struct{}
+	done    sync.WaitGroup
 }
 
 func startSink(d *daemon, name string) *sink {
