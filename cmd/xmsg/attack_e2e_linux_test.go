@@ -260,7 +260,7 @@ func TestAttackHTTPSlowBodiesAndIdleConns(t *testing.T) {
 		count, timeout := sends, 2*time.Second
 		if !defended {
 			// Each failure costs the whole timeout: a few show the harm.
-			count, timeout = 5, time.Second
+			count, timeout = 3, time.Second
 		}
 		tl := sendAll(d, d.freshClient(timeout), s.id, count)
 		// The connection made before the attack: at the fd limit the session directory
@@ -504,6 +504,7 @@ func TestPipelinedPollHangupFreesRegistration(t *testing.T) {
 // of the waiter places (503 for the rest), so a long-poll of another process is still
 // answered; the control lifts the per-process shares and the other process gets 503.
 func TestAttackLongPollFlood(t *testing.T) {
+	t.Parallel() // mostly waiting in long-polls
 	polls := 3
 	if long() {
 		polls = 30
@@ -892,6 +893,7 @@ func TestDiskFull(t *testing.T) {
 // message), and an expired queued message is not delivered, though the minute purge has not
 // run yet. Mutant tried: expired() always false, and all three checks go red.
 func TestExpiredRowsInvisible(t *testing.T) {
+	t.Parallel() // mostly waiting for the TTL to pass
 	self, err := filepath.EvalSymlinks(os.Args[0])
 	if err != nil {
 		t.Fatal(err)
