@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -94,7 +95,7 @@ type Server struct {
 	lim    ratelog.Limiter
 
 	mu      sync.Mutex
-	uidOnly int // uid-only registrations now
+	uidOnly map[string]int // uid-only registrations now, by process (pid and start time)
 }
 
 // New returns a server; it serves once Serve is called.
@@ -160,28 +161,49 @@ func (s *Server) refuse(actor, request, reason string) {
 	s.lim.Log(s.cfg.Log, slog.LevelWarn, request+" "+reason, "refused", "socket", "register", "actor", actor, "request", request, "reason", reason)
 }
 
-// UIDOnly is the number of uid-only registrations now.
+// attest takes one of the registration slots for c, before the bus registers anything: a
+// registration refused for lack of a slot must not first replace a live one. Connections
+// waiting for a first frame (or sending a bad one) never hold such a slot, so they cannot
+// crowd registered services out. False: refused and answered.
+func (s *Server) attest(c net.Conn, actor string) bool {
+	if s.srv.Attest(c) {
+		return true
+	}
+	s.refuse(actor, "register", "too many registrations")
+	s.srv.Write(c, errorLine("service_unavailable", "too many registrations; retry later"))
+	return false
+}
+
+// UIDOnly is the number of processes holding uid-only registrations now.
 func (s *Server) UIDOnly() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.uidOnly
+	return len(s.uidOnly)
 }
 
-// takeUIDOnly reserves a uid-only place; false when all MaxUIDOnly are taken.
-func (s *Server) takeUIDOnly() bool {
+// takeUIDOnly reserves a uid-only place for the process proc (pid and start time); false when
+// all MaxUIDOnly are taken by other processes. A process registering again (it takes its older
+// registration over) keeps its one place, so a reconnect is never refused for the place its
+// own older connection still holds.
+func (s *Server) takeUIDOnly(proc string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.uidOnly >= s.cfg.MaxUIDOnly {
+	if s.uidOnly == nil {
+		s.uidOnly = map[string]int{}
+	}
+	if s.uidOnly[proc] == 0 && len(s.uidOnly) >= s.cfg.MaxUIDOnly {
 		return false
 	}
-	s.uidOnly++
+	s.uidOnly[proc]++
 	return true
 }
 
-func (s *Server) releaseUIDOnly() {
+func (s *Server) releaseUIDOnly(proc string) {
 	s.mu.Lock()
-	s.uidOnly--
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if s.uidOnly[proc]--; s.uidOnly[proc] <= 0 {
+		delete(s.uidOnly, proc)
+	}
 }
 
 // serveConn registers the attested peer with its first frame, then serves its loop.
@@ -227,15 +249,22 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		s.registerAgy(c, first, cred, start, actor)
 		return
 	case kindService:
+		if !s.attest(c, actor) {
+			return
+		}
 		reg, err = s.cfg.Bus.RegisterService(first.Name, first.Cwd, cred, start)
 	case kindSession:
 		// Anyone of the uid can make one: a bounded number at once.
-		if !s.takeUIDOnly() {
+		proc := strconv.Itoa(cred.PID) + ":" + start
+		if !s.takeUIDOnly(proc) {
 			s.refuse(actor, "register", "too many uid-only registrations")
 			s.srv.Write(c, errorLine("service_unavailable", fmt.Sprintf("too many %s registrations (limit %d); retry later", first.Harness, s.cfg.MaxUIDOnly)))
 			return
 		}
-		defer s.releaseUIDOnly()
+		defer s.releaseUIDOnly(proc)
+		if !s.attest(c, actor) {
+			return
+		}
 		reg, err = s.cfg.Bus.RegisterSession(first.Harness, first.Name, first.Cwd, cred, start)
 	}
 	if err == nil && reg.Start != start {
@@ -251,12 +280,6 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		return
 	}
 	defer s.cfg.Bus.Unregister(reg)
-	// The registration takes an attested slot only now: connections waiting for a first frame
-	// (or sending a bad one) never crowd registered services out.
-	if !s.srv.Attest(c) {
-		s.srv.Write(c, errorLine("service_unavailable", "too many registrations; retry later"))
-		return
-	}
 	s.cfg.Log.Info("registered", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID, "peer_pid", reg.PID)
 	if !s.srv.Write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID})) {
 		return

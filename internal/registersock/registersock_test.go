@@ -571,6 +571,12 @@ func TestUIDOnlyShare(t *testing.T) {
 	if got["status"] != "error" || !strings.Contains(fmt.Sprint(got["detail"]), "too many pi registrations") {
 		t.Fatalf("third pi: got %v, want refused", got)
 	}
+	// At the cap, a process that holds a place may still register again (a reconnect takes
+	// its older registration over).
+	again := hs[1].p.Dial(e.RegPath)
+	if got := hs[1].p.Call(again, map[string]any{"harness": "pi", "sessionName": "s1"}); got["status"] != "ok" {
+		t.Fatalf("a holder's reconnect at the cap: %v", got)
+	}
 	e.Service("", "bot") // fatal unless registered
 	hs[0].p.Close(hs[0].c)
 	daemontest.WaitFor(t, "a uid-only place to free", func() bool { return e.Register.UIDOnly() == 1 })
