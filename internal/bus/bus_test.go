@@ -3,6 +3,8 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -10,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -237,5 +240,49 @@ func TestReplyPushToClaude(t *testing.T) {
 	}
 	if !<-seen {
 		t.Error("the push reached the inbox before its message was committed")
+	}
+}
+
+// TestRefusalAuditRateLimited: a client looping on a full queue gets its refusals, but the
+// log gets one line a second per kind of refusal, not one per request. Mutant tried: audit
+// logging every refusal directly: 200 lines.
+func TestRefusalAuditRateLimited(t *testing.T) {
+	b, _ := newBus(t)
+	var logs strings.Builder
+	b.cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	for i := range store.MaxQueue {
+		if _, err := b.Send(context.Background(), Send{Ref: "svc:known", Text: "x", FromName: "f", Principal: "p", Actor: "a", Socket: "test"}); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	for range 200 {
+		_, err := b.Send(context.Background(), Send{Ref: "svc:known", Text: "x", FromName: "f", Principal: "p", Actor: "a", Socket: "test"})
+		if AsError(err).Code != "service_unavailable" {
+			t.Fatalf("over the queue bound: %v", err)
+		}
+	}
+	if n := strings.Count(logs.String(), "msg=refused"); n < 1 || n > 5 {
+		t.Fatalf("%d refusal lines for 200 refusals, want one a second:\n%s", n, logs.String())
+	}
+}
+
+// TestAsErrorRetryable: a full disk and running out of descriptors are told apart from an
+// internal error, also when bbolt has flattened the errno to text.
+func TestAsErrorRetryable(t *testing.T) {
+	cases := []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{&os.PathError{Op: "write", Path: "x.db", Err: syscall.ENOSPC}, 507, "insufficient_storage"},
+		{fmt.Errorf("store: %w", syscall.EDQUOT), 507, "insufficient_storage"},
+		{errors.New("file resize error: " + syscall.ENOSPC.Error()), 507, "insufficient_storage"},
+		{&os.PathError{Op: "open", Path: "dir", Err: syscall.EMFILE}, 503, "service_unavailable"},
+		{errors.New("boom"), 500, "internal"},
+	}
+	for _, c := range cases {
+		if e := AsError(c.err); e.Status != c.status || e.Code != c.code {
+			t.Errorf("AsError(%v) = %d %s, want %d %s", c.err, e.Status, e.Code, c.status, c.code)
+		}
 	}
 }
