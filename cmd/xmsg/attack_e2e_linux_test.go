@@ -66,7 +66,7 @@ func attackMain() int {
 			for !stopped() {
 				holdOne(kind, sock, extra, i, once, stop)
 				once()
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond)
 			}
 		}()
 	}
@@ -257,10 +257,10 @@ func TestAttackHTTPSlowBodiesAndIdleConns(t *testing.T) {
 		if !defended && !d.waitFDs(60) {
 			t.Fatalf("control: the daemon never ran out of descriptors:\n%s", d.stderr)
 		}
-		count, timeout := sends, 2*time.Second
+		count, timeout := sends, 10*time.Second
 		if !defended {
 			// Each failure costs the whole timeout: a few show the harm.
-			count, timeout = 3, time.Second
+			count, timeout = 3, 2*time.Second
 		}
 		tl := sendAll(d, d.freshClient(timeout), s.id, count)
 		// The connection made before the attack: at the fd limit the session directory
@@ -313,7 +313,7 @@ func agentSend(d *daemon, ref string, i int) (string, error) {
 		return "", err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(3 * time.Second))
+	c.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(c, `{"action":"send","ref":%q,"text":"a%d"}`+"\n", ref, i)
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
@@ -409,7 +409,7 @@ func registerSvc(d *daemon, name string) error {
 		return err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(3 * time.Second))
+	c.SetDeadline(time.Now().Add(10 * time.Second))
 	r := bufio.NewReader(c)
 	fmt.Fprintf(c, `{"harness":"svc","name":%q,"cwd":"/"}`+"\n", name)
 	line, err := r.ReadString('\n')
@@ -492,7 +492,7 @@ func TestPipelinedPollHangupFreesRegistration(t *testing.T) {
 		t.Fatal("the registration is not listed")
 	}
 	c.Close()
-	for i := 0; i < 500 && listed(); i++ {
+	for i := 0; i < 1000 && listed(); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if listed() {
