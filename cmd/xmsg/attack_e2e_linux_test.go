@@ -45,9 +45,15 @@ func init() {
 
 // attackMain holds $N connections to $SOCK in the way $ATTACK says, redialing each one the
 // daemon closes, until stdin closes. It prints "started" once every connection was tried.
+// With $PROCS > 1 it is $PROCS processes instead, one connection each (a uid-only
+// registration is one per process: the same process registering again takes its older one
+// over).
 func attackMain() int {
 	kind, sock, extra := os.Getenv("ATTACK"), os.Getenv("SOCK"), os.Getenv("EXTRA")
 	n, _ := strconv.Atoi(os.Getenv("N"))
+	if procs, _ := strconv.Atoi(os.Getenv("PROCS")); procs > 1 {
+		return attackProcs(procs)
+	}
 	stop := make(chan struct{})
 	go func() { io.Copy(io.Discard, os.Stdin); close(stop) }()
 	stopped := func() bool {
@@ -73,6 +79,34 @@ func attackMain() int {
 	first.Wait()
 	fmt.Println("started")
 	<-stop
+	return 0
+}
+
+// attackProcs runs procs attacker processes of one connection each until stdin closes.
+func attackProcs(procs int) int {
+	var ins []io.WriteCloser
+	var cmds []*exec.Cmd
+	for i := range procs {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "PROCS=1", "N=1", "EXTRA="+strconv.Itoa(i))
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "started\n" {
+			return 1
+		}
+		ins, cmds = append(ins, in), append(cmds, cmd)
+	}
+	fmt.Println("started")
+	io.Copy(io.Discard, os.Stdin)
+	for i := range cmds {
+		ins[i].Close()
+		cmds[i].Wait()
+	}
 	return 0
 }
 
@@ -116,7 +150,7 @@ func holdOne(kind, sock, extra string, i int, started func(), stop <-chan struct
 		tick(100*time.Millisecond, []byte("\n"))
 	case "register-uid":
 		// A uid-only registration, then blank lines.
-		fmt.Fprintf(c, `{"harness":"pi","sessionName":"holder-%d","cwd":"/"}`+"\n", i)
+		fmt.Fprintf(c, `{"harness":"pi","sessionName":"holder-%s-%d","cwd":"/"}`+"\n", extra, i)
 		bufio.NewReader(c).ReadString('\n')
 		started()
 		tick(100*time.Millisecond, []byte("\n"))
@@ -139,8 +173,14 @@ func holdOne(kind, sock, extra string, i int, started func(), stop <-chan struct
 // startAttack runs an attacker process until the test ends.
 func startAttack(t *testing.T, kind, sock string, n int, extra string) {
 	t.Helper()
+	startAttackEnv(t, kind, sock, n, extra)
+}
+
+// startAttackEnv is startAttack with more environment for the attacker.
+func startAttackEnv(t *testing.T, kind, sock string, n int, extra string, env ...string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "XMSG_TEST_ROLE=attack", "ATTACK="+kind, "SOCK="+sock, "N="+strconv.Itoa(n), "EXTRA="+extra)
+	cmd.Env = append(append(os.Environ(), "XMSG_TEST_ROLE=attack", "ATTACK="+kind, "SOCK="+sock, "N="+strconv.Itoa(n), "EXTRA="+extra), env...)
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -426,9 +466,10 @@ func registerSvc(d *daemon, name string) error {
 	return nil
 }
 
-// TestAttackRegisterUIDOnlyFlood: 70 uid-only registrations held with blank lines. They once
-// took all 64 slots and a service could not re-register. Now the service re-registers every
-// time; the control removes the per-process and uid-only shares.
+// TestAttackRegisterUIDOnlyFlood: 70 processes each holding a uid-only registration with blank
+// lines. They once took all 64 slots and a service could not re-register. Now they get at most
+// --register-max-uid-only (16) of them and the service re-registers every time; the control
+// lifts that share.
 func TestAttackRegisterUIDOnlyFlood(t *testing.T) {
 	self, err := filepath.EvalSymlinks(os.Args[0])
 	if err != nil {
@@ -438,9 +479,16 @@ func TestAttackRegisterUIDOnlyFlood(t *testing.T) {
 	if long() {
 		tries = 100
 	}
-	run := func(t *testing.T, args ...string) tally {
+	// held counts the attackers' live registrations.
+	held := func(d *daemon) int {
+		_, v := d.do("GET", "/v1/sessions", "")
+		return strings.Count(fmt.Sprint(v), "holder-")
+	}
+	run := func(t *testing.T, args ...string) (tally, int) {
 		d := newDaemon(t, append([]string{"--svc-exe", "worker=" + self}, args...)...)
-		startAttack(t, "register-uid", d.sock("register"), 70, "")
+		// 70 processes: one process holds one uid-only registration at most.
+		startAttackEnv(t, "register-uid", d.sock("register"), 1, "", "PROCS=70")
+		h := held(d)
 		var tl tally
 		for range tries {
 			if err := registerSvc(d, "worker"); err != nil {
@@ -450,18 +498,21 @@ func TestAttackRegisterUIDOnlyFlood(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		return tl
+		return tl, h
 	}
 	t.Run("defended", func(t *testing.T) {
-		tl := run(t)
-		t.Logf("service re-registrations during the attack: %s", tl)
+		tl, h := run(t)
+		t.Logf("attackers' registrations held: %d; service re-registrations during the attack: %s", h, tl)
+		if h != 16 {
+			t.Errorf("the attackers hold %d uid-only registrations, want the share, 16", h)
+		}
 		if tl.failed != 0 {
 			t.Errorf("service: %s, want every registration served", tl)
 		}
 	})
 	t.Run("control", func(t *testing.T) {
-		tl := run(t, "--register-max-per-pid", "1000", "--register-max-uid-only", "1000", "--register-max-pending", "1000")
-		t.Logf("service re-registrations without the shares: %s", tl)
+		tl, h := run(t, "--register-max-per-pid", "1000", "--register-max-uid-only", "1000", "--register-max-pending", "1000")
+		t.Logf("attackers' registrations held: %d; service re-registrations without the share: %s", h, tl)
 		if tl.failed == 0 {
 			t.Errorf("control: %s; the attack did no harm", tl)
 		}
