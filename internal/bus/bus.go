@@ -48,6 +48,8 @@ type Config struct {
 	// messagingSocketPath names one of them would have the daemon deliver to itself and
 	// report it delivered; such a delivery is refused instead.
 	OwnSockets []string
+	// Fed reaches other nodes; nil means no federation (every remote ref is unknown_peer).
+	Fed Federation
 }
 
 // Bus is the router. Safe for concurrent use.
@@ -63,6 +65,7 @@ type Bus struct {
 	stopped sync.WaitGroup
 	locks   *lockwatch.Watcher // follows the locks of leases; nil without Codex
 	lim     ratelog.Limiter    // refusal log lines
+	bg      sync.WaitGroup     // finishing commits of federated sends (later)
 }
 
 // New builds a bus and starts its retention loop.
@@ -97,6 +100,7 @@ func (b *Bus) Close() {
 	if b.locks != nil {
 		b.locks.Close()
 	}
+	b.bg.Wait()
 }
 
 // Host is the host label.

@@ -83,16 +83,51 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket 
 	}
 	now := nowUnix()
 	reply := store.Reply{MessageID: messageID, CreatedAt: now, ReplierSessionID: caller.SessionID, Text: text}
-	var pushed *store.Message
-	var pending *store.Pending
-	var deliver func() string
+	var plan pushPlan
 	if msg.ReturnHarness != "" && msg.ReturnSessionID != "" {
-		reply.PushOutcome, pushed, pending, deliver = b.push(caller, msg, text, now)
+		switch {
+		case !msg.PushReplies:
+			plan.outcome = "disabled"
+		case msg.ReturnHost != "" && msg.ReturnHost != b.cfg.Host:
+			plan = b.pushRemote(ctx, caller, msg, text, now)
+		default:
+			id, err := uuid.NewV7()
+			if err != nil {
+				plan.outcome = "push_failed"
+				break
+			}
+			badge := envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name)
+			body := envelope.ReplyBody(msg.ID, id.String(), text)
+			plan = b.push(caller, "", msg, id.String(), badge, body, body, text, now)
+		}
 	}
-	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+	reply, err = b.commitReply(reply, plan)
+	if err != nil {
+		return ReplyResult{}, err
+	}
+	return ReplyResult{MessageID: messageID, Seq: reply.Seq, SessionRef: caller.SessionID, ReplierSessionID: caller.SessionID,
+		CreatedAt: now, Text: text, PushOutcome: strOrNil(reply.PushOutcome), PushedMessageID: strOrNil(reply.PushedMessageID)}, nil
+}
+
+// pushPlan is how a reply reaches the original sender. What it stores (the pushed message,
+// an outbound row, a queue entry) commits with the reply; deliver, if set, runs after that
+// commit and returns the final outcome.
+type pushPlan struct {
+	outcome string
+	msg     *store.Message  // the pushed message, so its recipient can reply to it
+	out     *store.Outbound // a push to a peer: only that peer may reply to the pushed message
+	pending *store.Pending
+	deliver func() string
+}
+
+// commitReply stores reply with plan's records, runs plan's delivery, records a failed
+// delivery, and wakes long-pollers.
+func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error) {
+	reply.PushOutcome = plan.outcome
+	err := b.cfg.Store.Update(func(tx *store.Tx) error {
 		r := reply
-		if pending != nil {
-			switch err := tx.Enqueue(*pending); {
+		if plan.pending != nil {
+			switch err := tx.Enqueue(*plan.pending); {
 			case errors.Is(err, store.ErrQueueFull):
 				// The reply itself is kept; only the push failed.
 				r.PushOutcome = "push_failed"
@@ -100,10 +135,15 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket 
 				return err
 			}
 		}
-		if r.PushOutcome == "pushed" && pushed != nil {
-			r.PushedMessageID = pushed.ID
-			if err := tx.PutMessage(*pushed); err != nil {
+		if r.PushOutcome == "pushed" && plan.msg != nil {
+			r.PushedMessageID = plan.msg.ID
+			if err := tx.PutMessage(*plan.msg); err != nil {
 				return err
+			}
+			if plan.out != nil {
+				if err := tx.PutOutbound(*plan.out); err != nil {
+					return err
+				}
 			}
 		}
 		seq, err := tx.AddReply(r)
@@ -112,50 +152,42 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket 
 		return err
 	})
 	if err != nil {
-		return ReplyResult{}, err
+		return store.Reply{}, err
 	}
-	if deliver != nil {
-		if outcome := deliver(); outcome != "pushed" {
-			// The push did not arrive: record that, and drop the pushed message's row.
+	if plan.deliver != nil && reply.PushOutcome == "pushed" {
+		if outcome := plan.deliver(); outcome != "pushed" {
+			// The push did not arrive: record that, and drop the pushed message's rows.
+			pushedID := reply.PushedMessageID
 			reply.PushOutcome, reply.PushedMessageID = outcome, ""
 			err := b.cfg.Store.Update(func(tx *store.Tx) error {
-				if err := tx.DeleteMessage(pushed.ID); err != nil {
+				if err := tx.DeleteMessage(pushedID); err != nil {
+					return err
+				}
+				if err := tx.DeleteOutbound(pushedID); err != nil {
 					return err
 				}
 				return tx.PutReply(reply)
 			})
 			if err != nil {
-				b.cfg.Log.Error("recording failed push", "message_id", messageID, "err", err)
+				b.cfg.Log.Error("recording failed push", "message_id", reply.MessageID, "err", err)
 			}
 		}
 	}
-	b.replies.fire(messageID)
-	if pending != nil && reply.PushOutcome == "pushed" {
-		b.queues.fire(pending.SessionID)
+	b.replies.fire(reply.MessageID)
+	if plan.pending != nil && reply.PushOutcome == "pushed" {
+		b.queues.fire(plan.pending.SessionID)
 	}
-	return ReplyResult{MessageID: messageID, Seq: reply.Seq, SessionRef: caller.SessionID, ReplierSessionID: caller.SessionID,
-		CreatedAt: now, Text: text, PushOutcome: strOrNil(reply.PushOutcome), PushedMessageID: strOrNil(reply.PushedMessageID)}, nil
+	return reply, nil
 }
 
-// push delivers a reply to the original sender. Claude inboxes are written now; queued
-// harnesses get a pending entry that the caller commits together with the reply.
-func (b *Bus) push(caller Caller, msg store.Message, text string, now int64) (outcome string, pushed *store.Message, pending *store.Pending, deliver func() string) {
-	if !msg.PushReplies {
-		return "disabled", nil, nil, nil
-	}
-	if msg.ReturnHost != "" && msg.ReturnHost != b.cfg.Host {
-		// Federation is not configured in this build, so a remote sender cannot be reached.
-		return "push_failed", nil, nil, nil
-	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return "push_failed", nil, nil, nil
-	}
-	badge := envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name)
-	body := envelope.ReplyBody(msg.ID, id.String(), text)
-	pushed = &store.Message{ID: id.String(), CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: badge, Bytes: len(text),
-		Outcome: "delivered", RecipientHarness: msg.ReturnHarness, ReturnHarness: caller.Harness,
-		ReturnSessionID: caller.SessionID, PushReplies: true, ThreadID: msg.ThreadID}
+// push delivers a reply to the local original sender of msg. Claude inboxes are written after
+// the commit (deliver); queued harnesses get a pending entry committed with the reply.
+// replierHost is "" for a local replier, else the peer the reply came from (the pushed
+// message then carries it as its return host, so a reply to the reply goes back there).
+func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID, badge, claudeBody, plainBody, text string, now int64) pushPlan {
+	pushed := &store.Message{ID: newID, CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: badge, Bytes: len(text),
+		Outcome: "delivered", RecipientHarness: msg.ReturnHarness, ReturnHarness: replier.Harness,
+		ReturnSessionID: replier.SessionID, ReturnHost: replierHost, PushReplies: true, ThreadID: msg.ThreadID}
 	switch msg.ReturnHarness {
 	case "claude":
 		var target *claude.Session
@@ -166,15 +198,15 @@ func (b *Bus) push(caller Caller, msg store.Message, text string, now int64) (ou
 			}
 		}
 		if target == nil {
-			return "sender_gone", nil, nil, nil
+			return pushPlan{outcome: "sender_gone"}
 		}
-		line, err := envelope.ClaudeLine(badge, body)
+		line, err := envelope.ClaudeLine(badge, claudeBody)
 		if err != nil {
-			return "push_failed", nil, nil, nil
+			return pushPlan{outcome: "push_failed"}
 		}
 		// Delivered only after the reply and the pushed message are committed (the caller
 		// runs deliver), so the sender can reply to the push the instant it arrives.
-		return "pushed", pushed, nil, func() string {
+		return pushPlan{outcome: "pushed", msg: pushed, deliver: func() string {
 			if err := b.deliverClaude(target.MessagingSocketPath, line); err != nil {
 				if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 					return "sender_gone"
@@ -182,28 +214,32 @@ func (b *Bus) push(caller Caller, msg store.Message, text string, now int64) (ou
 				return "push_failed"
 			}
 			return "pushed"
-		}
+		}}
 	case "agy":
-		outcome, pending, deliver := b.pushAgy(msg.ReturnSessionID, pushed, badge, body, now, text)
+		outcome, pending, deliver := b.pushAgy(msg.ReturnSessionID, pushed, badge, claudeBody, now, text)
 		if outcome != "pushed" {
-			return outcome, nil, nil, nil
+			return pushPlan{outcome: outcome}
 		}
-		return outcome, pushed, pending, deliver
+		return pushPlan{outcome: outcome, msg: pushed, pending: pending, deliver: deliver}
 	case "svc":
 		// A service's queue is durable and its id stable: queue even while it reconnects.
 	default:
 		if _, alive := b.liveProcessSession(msg.ReturnSessionID, msg.ReturnHarness); !b.registered(msg.ReturnSessionID) && !alive {
-			return "sender_gone", nil, nil, nil
+			return pushPlan{outcome: "sender_gone"}
 		}
 	}
-	pending = &store.Pending{ID: pushed.ID, SessionID: msg.ReturnSessionID, CreatedAt: now, FromName: badge, Bytes: len(text), Text: text, Envelope: body}
+	pending := &store.Pending{ID: newID, SessionID: msg.ReturnSessionID, CreatedAt: now, FromName: badge, Bytes: len(text), Text: text, Envelope: plainBody}
 	if msg.ReturnHarness == "svc" {
-		pending.Origin = fmtOrigin("local", &caller)
+		if replierHost != "" {
+			pending.Origin = fedOrigin(replierHost, replier.Harness+":"+replier.Name)
+		} else {
+			pending.Origin = fmtOrigin("local", &replier)
+		}
 	}
 	if msg.ReturnHarness == "codex" {
-		pending.Envelope = codex.Envelope(badge, body)
+		pending.Envelope = codex.Envelope(badge, claudeBody)
 	}
-	return "pushed", pushed, pending, nil
+	return pushPlan{outcome: "pushed", msg: pushed, pending: pending}
 }
 
 func (b *Bus) registered(sessionID string) bool {
@@ -299,6 +335,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 	if wait > MaxWait {
 		wait = MaxWait
 	}
+	remote := false
 	list := func() ([]ReplyView, bool, error) {
 		var rs []store.Reply
 		var found bool
@@ -310,6 +347,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 			if found = !b.expired(m.CreatedAt); !found {
 				return nil
 			}
+			remote = m.RecipientHarness == "fed"
 			rs, err = tx.Replies(id, after)
 			return err
 		})
@@ -327,7 +365,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 	if !found {
 		return nil, messageNotFound(id)
 	}
-	if len(out) > 0 || wait <= 0 {
+	if len(out) > 0 || (wait <= 0 && !remote) {
 		return out, nil
 	}
 	select {
@@ -335,6 +373,14 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 		defer func() { <-b.waiters }()
 	default:
 		return nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "too many waiting reply polls")
+	}
+	if remote {
+		// A message we sent to a peer, with nothing cached here: ask the peer (PROTOCOL.md §3.7).
+		if err := b.remoteReplies(ctx, id, after, wait); err != nil {
+			return nil, err
+		}
+		out, _, err = list()
+		return out, err
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()

@@ -30,6 +30,7 @@ type Send struct {
 	Key         string // idempotency key, optional
 	Socket      string // for the audit log
 	Actor       string
+	From        string // anonymous sender's sanitized name: its federation principal
 }
 
 // Delivery is the answer to an accepted send.
@@ -105,8 +106,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	ref := s.Ref
 	if target, host, ok := envelope.SplitRemote(ref); ok {
 		if host != b.cfg.Host {
-			// Federation is not configured in this build: every remote host is unknown.
-			return d, errorf(http.StatusBadRequest, "unknown_peer", "unknown peer '%s'", host)
+			return b.sendRemote(ctx, s, target, host)
 		}
 		ref = target
 	}

@@ -311,3 +311,11 @@ func ValidServiceName(n string) bool {
 	}
 	return true
 }
+
+// FedReplyPlain is the body of a reply that came over federation and is pushed to a local
+// pi or svc session (§5.4): it names the replier's badge, since the header has no other
+// place for it.
+func FedReplyPlain(origID, badge, newID, text string) string {
+	return "[xmsg] reply to message_id=" + origID + " from=" + badge + " message_id=" + newID +
+		" \u2014 reply with the xmsg reply tool\n\n" + text
+}

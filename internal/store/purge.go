@@ -8,7 +8,7 @@ import (
 )
 
 // Purged counts what one Purge removed.
-type Purged struct{ Messages, Replies, Queued, IdempotencyKeys int }
+type Purged struct{ Messages, Replies, Queued, IdempotencyKeys, Federation int }
 
 // Purge deletes messages, replies and queued messages created before replyCutoff, and
 // idempotency records created before idemCutoff (Unix seconds).
@@ -38,6 +38,9 @@ func (t *Tx) Purge(replyCutoff, idemCutoff int64) (Purged, error) {
 		return p, err
 	}
 	if p.IdempotencyKeys, err = purgeAll(t.btx.Bucket(bucketIdem), idemCutoff); err != nil {
+		return p, err
+	}
+	if p.Federation, err = purgeFed(t, replyCutoff); err != nil {
 		return p, err
 	}
 	return p, nil

@@ -37,6 +37,9 @@ var (
 	bucketIdem       = []byte("idempotency")
 )
 
+// allBuckets are created at open, in one transaction.
+var allBuckets = [][]byte{bucketMessages, bucketReplies, bucketReplyIndex, bucketQueue, bucketIdem, bucketProcessSessions}
+
 // MaxQueue is the number of undelivered messages one registered session may hold.
 const MaxQueue = 100
 
@@ -144,7 +147,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("store: chmod %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMessages, bucketReplies, bucketReplyIndex, bucketQueue, bucketIdem, bucketProcessSessions} {
+		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -1,0 +1,445 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+// Federation is what the bus needs from the federation package (internal/fed) to reach
+// other nodes. The bus stays the one place that routes and stores; the implementation only
+// speaks the wire (PROTOCOL.md §8), so the bus never imports it. Every method returns
+// refusals as *Error with the protocol's status and code.
+type Federation interface {
+	// Known reports whether peer is configured (the current peers file).
+	Known(peer string) bool
+	// Send posts a message envelope to its peer (PROTOCOL.md §8.4).
+	Send(ctx context.Context, m Outgoing) (RemoteDelivery, error)
+	// PushReply posts a reply envelope (§8.5) and returns the push outcome: pushed,
+	// sender_gone or push_failed.
+	PushReply(ctx context.Context, r OutgoingReply) string
+	// Sessions lists a peer's sessions (GET /fed/v2/sessions).
+	Sessions(ctx context.Context, peer string) ([]RemoteSession, error)
+	// Replies long-polls a peer for replies to a message we sent it.
+	Replies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]ReplyView, error)
+}
+
+// Principal is a sender's identity on the federation wire: Kind "session" (an attested
+// caller), or "anonymous" (an HTTP sender, From is its sanitized name).
+type Principal struct {
+	Kind      string
+	Harness   string
+	SessionID string
+	Name      string
+	From      string
+}
+
+// Outgoing is a message for a peer.
+type Outgoing struct {
+	Peer, ID, TargetRef, Body string
+	Principal                 Principal
+	PushReplies               bool
+	ThreadID                  string
+	CreatedAt                 int64
+}
+
+// RemoteDelivery is a peer's answer to an accepted message.
+type RemoteDelivery struct {
+	SessionID string
+	Outcome   string
+}
+
+// OutgoingReply is a reply for a peer's sender.
+type OutgoingReply struct {
+	Peer, ID, InReplyTo string
+	Replier             Caller
+	Text                string
+	CreatedAt           int64
+}
+
+// RemoteSession is an entry of GET /v1/sessions?peer=P (PROTOCOL.md §3.3).
+type RemoteSession struct {
+	Harness   string  `json:"harness"`
+	Kind      string  `json:"kind"`
+	Name      *string `json:"name"`
+	Ref       string  `json:"ref"`
+	SessionID string  `json:"sessionId"`
+	Status    string  `json:"status"`
+}
+
+// fedTimeout bounds the finishing commits run after the answer is sent.
+const fedTimeout = 5 * time.Second
+
+func fedOrigin(host, principal string) json.RawMessage {
+	raw, _ := json.Marshal(map[string]string{"kind": "fed", "host": host, "principal": principal})
+	return raw
+}
+
+func unknownPeer(host string) *Error {
+	return errorf(http.StatusBadRequest, "unknown_peer", "unknown peer '%s'", host)
+}
+
+// sendRemote sends s to target on peer. The message and outbound rows are committed BEFORE
+// the envelope leaves (outcome accepted): the recipient may reply at once, and its reply is
+// accepted only if the outbound row names that peer. A refused or failed send deletes them
+// again, so it changes nothing. The final outcome is written after the answer (it is known
+// to the caller, and a crash in between leaves "accepted", which is true), except with an
+// idempotency key, whose record must exist before the next retry can look for it.
+func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Delivery, error) {
+	if b.cfg.Fed == nil || !b.cfg.Fed.Known(peer) {
+		return Delivery{}, unknownPeer(peer)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Delivery{}, err
+	}
+	now := nowUnix()
+	msg := store.Message{ID: id.String(), CreatedAt: now, SessionID: target, FromName: s.FromName, Bytes: s.Bytes,
+		Outcome: "accepted", RecipientHarness: "fed", ThreadID: id.String(), ReturnHost: b.cfg.Host}
+	p := Principal{Kind: "anonymous", From: s.From}
+	if s.Caller != nil {
+		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
+		p = Principal{Kind: "session", Harness: s.Caller.Harness, SessionID: s.Caller.SessionID, Name: s.Caller.Name}
+	}
+	out := store.Outbound{ID: msg.ID, Peer: peer, TargetRef: target, Outcome: "accepted", CreatedAt: now}
+	if err := b.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := tx.PutMessage(msg); err != nil {
+			return err
+		}
+		return tx.PutOutbound(out)
+	}); err != nil {
+		return Delivery{}, err
+	}
+	rd, err := b.cfg.Fed.Send(ctx, Outgoing{Peer: peer, ID: msg.ID, TargetRef: target, Body: s.Text, Principal: p,
+		PushReplies: msg.PushReplies, ThreadID: msg.ThreadID, CreatedAt: now})
+	if err != nil {
+		if uerr := b.cfg.Store.Update(func(tx *store.Tx) error {
+			if err := tx.DeleteMessage(msg.ID); err != nil {
+				return err
+			}
+			return tx.DeleteOutbound(msg.ID)
+		}); uerr != nil {
+			b.cfg.Log.Error("forgetting refused remote send", "message_id", msg.ID, "err", uerr)
+		}
+		return Delivery{}, err
+	}
+	msg.SessionID, msg.Outcome, out.Outcome = rd.SessionID, rd.Outcome, rd.Outcome
+	d := Delivery{SessionID: rd.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: rd.Outcome}
+	finish := func() error {
+		return b.cfg.Store.Update(func(tx *store.Tx) error {
+			if err := tx.PutMessage(msg); err != nil {
+				return err
+			}
+			if err := tx.PutOutbound(out); err != nil {
+				return err
+			}
+			if s.Key == "" {
+				return nil
+			}
+			return tx.PutIdem(store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
+				SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: now})
+		})
+	}
+	if s.Key != "" {
+		return d, finish()
+	}
+	b.later(func() {
+		if err := finish(); err != nil {
+			b.cfg.Log.Error("recording remote delivery", "message_id", msg.ID, "err", err)
+		}
+	})
+	return d, nil
+}
+
+// later runs fn in the background; Close waits for it.
+func (b *Bus) later(fn func()) {
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		fn()
+	}()
+}
+
+// pushRemote plans the push of a reply to a sender on another node (PROTOCOL.md §8.5). The
+// pushed message's rows (message + outbound) commit with the reply, so the peer's sender
+// can reply to the reply and only that peer may.
+func (b *Bus) pushRemote(ctx context.Context, caller Caller, msg store.Message, text string, now int64) pushPlan {
+	if b.cfg.Fed == nil || !b.cfg.Fed.Known(msg.ReturnHost) {
+		return pushPlan{outcome: "push_failed"}
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return pushPlan{outcome: "push_failed"}
+	}
+	pushed := &store.Message{ID: id.String(), CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name),
+		Bytes: len(text), Outcome: "accepted", RecipientHarness: "fed", ReturnHarness: caller.Harness, ReturnSessionID: caller.SessionID,
+		ReturnHost: b.cfg.Host, PushReplies: true, ThreadID: msg.ThreadID}
+	out := &store.Outbound{ID: pushed.ID, Peer: msg.ReturnHost, TargetRef: msg.ReturnSessionID, Outcome: "accepted", CreatedAt: now}
+	return pushPlan{outcome: "pushed", msg: pushed, out: out, deliver: func() string {
+		return b.cfg.Fed.PushReply(context.WithoutCancel(ctx), OutgoingReply{Peer: msg.ReturnHost, ID: pushed.ID, InReplyTo: msg.ID,
+			Replier: caller, Text: text, CreatedAt: now})
+	}}
+}
+
+// FedMessage is an inbound envelope that fed has checked (peer, policy, rate, principal):
+// what is left is the bus's part, steps 8-10 of PROTOCOL.md §8.3.
+type FedMessage struct {
+	ID, Peer    string
+	Target      Target
+	FromName    string
+	Return      *Caller // the principal as return address; nil for anonymous senders
+	Badge       string  // the principal's badge for svc origins, e.g. "claude:alice"
+	Body        string
+	PushReplies bool
+	ThreadID    string
+}
+
+// FedStored returns the stored result of an envelope id already accepted from peer (step 8):
+// ok is false when the id is new. An id that belongs to another peer's message, or to a
+// local one, is a conflict: a peer can never read or replay what it did not send.
+func (b *Bus) FedStored(id, peer string) (Delivery, bool, error) {
+	m, found, err := b.message(id)
+	if err != nil || !found {
+		return Delivery{}, false, err
+	}
+	if m.ReturnHost != peer || m.RecipientHarness == "fed" {
+		return Delivery{}, true, errorf(http.StatusConflict, "conflict", "message id '%s' is already in use", id)
+	}
+	switch m.Outcome {
+	case "delivered", "queued", "accepted":
+		return Delivery{SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, MessageID: m.ID, Outcome: m.Outcome}, true, nil
+	case "not_found":
+		return Delivery{}, true, notFound(m.SessionID)
+	case "ambiguous":
+		return Delivery{}, true, errorf(http.StatusConflict, "ambiguous", "%s", m.SessionID)
+	case "gone":
+		return Delivery{}, true, errorf(http.StatusGone, "gone", "session %s exited", m.SessionID)
+	}
+	return Delivery{}, true, errorf(http.StatusBadGateway, "delivery_failed", "delivery of message '%s' failed", id)
+}
+
+// FedRecordFailure records an inbound envelope whose target did not resolve (step 5), with
+// the resolution's outcome, so a retry of the same id gets the same answer.
+func (b *Bus) FedRecordFailure(id, peer, ref, fromName string, bytes int, resolveErr error) error {
+	outcome := "failed"
+	switch AsError(resolveErr).Code {
+	case "not_found", "ambiguous", "gone":
+		outcome = AsError(resolveErr).Code
+	}
+	m := store.Message{ID: id, CreatedAt: nowUnix(), SessionID: ref, FromName: fromName, Bytes: bytes, Outcome: outcome,
+		RecipientHarness: "", ReturnHost: peer, ThreadID: id}
+	return b.cfg.Store.Update(func(tx *store.Tx) error { return tx.PutMessage(m) })
+}
+
+// DeliverFed records and delivers an inbound envelope (steps 9-10): the message row is
+// committed before delivery, with the peer as return host, so that only that peer's sender
+// gets the replies.
+func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err error) {
+	defer func() { b.audit("fed", "fed:"+m.Peer, "send", m.Target.SessionID, d.MessageID, err) }()
+	t := m.Target
+	now := nowUnix()
+	msg := store.Message{ID: m.ID, CreatedAt: now, SessionID: t.SessionID, FromName: m.FromName, Bytes: len(m.Body),
+		Outcome: "accepted", RecipientHarness: t.Harness, ReturnHost: m.Peer, ThreadID: m.ThreadID}
+	if msg.ThreadID == "" {
+		msg.ThreadID = m.ID
+	}
+	if m.Return != nil {
+		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = m.Return.Harness, m.Return.SessionID, m.PushReplies
+	}
+	var pending *store.Pending
+	if t.Harness != "claude" {
+		msg.Outcome = "delivered" // committed to the durable queue with the row itself
+		pending = &store.Pending{ID: m.ID, SessionID: t.SessionID, CreatedAt: now, FromName: m.FromName, Bytes: len(m.Body),
+			Text: m.Body, Envelope: envelope.Plain(m.FromName, m.ID, m.Body)}
+		if t.Harness == "svc" {
+			pending.Origin = fedOrigin(m.Peer, m.Badge)
+		}
+	}
+	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+		if pending != nil {
+			if err := tx.Enqueue(*pending); err != nil {
+				return err
+			}
+		}
+		return tx.PutMessage(msg)
+	})
+	if errors.Is(err, store.ErrQueueFull) {
+		return Delivery{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "%s session message queue is full", t.Harness)
+	}
+	if err != nil {
+		return Delivery{}, err
+	}
+	d = Delivery{SessionID: t.SessionID, FromName: m.FromName, Bytes: len(m.Body), MessageID: m.ID, Outcome: "delivered"}
+	if pending != nil {
+		b.queues.fire(t.SessionID)
+		return d, nil
+	}
+	line, err := envelope.ClaudeLine(m.FromName, envelope.ClaudeBody(m.Body, m.ID))
+	if err == nil {
+		err = claude.Deliver(t.Claude.MessagingSocketPath, line, b.cfg.InboxTimeout)
+	}
+	if err != nil {
+		msg.Outcome = "delivery_failed"
+		if uerr := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.PutMessage(msg) }); uerr != nil {
+			b.cfg.Log.Error("recording failed delivery", "message_id", msg.ID, "err", uerr)
+		}
+		return Delivery{}, inboxError(err)
+	}
+	// The 202 does not wait for this: the row already says accepted, and a crash before it
+	// lands leaves exactly that.
+	msg.Outcome = "delivered"
+	b.later(func() {
+		if err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.PutMessage(msg) }); err != nil {
+			b.cfg.Log.Error("recording delivery", "message_id", msg.ID, "err", err)
+		}
+	})
+	return d, nil
+}
+
+// FedReplyIn is an inbound reply envelope whose version, peer permission and rate fed
+// already checked.
+type FedReplyIn struct {
+	ID, Peer, InReplyTo string
+	Replier             Caller
+	Text                string
+}
+
+// FedReply records a reply from peer to a message we sent it and pushes it to the local
+// sender (PROTOCOL.md §8.3 POST /fed/v2/replies). Only the peer the message went to may
+// reply, and only to a sender that asked for pushes. Retries of an envelope id answer the
+// stored result.
+func (b *Bus) FedReply(ctx context.Context, r FedReplyIn) (outcome, messageID string, err error) {
+	defer func() { b.audit("fed", "fed:"+r.Peer, "reply", r.InReplyTo, messageID, err) }()
+	if len(r.Text) > b.cfg.MaxBody {
+		return "", "", errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "text %d exceeds limit %d", len(r.Text), b.cfg.MaxBody)
+	}
+	idemPrincipal := "fed-reply:" + r.Peer
+	defer b.keys.lock(idemPrincipal + "\x00" + r.ID)()
+	if rec, found, err := b.idem(idemPrincipal, r.ID); err != nil {
+		return "", "", err
+	} else if found {
+		return rec.Outcome, rec.MessageID, nil
+	}
+	var out store.Outbound
+	var msg store.Message
+	var foundOut, foundMsg bool
+	err = b.cfg.Store.View(func(tx *store.Tx) (err error) {
+		if out, foundOut, err = tx.Outbound(r.InReplyTo); err != nil {
+			return err
+		}
+		msg, foundMsg, err = tx.Message(r.InReplyTo)
+		return err
+	})
+	if err != nil {
+		return "", "", err
+	}
+	if !foundOut || !foundMsg || out.Peer != r.Peer {
+		return "", "", errorf(http.StatusForbidden, "not_recipient", "message '%s' was not sent to peer '%s'", r.InReplyTo, r.Peer)
+	}
+	if msg.ReturnHarness == "" || msg.ReturnSessionID == "" || !msg.PushReplies {
+		return "", "", errorf(http.StatusForbidden, "not_recipient", "message '%s' takes no pushed replies", r.InReplyTo)
+	}
+	// The new message id is the peer's: it is the pushed message here, and the peer holds
+	// the outbound row for it, so the sender can reply to the reply.
+	if _, err := uuid.Parse(r.ID); err != nil {
+		return "", "", badRequest("id must be a UUID")
+	}
+	now := nowUnix()
+	badge := envelope.AttestedBadge(r.Peer, r.Replier.Harness, r.Replier.Name)
+	plan := b.push(r.Replier, r.Peer, msg, r.ID, badge, envelope.ReplyBody(msg.ID, r.ID, r.Text),
+		envelope.FedReplyPlain(msg.ID, badge, r.ID, r.Text), r.Text, now)
+	reply := store.Reply{MessageID: msg.ID, CreatedAt: now, ReplierSessionID: r.Replier.SessionID, Text: r.Text}
+	reply, err = b.commitReply(reply, plan)
+	if err != nil {
+		return "", "", err
+	}
+	if err := b.cfg.Store.Update(func(tx *store.Tx) error {
+		return tx.PutIdem(store.Idem{Principal: idemPrincipal, Key: r.ID, Body: r.Text, MessageID: r.ID, Outcome: reply.PushOutcome, CreatedAt: now})
+	}); err != nil {
+		return "", "", err
+	}
+	return reply.PushOutcome, r.ID, nil
+}
+
+// FedReplies is a peer's long-poll for replies to a message it sent us: only the message's
+// return host may read them.
+func (b *Bus) FedReplies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]ReplyView, error) {
+	m, found, err := b.message(id)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, messageNotFound(id)
+	}
+	if m.ReturnHost != peer || m.RecipientHarness == "fed" {
+		return nil, errorf(http.StatusForbidden, "op_denied", "message '%s' did not come from peer '%s'", id, peer)
+	}
+	return b.Replies(ctx, id, after, wait)
+}
+
+// RemoteSessions lists peer's sessions (GET /v1/sessions?peer=P).
+func (b *Bus) RemoteSessions(ctx context.Context, peer string) ([]RemoteSession, error) {
+	if b.cfg.Fed == nil || !b.cfg.Fed.Known(peer) {
+		return nil, errorf(http.StatusNotFound, "not_found", "unknown peer '%s'", peer)
+	}
+	list, err := b.cfg.Fed.Sessions(ctx, peer)
+	if err != nil {
+		return nil, err
+	}
+	for i := range list {
+		list[i].Ref = list[i].SessionID + "@" + peer
+	}
+	return list, nil
+}
+
+// remoteReplies serves a reply long-poll on a message we sent to a peer when no reply is
+// cached here: it polls the peer and caches what is new (deduplicated by text and replier).
+func (b *Bus) remoteReplies(ctx context.Context, id string, after uint64, wait time.Duration) error {
+	var out store.Outbound
+	var found bool
+	if err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+		out, found, err = tx.Outbound(id)
+		return err
+	}); err != nil || !found || b.cfg.Fed == nil {
+		return err
+	}
+	remote, err := b.cfg.Fed.Replies(ctx, out.Peer, id, 0, wait)
+	if err != nil || len(remote) == 0 {
+		return err
+	}
+	added := false
+	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+		have, err := tx.Replies(id, 0)
+		if err != nil {
+			return err
+		}
+		seen := map[[2]string]bool{}
+		for _, r := range have {
+			seen[[2]string{r.Text, r.ReplierSessionID}] = true
+		}
+		for _, r := range remote {
+			k := [2]string{r.Text, r.ReplierSessionID}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if _, err := tx.AddReply(store.Reply{MessageID: id, CreatedAt: r.CreatedAt, ReplierSessionID: r.ReplierSessionID, Text: r.Text}); err != nil {
+				return err
+			}
+			added = true
+		}
+		return nil
+	})
+	if added {
+		b.replies.fire(id)
+	}
+	return err
+}

@@ -1,0 +1,101 @@
+package store
+
+import (
+	"fmt"
+)
+
+// Federation buckets (PROTOCOL.md §9), in the same file as everything else so that a send
+// and its outbound row commit together:
+//   - outbound: message id (UUID v7, ordered) → Outbound, one row per message sent to a peer;
+//   - mailbox: peer name + 0x00 + message id → MailboxEntry, mail held for a leaf peer to
+//     pull. The peer prefix is the isolation: a leaf's scan starts and ends inside its own
+//     prefix, so it can never see another peer's rows.
+var (
+	bucketOutbound = []byte("outbound")
+	bucketMailbox  = []byte("peer_mailbox")
+)
+
+func init() { allBuckets = append(allBuckets, bucketOutbound, bucketMailbox) }
+
+// Outbound records a message sent to a peer. Only that peer may reply to it.
+type Outbound struct {
+	ID        string `json:"id"`
+	Peer      string `json:"peer"`
+	TargetRef string `json:"targetRef"`
+	Outcome   string `json:"outcome"`
+	CreatedAt int64  `json:"createdAt"`
+}
+
+// MailboxEntry is a message waiting for a leaf peer to pull it (issue 13).
+type MailboxEntry struct {
+	ID        string `json:"id"`
+	Peer      string `json:"peer"`
+	TargetRef string `json:"targetRef"`
+	CreatedAt int64  `json:"createdAt"`
+	FromName  string `json:"fromName"`
+	Bytes     int    `json:"bytes"`
+	Body      string `json:"body"`
+	Envelope  []byte `json:"envelope"` // the serialized federation envelope
+	Origin    []byte `json:"origin"`
+}
+
+// Outbound returns the outbound row of message id.
+func (t *Tx) Outbound(id string) (Outbound, bool, error) {
+	return get[Outbound](t.btx.Bucket(bucketOutbound), []byte(id))
+}
+
+// PutOutbound inserts or replaces an outbound row.
+func (t *Tx) PutOutbound(o Outbound) error {
+	return put(t.btx.Bucket(bucketOutbound), []byte(o.ID), o)
+}
+
+// DeleteOutbound removes an outbound row.
+func (t *Tx) DeleteOutbound(id string) error {
+	return t.btx.Bucket(bucketOutbound).Delete([]byte(id))
+}
+
+func mailboxKey(peer, id string) []byte {
+	k := make([]byte, 0, len(peer)+1+len(id))
+	k = append(k, peer...)
+	k = append(k, 0)
+	return append(k, id...)
+}
+
+// PutMailbox stores mail for a leaf peer.
+func (t *Tx) PutMailbox(e MailboxEntry) error {
+	if e.Peer == "" {
+		return fmt.Errorf("store: mailbox entry without peer")
+	}
+	return put(t.btx.Bucket(bucketMailbox), mailboxKey(e.Peer, e.ID), e)
+}
+
+// MailboxHead returns the oldest mail of peer.
+func (t *Tx) MailboxHead(peer string) (MailboxEntry, bool, error) {
+	prefix := mailboxKey(peer, "")
+	b := t.btx.Bucket(bucketMailbox)
+	k, _ := b.Cursor().Seek(prefix)
+	if k == nil || !hasPrefix(k, prefix) {
+		return MailboxEntry{}, false, nil
+	}
+	return get[MailboxEntry](b, k)
+}
+
+// AckMailbox deletes peer's mail id; it reports whether it was there.
+func (t *Tx) AckMailbox(peer, id string) (bool, error) {
+	b := t.btx.Bucket(bucketMailbox)
+	k := mailboxKey(peer, id)
+	if b.Get(k) == nil {
+		return false, nil
+	}
+	return true, b.Delete(k)
+}
+
+// purgeFed drops outbound rows and mailbox entries older than cutoff.
+func purgeFed(t *Tx, cutoff int64) (int, error) {
+	n, err := purgeOrdered(t.btx.Bucket(bucketOutbound), cutoff, nil)
+	if err != nil {
+		return n, err
+	}
+	m, err := purgeAll(t.btx.Bucket(bucketMailbox), cutoff)
+	return n + m, err
+}
