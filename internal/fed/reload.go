@@ -1,0 +1,92 @@
+package fed
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// StartReload re-reads the credentials and the peers file every cfg.ReloadInterval (0: never).
+func (n *Node) StartReload() {
+	if n.cfg.ReloadInterval <= 0 {
+		n.book.setReload("off (--fed-reload-interval-secs 0)")
+		return
+	}
+	n.book.setReload(fmt.Sprintf("every %s, no change yet", n.cfg.ReloadInterval))
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		t := time.NewTicker(n.cfg.ReloadInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-n.stop:
+				return
+			case <-t.C:
+				n.Reload()
+			}
+		}
+	}()
+}
+
+// Reload reads everything again. A valid change is swapped in for new connections (and the
+// idle outbound ones are closed, so the next call uses it); invalid material is logged by
+// name (never its content) and the current snapshot is kept. It reports whether it swapped.
+func (n *Node) Reload() (bool, error) {
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
+	cur := n.st.Load()
+	next, err := load(n.cfg)
+	when := time.Now().UTC().Format(time.RFC3339)
+	if err != nil {
+		n.cfg.Log.Error("fed reload refused; keeping the current credentials and peers", "err", err)
+		n.book.setReload(fmt.Sprintf("every %s, last attempt %s REFUSED (kept the previous config): %s", n.cfg.ReloadInterval, when, oneLine(err.Error())))
+		return false, err
+	}
+	if next.hash == cur.hash {
+		return false, nil
+	}
+	n.st.Store(next)
+	n.transport.CloseIdleConnections()
+	n.cfg.Log.Info("fed reloaded", "pin", next.pin, "peers", len(next.peers.names))
+	n.book.setReload(fmt.Sprintf("every %s, last change %s applied", n.cfg.ReloadInterval, when))
+	return true, nil
+}
+
+// DoctorLines describes the federation for `xmsg doctor`: the listener, our pin, each peer
+// (name, trust, pin or CA identities, allow list, last handshakes) and the reload state.
+func (n *Node) DoctorLines() []string {
+	st := n.st.Load()
+	var l []string
+	if n.cfg.Listen != "" {
+		l = append(l, "federation listener: "+n.cfg.Listen+" (mTLS, TLS 1.3 only, client certificate required)")
+	} else {
+		l = append(l, "federation listener: none (outbound only)")
+	}
+	l = append(l, "federation certificate: "+st.pin+" (from "+string(st.source)+")")
+	for _, p := range st.peers.All() {
+		trust := "pin " + p.PinString()
+		if p.Pin == nil {
+			trust = "ca " + p.CAFile + " identities " + strings.Join(p.Identities, ",")
+		}
+		allow := strings.Join(p.AllowList(), ",")
+		if allow == "" {
+			allow = "none (outbound only)"
+		}
+		extra := ""
+		if p.Leaf {
+			extra = " leaf"
+		}
+		l = append(l, fmt.Sprintf("federation peer %s%s: address %s, %s, allow %s; last inbound handshake: %s; last outbound handshake: %s",
+			p.Name, extra, p.Address, trust, allow, n.book.get(p.Name, "inbound"), n.book.get(p.Name, "outbound")))
+	}
+	if s := n.book.get("(unknown)", "inbound"); s != "none yet" {
+		l = append(l, "federation unknown certificates: last inbound handshake: "+s)
+	}
+	r := n.book.getReload()
+	if r == "" {
+		r = "not started"
+	}
+	l = append(l, "federation reload: "+r)
+	return l
+}

@@ -1,0 +1,472 @@
+package fed
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/envelope"
+)
+
+// Server is the federation listener with its /fed/v2 routes (PROTOCOL.md §8.3). Only those
+// routes exist on it: no /healthz, no /v1.
+type Server struct {
+	n   *Node
+	bus *bus.Bus
+	l   *listener
+	srv *http.Server
+}
+
+type connKey struct{}
+
+// NewServer wraps an already bound TCP listener. Serve runs it.
+func (n *Node) NewServer(inner net.Listener, b *bus.Bus) *Server {
+	s := &Server{n: n, bus: b}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /fed/v2/messages", s.messages)
+	mux.HandleFunc("POST /fed/v2/replies", s.replies)
+	mux.HandleFunc("GET /fed/v2/messages/{id}/replies", s.poll)
+	mux.HandleFunc("GET /fed/v2/sessions", s.sessions)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
+	})
+	s.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second, // §2.6
+		MaxHeaderBytes:    64 << 10,
+		WriteTimeout:      bus.MaxWait + 15*time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(n.cfg.Log.Handler(), slog.LevelDebug),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+	}
+	s.l = n.newListener(inner)
+	return s
+}
+
+// Addr is the listening address.
+func (s *Server) Addr() net.Addr { return s.l.Addr() }
+
+// Serve serves until Shutdown.
+func (s *Server) Serve() error { return s.srv.Serve(s.l) }
+
+// Shutdown stops accepting and drains (bounded by ctx).
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	s.l.Close()
+	return err
+}
+
+// BaseContext lets the daemon cancel long-polls when it stops.
+func (s *Server) BaseContext(ctx context.Context) {
+	s.srv.BaseContext = func(net.Listener) context.Context { return ctx }
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":"internal","detail":"encoding failed"}` + "\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	e := bus.AsError(err)
+	writeJSON(w, e.Status, map[string]string{"error": e.Code, "detail": e.Detail})
+}
+
+func apiError(status int, code, format string, args ...any) *bus.Error {
+	return &bus.Error{Status: status, Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// peer returns the authenticated peer of the request's connection, under the CURRENT
+// snapshot: after a reload the connection's certificate is judged again, so a peer removed
+// or re-pinned loses its kept-alive connections at their next request (fail closed). The
+// source check applies to every request of a connection whose address the peer may not
+// use (§8.1: 403 peer_rejected, each time).
+func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
+	c, _ := r.Context().Value(connKey{}).(*conn)
+	if c == nil || c.raw.peer == nil {
+		writeError(w, apiError(http.StatusForbidden, "peer_rejected", "unauthenticated connection"))
+		return nil, false
+	}
+	p := c.raw.peer
+	if st := s.n.st.Load(); st != c.raw.st {
+		np, err := st.peers.Inbound(c.raw.chain)
+		if err != nil {
+			w.Header().Set("Connection", "close")
+			writeError(w, apiError(http.StatusForbidden, "peer_rejected", "certificate no longer accepted"))
+			return nil, false
+		}
+		p = np
+	}
+	if !p.SourceAllowed(c.source) {
+		writeError(w, apiError(http.StatusForbidden, "peer_rejected", "source address %s not allowed for peer %q", c.source, p.Name))
+		return nil, false
+	}
+	return p, true
+}
+
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	max := s.n.cfg.MaxBody + 4096 // §5.6: fed body limit
+	if r.ContentLength > int64(max) {
+		writeError(w, apiError(http.StatusRequestEntityTooLarge, "payload_too_large", "body %d exceeds limit %d", r.ContentLength, max))
+		return nil, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
+	if err != nil {
+		writeError(w, apiError(http.StatusBadRequest, "bad_request", "could not read body"))
+		return nil, false
+	}
+	if len(body) > max {
+		writeError(w, apiError(http.StatusRequestEntityTooLarge, "payload_too_large", "body %d exceeds limit %d", len(body), max))
+		return nil, false
+	}
+	return body, true
+}
+
+// validID: envelope ids become bbolt keys whose order is time order, so only canonical
+// UUIDs (as minted by uuid.NewV7) are taken.
+func validID(id string) bool {
+	u, err := uuid.Parse(id)
+	return err == nil && u.String() == id
+}
+
+// sessionHarnesses are the harnesses a session principal or replier may name.
+var sessionHarnesses = map[string]bool{"claude": true, "agy": true, "pi": true, "svc": true, "opencode": true, "hermes": true}
+
+// policyNames are the strings a principal matches in a peer's `principals` (§8.3 step 3).
+func policyNames(p WirePrincipal) []string {
+	switch p.Kind {
+	case "session":
+		return []string{p.Harness + ":" + p.Name, "session:" + p.SessionID, p.Harness + ":" + p.SessionID}
+	case "service":
+		return []string{"svc:" + p.Name}
+	}
+	return []string{"anon:" + p.From}
+}
+
+func rateKey(p WirePrincipal) string {
+	switch p.Kind {
+	case "session":
+		return p.Harness + ":" + p.SessionID
+	case "service":
+		return "svc:" + p.Name
+	}
+	return "anon:" + p.From
+}
+
+func intersects(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// targetNames are a local target's badges for a peer's `targets` (§8.3 step 5).
+func targetNames(harness, sessionID string, name *string) []string {
+	bare := strings.TrimPrefix(sessionID, harness+":")
+	out := []string{"session:" + sessionID, harness + ":" + sessionID, harness + ":" + bare}
+	if name != nil && *name != "" {
+		out = append(out, harness+":"+*name)
+	}
+	return out
+}
+
+func (t *Peer) allowsTarget(names []string) bool {
+	return !t.TargetsSet || intersects(names, t.Targets)
+}
+
+func (s *Server) rate(keys ...string) bool {
+	rates := make([]int, len(keys))
+	for i, k := range keys {
+		rates[i] = s.n.cfg.PeerRate
+		if strings.HasPrefix(k, "principal:") {
+			rates[i] = s.n.cfg.PrincipalRate
+		}
+	}
+	return s.n.limits.take(keys, rates)
+}
+
+func rateLimited() *bus.Error {
+	return apiError(http.StatusTooManyRequests, "rate_limited", "rate limit exceeded")
+}
+
+// messages is POST /fed/v2/messages, its checks in the order of §8.3.
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.peer(w, r)
+	if !ok {
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	e, err := DecodeEnvelope(body)
+	if err == nil {
+		err = e.Principal.check()
+	}
+	if err != nil {
+		writeError(w, apiError(http.StatusBadRequest, "bad_request", "%v", err))
+		return
+	}
+	// 1. version
+	if e.V != Version {
+		writeError(w, apiError(http.StatusBadRequest, "bad_request", "unsupported envelope version %d (want %d)", e.V, Version))
+		return
+	}
+	if !validID(e.ID) || e.Body == "" || (e.ThreadID != "" && !validID(e.ThreadID)) {
+		writeError(w, apiError(http.StatusBadRequest, "bad_request", "id and thread_id must be UUIDs and body non-empty"))
+		return
+	}
+	if len(e.Body) > s.n.cfg.MaxBody {
+		writeError(w, apiError(http.StatusRequestEntityTooLarge, "payload_too_large", "body %d exceeds limit %d", len(e.Body), s.n.cfg.MaxBody))
+		return
+	}
+	// 2. the peer may send
+	if !p.Allow["send"] {
+		writeError(w, apiError(http.StatusForbidden, "op_denied", "send operation not allowed for peer"))
+		return
+	}
+	// 3. the sender principal
+	if p.Principals != nil && !intersects(policyNames(e.Principal), p.Principals) {
+		writeError(w, apiError(http.StatusForbidden, "op_denied", "principal not authorized for peer"))
+		return
+	}
+	// 4. no multi-hop forwarding
+	if strings.Contains(e.To.Ref, "@") {
+		writeError(w, apiError(http.StatusBadRequest, "no_forward", "federated ref '%s' names another host; forwarding is not allowed", e.To.Ref))
+		return
+	}
+	// 5. the local target
+	t, resolveErr := s.bus.Resolve(e.To.Ref)
+	if resolveErr == nil {
+		var name *string
+		if t.View.Name != nil {
+			name = t.View.Name
+		} else if t.Harness == "svc" {
+			n := strings.TrimPrefix(t.SessionID, "svc:")
+			name = &n
+		}
+		if !p.allowsTarget(targetNames(t.Harness, t.SessionID, name)) {
+			writeError(w, apiError(http.StatusForbidden, "op_denied", "target not allowed for peer"))
+			return
+		}
+	} else if p.TargetsSet {
+		// With a targets list, an unknown ref is refused like a forbidden one: the peer
+		// learns nothing about what exists here.
+		writeError(w, apiError(http.StatusForbidden, "op_denied", "target not allowed for peer"))
+		return
+	}
+	// 6. rate limits: the peer's bucket and the principal's
+	if !s.rate("peer:"+p.Name, "principal:"+p.Name+"\x00"+rateKey(e.Principal)) {
+		writeError(w, rateLimited())
+		return
+	}
+	// 7. the principal itself, and the sender badge (host = the PEER's name)
+	from, ret, badge, perr := s.principal(p, e.Principal)
+	if perr != nil {
+		writeError(w, perr)
+		return
+	}
+	// 8. idempotent by envelope id
+	if d, found, err := s.bus.FedStored(e.ID, p.Name); found || err != nil {
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, d)
+		return
+	}
+	if resolveErr != nil {
+		if err := s.bus.FedRecordFailure(e.ID, p.Name, e.To.Ref, from, len(e.Body), resolveErr); err != nil {
+			writeError(w, err)
+			return
+		}
+		writeError(w, resolveErr)
+		return
+	}
+	// 9. pre-record, deliver, update; 10. answer
+	push := e.PushReplies && !p.Leaf
+	d, err := s.bus.DeliverFed(r.Context(), bus.FedMessage{ID: e.ID, Peer: p.Name, Target: t, FromName: from, Return: ret,
+		Badge: badge, Body: e.Body, PushReplies: push, ThreadID: e.ThreadID})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, d)
+}
+
+// principal validates a wire principal (§8.3 step 7) and returns the sender badge, the return
+// address (nil for anonymous senders) and the badge for svc origins.
+func (s *Server) principal(p *Peer, wp WirePrincipal) (from string, ret *bus.Caller, badge string, err *bus.Error) {
+	switch wp.Kind {
+	case "session":
+		if !sessionHarnesses[wp.Harness] {
+			return "", nil, "", apiError(http.StatusBadRequest, "bad_request", "invalid harness '%s'", wp.Harness)
+		}
+		if wp.SessionID == "" || len(wp.SessionID) > 256 || !printable(wp.SessionID) {
+			return "", nil, "", apiError(http.StatusBadRequest, "bad_request", "invalid session_id")
+		}
+		name := wp.Name
+		if name == "" {
+			name = wp.SessionID
+		}
+		from = envelope.AttestedBadge(p.Name, wp.Harness, name)
+		return from, &bus.Caller{Harness: wp.Harness, SessionID: wp.SessionID, Name: name}, wp.Harness + ":" + envelope.AttestedName(wp.Harness, name), nil
+	case "service":
+		if !envelope.ValidServiceName(wp.Name) {
+			return "", nil, "", apiError(http.StatusBadRequest, "bad_request", "invalid service name '%s'", wp.Name)
+		}
+		return envelope.AttestedBadge(p.Name, "svc", wp.Name), &bus.Caller{Harness: "svc", SessionID: "svc:" + wp.Name, Name: wp.Name}, "svc:" + wp.Name, nil
+	}
+	clean, cerr := envelope.Anonymous(wp.From)
+	if cerr != nil {
+		return "", nil, "", apiError(http.StatusBadRequest, "bad_sender", "%v", cerr)
+	}
+	return envelope.AnonymousBadge(p.Name, clean), nil, "anon:" + clean, nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// replies is POST /fed/v2/replies.
+func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.peer(w, r)
+	if !ok {
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	e, err := DecodeReply(body)
+	if err != nil {
+		writeError(w, apiError(http.StatusBadRequest, "bad_request", "%v", err))
+		return
+	}
+	if e.V != Version {
+		writeError(w, apiError(http.StatusBadRequest, "bad_request", "unsupported envelope version %d (want %d)", e.V, Version))
+		return
+	}
+	if !p.Allow["reply"] {
+		writeError(w, apiError(http.StatusForbidden, "op_denied", "reply operation not allowed for peer"))
+		return
+	}
+	if !validID(e.ID) || !validID(e.InReplyTo) || e.Text == "" || !sessionHarnesses[e.Replier.Harness] ||
+		e.Replier.SessionID == "" || len(e.Replier.SessionID) > 256 || !printable(e.Replier.SessionID) {
+		writeError(w, apiError(http.StatusBadRequest, "bad_request", "id, in_reply_to, replier and text are required"))
+		return
+	}
+	if !s.rate("peer:"+p.Name, "principal:"+p.Name+"\x00"+e.Replier.Harness+":"+e.Replier.SessionID) {
+		writeError(w, rateLimited())
+		return
+	}
+	name := e.Replier.Name
+	if name == "" {
+		name = e.Replier.SessionID
+	}
+	outcome, id, err := s.bus.FedReply(r.Context(), bus.FedReplyIn{ID: e.ID, Peer: p.Name, InReplyTo: e.InReplyTo,
+		Replier: bus.Caller{Harness: e.Replier.Harness, SessionID: e.Replier.SessionID, Name: name}, Text: e.Text})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"push_outcome": outcome, "message_id": id})
+}
+
+// poll is GET /fed/v2/messages/{id}/replies: only the message's return host may read it.
+func (s *Server) poll(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.peer(w, r)
+	if !ok {
+		return
+	}
+	if !s.rate("poll:" + p.Name) {
+		writeError(w, rateLimited())
+		return
+	}
+	q := r.URL.Query()
+	var after uint64
+	var wait int
+	var err error
+	if v := q.Get("after"); v != "" {
+		if after, err = strconv.ParseUint(v, 10, 64); err != nil {
+			writeError(w, apiError(http.StatusBadRequest, "bad_request", "after must be a non-negative integer"))
+			return
+		}
+	}
+	if v := q.Get("wait"); v != "" {
+		if wait, err = strconv.Atoi(v); err != nil || wait < 0 {
+			writeError(w, apiError(http.StatusBadRequest, "bad_request", "wait must be a non-negative integer (seconds)"))
+			return
+		}
+	}
+	out, err := s.bus.FedReplies(r.Context(), p.Name, r.PathValue("id"), after, time.Duration(min(wait, 60))*time.Second)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// wireSession is an entry of GET /fed/v2/sessions.
+type wireSession struct {
+	Name      *string `json:"name"`
+	SessionID string  `json:"sessionId"`
+	Harness   string  `json:"harness"`
+	Kind      string  `json:"kind"`
+	Status    string  `json:"status"`
+}
+
+// sessions is GET /fed/v2/sessions, filtered by the peer's targets.
+func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.peer(w, r)
+	if !ok {
+		return
+	}
+	if !p.Allow["list"] {
+		writeError(w, apiError(http.StatusForbidden, "op_denied", "list operation not allowed for peer"))
+		return
+	}
+	if !s.rate("list:" + p.Name) {
+		writeError(w, rateLimited())
+		return
+	}
+	out := []wireSession{}
+	for _, v := range s.bus.Sessions("", "") {
+		if !p.allowsTarget(targetNames(v.Harness, v.SessionID, v.Name)) {
+			continue
+		}
+		out = append(out, wireSession{Name: v.Name, SessionID: v.SessionID, Harness: v.Harness, Kind: v.Kind, Status: v.Status})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
