@@ -2,12 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/hex"
-	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -73,6 +67,7 @@ type instance struct {
 	exe     func(pid int) (string, error)                              // nil: no service executables to attest
 	files   func(pid int) ([]peercred.OpenFile, error)                 // the helper's; nil: read /proc directly
 	agySend func(agy.Credentials, string, string) (agy.Outcome, error) // nil: agy not configured
+	fed     *federation                                                // serve_fed.go; its methods are no-ops without federation
 
 	closers []func() error
 }
@@ -141,8 +136,8 @@ func (d *instance) close() {
 // loadCredentials is step 1: the federation credentials, checked now so that a bad
 // deployment fails at start.
 func (d *instance) loadCredentials() error {
-	src, err := loadCredentials(d.cfg, d.log)
-	d.facts.Credentials = string(src)
+	src, fed, err := loadCredentials(d.cfg, d.log)
+	d.facts.Credentials, d.fed = string(src), fed
 	return err
 }
 
@@ -187,6 +182,9 @@ func (d *instance) acquireSockets() error {
 		d.onClose(ignoreClosed(tcp.Close))
 		d.facts.TCPListen = tcp.Addr().String()
 		d.log.Warn("tcp listener without peer check", "addr", tcp.Addr().String())
+	}
+	if err := d.fed.listen(d.onClose); err != nil {
+		return err
 	}
 	return nil
 }
@@ -249,6 +247,7 @@ func (d *instance) applySandbox() error {
 	if dir := creds.Dir(); dir != "" {
 		policy.ReadOnly = append(policy.ReadOnly, dir) // credential reload reads them again
 	}
+	d.fed.restrict(&policy)
 	report, err := sandbox.Apply(policy, d.log)
 	if err != nil {
 		return err
@@ -299,13 +298,13 @@ func (d *instance) serve(ctx context.Context) error {
 	uid := uint32(os.Geteuid())
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
-		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log,
+		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log, Fed: d.fed.bus(),
 		Codex: codexAttester(cfg, proc, d.exe, d.files), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
 		Claude:     &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: d.log},
 		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks),
 	})
 	defer b.Close()
-	doctorLines := func() []string { return d.facts.Lines() }
+	doctorLines := func() []string { return append(d.facts.Lines(), d.fed.doctor()...) }
 	// Cancelled when the stop begins, so HTTP long-polls answer at once instead of holding
 	// the drain until its deadline.
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
@@ -339,6 +338,7 @@ func (d *instance) serve(ctx context.Context) error {
 		group.Add(servergroup.Server{Name: "register", Serve: func() error { return register.Serve(l) }, Shutdown: register.Shutdown})
 		conns = append(conns, register.Conns)
 	}
+	d.fed.serve(b, httpCtx, group.Add, d.onClose)
 	if group.Len() == 0 {
 		return errors.New("serve: no socket to serve (systemd passed none of http, agent, register)")
 	}
@@ -416,68 +416,6 @@ func ignoreClosed(close func() error) func() error {
 		}
 		return nil
 	}
-}
-
-// loadCredentials reads and validates the federation credentials, from
-// $CREDENTIALS_DIRECTORY (LoadCredential=) or the plain-path flags. Federation itself is not
-// in this build; the credentials are still checked at start so a bad deployment shows now,
-// and only their fingerprints are logged, never their content.
-func loadCredentials(cfg *config.Config, log *slog.Logger) (creds.Source, error) {
-	source := creds.Source("none")
-	read := func(name, path string) ([]byte, error) {
-		raw, src, err := creds.Read(name, path)
-		if err != nil {
-			return nil, err
-		}
-		if raw != nil {
-			source = src
-		}
-		return raw, nil
-	}
-	cert, err := read("fed-cert", cfg.FedCert)
-	if err != nil {
-		return source, err
-	}
-	key, err := read("fed-key", cfg.FedKey)
-	if err != nil {
-		return source, err
-	}
-	ca, err := read("fed-ca", cfg.FedCA)
-	if err != nil {
-		return source, err
-	}
-	peers, err := read("peers", cfg.PeersFile)
-	if err != nil {
-		return source, err
-	}
-	if (cert == nil) != (key == nil) {
-		return source, errors.New("credentials: fed-cert and fed-key must be given together")
-	}
-	if cert != nil {
-		pair, err := tls.X509KeyPair(cert, key)
-		if err != nil {
-			return source, fmt.Errorf("credentials: fed-cert/fed-key: %v", err)
-		}
-		leaf, err := x509.ParseCertificate(pair.Certificate[0])
-		if err != nil {
-			return source, fmt.Errorf("credentials: fed-cert: %v", err)
-		}
-		pin := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
-		log.Info("credential loaded", "name", "fed-cert", "source", string(source), "pin", "sha256:"+hex.EncodeToString(pin[:]))
-	}
-	if ca != nil {
-		if b, _ := pem.Decode(ca); b == nil {
-			return source, errors.New("credentials: fed-ca: no PEM block")
-		}
-		log.Info("credential loaded", "name", "fed-ca", "source", string(source))
-	}
-	if peers != nil {
-		if !json.Valid(peers) {
-			return source, errors.New("credentials: peers: not valid JSON")
-		}
-		log.Info("credential loaded", "name", "peers", "source", string(source))
-	}
-	return source, nil
 }
 
 // createSessionDir makes dir (0700) when its parent exists and belongs to the daemon's uid.

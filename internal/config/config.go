@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,6 +33,8 @@ type Config struct {
 	SvcExe                            map[string]string
 	PeersFile, FedListen              string
 	FedCert, FedKey, FedCA            string
+	FedReloadInterval                 time.Duration // 0 = no reload
+	FedRatePeer, FedRatePrincipal     int           // token buckets per minute (burst the same)
 	AgentMaxLine, AgentMaxConns       int
 	AgentIdleTimeout                  time.Duration
 	AgentWriteTimeout                 time.Duration
@@ -155,16 +158,40 @@ var options = []option{
 	{name: "codex-home", env: "XMSG_CODEX_HOME", doc: "none", usage: "Codex home whose thread-writer-locks attest Codex sessions (repeatable, ',' lists)", list: true},
 	{name: "peers-file", env: "XMSG_PEERS_FILE", doc: "none", usage: "federation peers JSON (prefer LoadCredential=peers)",
 		set: str(func(c *Config) *string { return &c.PeersFile })},
-	{name: "fed-listen", env: "XMSG_FED_LISTEN", doc: "none", usage: "federation mTLS listener IP:PORT (not available in this build)",
+	{name: "fed-listen", env: "XMSG_FED_LISTEN", doc: "none", usage: "federation mTLS listener IP:PORT (an unspecified IP such as 0.0.0.0 is refused; needs a peers file, fed-cert and fed-key)",
 		set: func(c *Config, v string) error {
-			return errors.New("config: --fed-listen: the federation listener is not available in this build")
+			// PROTOCOL.md §2.6: IP:PORT with a specified IP. That a peers file, cert and key
+			// exist is checked when the credentials are read (they may come from
+			// $CREDENTIALS_DIRECTORY rather than flags).
+			ap, err := netip.ParseAddrPort(v)
+			switch {
+			case err != nil || ap.Port() == 0:
+				return fmt.Errorf("config: --fed-listen %q: want IP:PORT", v)
+			case ap.Addr().IsUnspecified():
+				return fmt.Errorf("config: --fed-listen %q: an unspecified address (0.0.0.0, ::) is refused; name the address to listen on", v)
+			}
+			c.FedListen = v
+			return nil
 		}},
 	{name: "fed-cert", env: "XMSG_FED_CERT", doc: "none", usage: "federation certificate PEM path (prefer LoadCredential=fed-cert)",
 		set: str(func(c *Config) *string { return &c.FedCert })},
 	{name: "fed-key", env: "XMSG_FED_KEY", doc: "none", usage: "federation key PEM path (prefer LoadCredential=fed-key)",
 		set: str(func(c *Config) *string { return &c.FedKey })},
-	{name: "fed-ca", env: "XMSG_FED_CA", doc: "none", usage: "federation CA bundle PEM path (prefer LoadCredential=fed-ca)",
+	{name: "fed-ca", env: "XMSG_FED_CA", doc: "none", usage: "federation CA bundle PEM path, the bundle a peer's \"ca\": \"fed-ca\" names (prefer LoadCredential=fed-ca)",
 		set: str(func(c *Config) *string { return &c.FedCA })},
+	{name: "fed-reload-interval-secs", env: "XMSG_FED_RELOAD_INTERVAL_SECS", def: "30", usage: "re-read federation cert, key, CA files and peers every N seconds (0 disables)",
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("config: --fed-reload-interval-secs: %q is not an integer >= 0", v)
+			}
+			c.FedReloadInterval = time.Duration(n) * time.Second
+			return nil
+		}},
+	{name: "fed-rate-peer", env: "XMSG_FED_RATE_PEER", def: "60", usage: "federation requests per minute per peer (token bucket, burst the same)",
+		set: integer("fed-rate-peer", 1, func(c *Config) *int { return &c.FedRatePeer })},
+	{name: "fed-rate-principal", env: "XMSG_FED_RATE_PRINCIPAL", def: "20", usage: "federation requests per minute per (peer, sender principal) (token bucket, burst the same)",
+		set: integer("fed-rate-principal", 1, func(c *Config) *int { return &c.FedRatePrincipal })},
 	{name: "agent-max-line", env: "XMSG_AGENT_MAX_LINE", def: strconv.Itoa(limits.AgentMaxLine), usage: "agent.sock maximum line length in bytes",
 		set: integer("agent-max-line", 1024, func(c *Config) *int { return &c.AgentMaxLine })},
 	{name: "agent-max-conns", env: "XMSG_AGENT_MAX_CONNS", def: strconv.Itoa(limits.AgentMaxConns), usage: "agent.sock connections served at once, counted once attested to a session",

@@ -45,12 +45,28 @@ func TestDefaults(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	for _, args := range [][]string{
 		{"--max-body", "0"}, {"--max-body", "x"}, {"--reply-ttl", "-1"}, {"--agent-idle-timeout", "soon"},
-		{"--svc-exe", "name=relative/path"}, {"--listen", "nope"}, {"--fed-listen", "10.0.0.1:7788"},
+		{"--svc-exe", "name=relative/path"}, {"--listen", "nope"},
+		{"--fed-listen", "0.0.0.0:7788"}, {"--fed-listen", "[::]:7788"}, {"--fed-listen", "host.example:7788"}, {"--fed-listen", "10.0.0.1"},
+		{"--fed-listen", "10.0.0.1:0"}, {"--fed-reload-interval-secs", "-1"}, {"--fed-rate-peer", "0"},
 		{"--sessions-dir", "relative"}, {"--log-level", "loud"}, {"--bogus"}, {"stray"},
 	} {
 		if _, err := Parse(args, env(map[string]string{"HOME": "/h"})); err == nil {
 			t.Errorf("Parse(%v) accepted", args)
 		}
+	}
+}
+
+func TestFederationFlags(t *testing.T) {
+	c, err := Parse([]string{"--fed-listen", "192.0.2.1:7443"}, env(map[string]string{"HOME": "/h", "XMSG_FED_RELOAD_INTERVAL_SECS": "0", "XMSG_FED_RATE_PRINCIPAL": "5"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.FedListen != "192.0.2.1:7443" || c.FedReloadInterval != 0 || c.FedRatePrincipal != 5 || c.FedRatePeer != 60 {
+		t.Errorf("got %+v", c)
+	}
+	c, _ = Parse(nil, env(map[string]string{"HOME": "/h"}))
+	if c.FedReloadInterval != 30*time.Second {
+		t.Errorf("default reload interval = %s, want 30s", c.FedReloadInterval)
 	}
 }
 

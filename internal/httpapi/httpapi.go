@@ -179,8 +179,14 @@ func (h *handler) doctor(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) sessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Get("peer") != "" {
-		writeError(w, &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "unknown peer '" + q.Get("peer") + "' (federation is not configured)"})
+	if peer := q.Get("peer"); peer != "" {
+		// A peer's sessions instead of ours (PROTOCOL.md §3.3); unknown peer → 404.
+		list, err := h.cfg.Bus.RemoteSessions(r.Context(), peer)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, list)
 		return
 	}
 	writeJSON(w, http.StatusOK, h.cfg.Bus.Sessions(q.Get("cwd"), q.Get("status")))
@@ -268,7 +274,7 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 	from := envelope.AnonymousBadge(h.cfg.Bus.Host(), clean)
 	d, err := h.cfg.Bus.Send(r.Context(), bus.Send{
 		Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from,
-		Principal: "http:" + from, Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: "anon:" + clean,
+		Principal: "http:" + from, Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: "anon:" + clean, From: clean,
 	})
 	if err != nil {
 		writeError(w, err)

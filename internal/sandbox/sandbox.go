@@ -91,15 +91,43 @@ type Report struct {
 	FS    string
 	Net   string
 	Scope string
+	// TCP names the TCP ports still allowed when Net is in force and the policy allows
+	// any (federation), e.g. "tcp_bind=7443 tcp_connect=7443,7444"; "" = none.
+	TCP string
 }
 
 // String is the line the daemon logs at startup and `xmsg doctor` prints, for example
 // "landlock: abi=7 fs=enforced net=enforced scope=enforced", or "landlock: unavailable".
+// With federation the ports left open follow: "... scope=enforced tcp_bind=7443
+// tcp_connect=7443".
 func (r Report) String() string {
 	if r.ABI == 0 {
 		return "landlock: unavailable"
 	}
-	return fmt.Sprintf("landlock: abi=%d fs=%s net=%s scope=%s", r.ABI, r.FS, r.Net, r.Scope)
+	s := fmt.Sprintf("landlock: abi=%d fs=%s net=%s scope=%s", r.ABI, r.FS, r.Net, r.Scope)
+	if r.TCP != "" {
+		s += " " + r.TCP
+	}
+	return s
+}
+
+// tcpNote names the TCP ports a policy allows, for Report.TCP.
+func tcpNote(p Policy) string {
+	ports := func(ps []uint16) string {
+		out := make([]string, len(ps))
+		for i, v := range ps {
+			out[i] = fmt.Sprint(v)
+		}
+		return strings.Join(out, ",")
+	}
+	var parts []string
+	if len(p.BindTCP) > 0 {
+		parts = append(parts, "tcp_bind="+ports(p.BindTCP))
+	}
+	if len(p.ConnectTCP) > 0 {
+		parts = append(parts, "tcp_connect="+ports(p.ConnectTCP))
+	}
+	return strings.Join(parts, " ")
 }
 
 // Complete reports whether every restriction is fully enforced, which is what

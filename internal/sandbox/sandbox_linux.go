@@ -129,6 +129,7 @@ func Apply(p Policy, log *slog.Logger) (Report, error) {
 
 	got := want
 	if abi >= 4 {
+		got.TCP = tcpNote(p)
 		switch {
 		case !filterOK:
 			log.Warn("socket filter unsupported", "arch", archName(),

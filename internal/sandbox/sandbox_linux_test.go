@@ -439,6 +439,10 @@ func TestApplyNetwork(t *testing.T) {
 	if res.Report.Net != Enforced {
 		t.Errorf("Report.Net = %q, want %q", res.Report.Net, Enforced)
 	}
+	// The startup line names the ports left open (federation: its listener and its peers).
+	if got, want := res.Report.TCP, fmt.Sprintf("tcp_bind=%d tcp_connect=%d", bindListed, listed); got != want {
+		t.Errorf("Report.TCP = %q, want %q", got, want)
+	}
 	// Control: outside the sandbox io_uring_setup is reachable (EFAULT for the NULL
 	// params), so the ENOSYS above comes from the filter.
 	if got := outcome(runProbe(probe{Op: "io_uring"})); got != "EFAULT" {

@@ -28,17 +28,17 @@ func TestPlan(t *testing.T) {
 		filter bool
 		want   Report
 	}{
-		{0, true, Report{0, Unavailable, Unavailable, Unavailable}},
-		{1, true, Report{1, Partial, Unavailable, Unavailable}},
-		{2, true, Report{2, Partial, Unavailable, Unavailable}},
-		{3, true, Report{3, Enforced, Unavailable, Unavailable}},
-		{4, true, Report{4, Enforced, Enforced, Unavailable}},
-		{4, false, Report{4, Enforced, Partial, Unavailable}},
-		{5, true, Report{5, Enforced, Enforced, Unavailable}},
-		{6, true, Report{6, Enforced, Enforced, Enforced}},
-		{7, true, Report{7, Enforced, Enforced, Enforced}},
-		{7, false, Report{7, Enforced, Partial, Enforced}},
-		{11, true, Report{11, Enforced, Enforced, Enforced}},
+		{0, true, Report{0, Unavailable, Unavailable, Unavailable, ""}},
+		{1, true, Report{1, Partial, Unavailable, Unavailable, ""}},
+		{2, true, Report{2, Partial, Unavailable, Unavailable, ""}},
+		{3, true, Report{3, Enforced, Unavailable, Unavailable, ""}},
+		{4, true, Report{4, Enforced, Enforced, Unavailable, ""}},
+		{4, false, Report{4, Enforced, Partial, Unavailable, ""}},
+		{5, true, Report{5, Enforced, Enforced, Unavailable, ""}},
+		{6, true, Report{6, Enforced, Enforced, Enforced, ""}},
+		{7, true, Report{7, Enforced, Enforced, Enforced, ""}},
+		{7, false, Report{7, Enforced, Partial, Enforced, ""}},
+		{11, true, Report{11, Enforced, Enforced, Enforced, ""}},
 	}
 	for _, tt := range tests {
 		got := plan(tt.abi, tt.filter)
