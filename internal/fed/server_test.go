@@ -1,0 +1,390 @@
+package fed
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/fed/fedtest"
+	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+// node is an in-process federating node on loopback: a real bus and store, a real mTLS
+// listener. The end-to-end tests (cmd/xmsg) run real daemons in network namespaces; these
+// run everywhere, without root.
+type node struct {
+	t     *testing.T
+	name  string
+	dir   string
+	cert  *fedtest.Cert
+	ln    net.Listener
+	n     *Node
+	bus   *bus.Bus
+	store *store.Store
+	srv   *Server
+}
+
+func newNode(t *testing.T, name string) *node {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd := &node{t: t, name: name, dir: t.TempDir(), cert: fedtest.New(t, name, nil, fedtest.Options{}), ln: ln}
+	nd.write("cert.pem", nd.cert.CertPEM)
+	nd.write("key.pem", nd.cert.KeyPEM)
+	return nd
+}
+
+func (nd *node) addr() string { return nd.ln.Addr().String() }
+
+func (nd *node) write(name string, data []byte) {
+	nd.t.Helper()
+	tmp := filepath.Join(nd.dir, "."+name)
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		nd.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(nd.dir, name)); err != nil {
+		nd.t.Fatal(err)
+	}
+}
+
+// start builds the node with peers (a JSON peers file) and serves it.
+func (nd *node) start(peers string, rates ...int) {
+	t := nd.t
+	t.Helper()
+	nd.write("peers.json", []byte(peers))
+	cfg := Config{Host: nd.name, Listen: nd.addr(), CertPath: filepath.Join(nd.dir, "cert.pem"), KeyPath: filepath.Join(nd.dir, "key.pem"),
+		PeersPath: filepath.Join(nd.dir, "peers.json"), Log: slog.New(slog.DiscardHandler)}
+	if len(rates) == 2 {
+		cfg.PeerRate, cfg.PrincipalRate = rates[0], rates[1]
+	}
+	var err error
+	if nd.n, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if nd.store, err = store.Open(filepath.Join(nd.dir, "xmsg.db"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sessions := filepath.Join(nd.dir, "sessions")
+	os.Mkdir(sessions, 0o700)
+	log := slog.New(slog.DiscardHandler)
+	nd.bus = bus.New(bus.Config{Host: nd.name, MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, SvcExe: map[string]string{"bot": "/bin/true", "other": "/bin/true"},
+		Store: nd.store, Proc: peercred.Proc{}, Log: log, Fed: nd.n, Claude: &claude.Scanner{Dirs: []string{sessions}, UID: os.Geteuid(), Log: log}})
+	nd.srv = nd.n.NewServer(nd.ln, nd.bus)
+	go nd.srv.Serve()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		nd.srv.Shutdown(ctx)
+		nd.n.Close()
+		nd.bus.Close()
+		nd.store.Close()
+	})
+}
+
+// queued returns how many messages wait for session id.
+func (nd *node) queued(id string) int {
+	var n int
+	nd.store.View(func(tx *store.Tx) error { n = tx.QueueLen(id); return nil })
+	return n
+}
+
+func (nd *node) messages() int {
+	c, _ := nd.bus.Counts()
+	return c.Messages
+}
+
+// rawClient speaks to nd's listener with cert, outside any Node: for envelopes a Node
+// would never send.
+func rawClient(cert *fedtest.Cert) *http.Client {
+	pair, _ := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{pair},
+		InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}}, Timeout: 10 * time.Second}
+}
+
+func post(t *testing.T, c *http.Client, addr, path string, v any) (int, map[string]any) {
+	t.Helper()
+	raw, _ := json.Marshal(v)
+	resp, err := c.Post("https://"+addr+path, "application/json", bytes.NewReader(raw))
+	if err != nil {
+		return 0, map[string]any{"transport": err.Error()}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	json.Unmarshal(body, &out)
+	return resp.StatusCode, out
+}
+
+func envelopeTo(ref string) map[string]any {
+	id := uuid.Must(uuid.NewV7()).String()
+	return map[string]any{"v": 2, "id": id, "principal": map[string]any{"kind": "session", "harness": "claude", "session_id": "s-1", "name": "alice"},
+		"to": map[string]any{"ref": ref}, "body": "hello", "push_replies": true, "thread_id": id, "created_at": time.Now().Unix()}
+}
+
+func peerEntry(name, addr, pin, extra string) string {
+	return fmt.Sprintf(`%q: {"address": %q, "pin": %q %s}`, name, addr, pin, extra)
+}
+
+// pair starts a and b, each pinning the other, b accepting everything from a unless bExtra
+// narrows it.
+func pair(t *testing.T, bExtra string, rates ...int) (a, b *node) {
+	a, b = newNode(t, "a"), newNode(t, "b")
+	a.start("{"+peerEntry("b", b.addr(), b.cert.Pin, `, "allow": ["send", "reply", "list"]`)+"}", rates...)
+	b.start("{"+peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send", "reply", "list"]`+bExtra)+"}", rates...)
+	return a, b
+}
+
+func TestSendAndReplyAcrossNodes(t *testing.T) {
+	a, b := pair(t, "")
+	ctx := context.Background()
+	// An attested sender on a (a registered service, standing in for any caller).
+	caller := bus.Caller{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
+	d, err := a.bus.Send(ctx, bus.Send{Ref: "svc:bot@b", Text: "ping", Bytes: 4, FromName: "xmsg@a · svc:bot", Principal: "session:svc:bot",
+		Caller: &caller, PushReplies: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Outcome != "delivered" || d.SessionID != "svc:bot" {
+		t.Errorf("delivery = %+v", d)
+	}
+	if got := b.queued("svc:bot"); got != 1 {
+		t.Fatalf("b queued %d, want 1", got)
+	}
+	// The recipient on b replies; the reply is pushed back into a's svc:bot queue.
+	res, err := b.bus.Reply(ctx, caller, d.MessageID, "pong", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PushOutcome == nil || *res.PushOutcome != "pushed" {
+		t.Errorf("push outcome = %v, want pushed", res.PushOutcome)
+	}
+	if got := a.queued("svc:bot"); got != 1 {
+		t.Errorf("a queued %d replies, want 1", got)
+	}
+	// And a long-poll on a sees the reply.
+	replies, err := a.bus.Replies(ctx, d.MessageID, 0, 0)
+	if err != nil || len(replies) != 1 || replies[0].Text != "pong" {
+		t.Errorf("replies on a = %+v, %v", replies, err)
+	}
+	// A reply to the reply goes back to b (a holds an outbound row for the pushed message).
+	res2, err := a.bus.Reply(ctx, caller, *res.PushedMessageID, "pong again", "test")
+	if err != nil || res2.PushOutcome == nil || *res2.PushOutcome != "pushed" {
+		t.Fatalf("reply to the reply: %+v %v", res2, err)
+	}
+	// The remote session list, and an unknown peer.
+	list, err := a.bus.RemoteSessions(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = list
+	if _, err := a.bus.RemoteSessions(ctx, "nobody"); bus.AsError(err).Status != 404 {
+		t.Errorf("unknown peer list: %v", err)
+	}
+	if _, err := a.bus.Send(ctx, bus.Send{Ref: "x@nobody", Text: "t", Principal: "p"}); bus.AsError(err).Code != "unknown_peer" {
+		t.Errorf("unknown peer send: %v", err)
+	}
+}
+
+func TestAnonymousRemoteSendPollsThePeer(t *testing.T) {
+	a, b := pair(t, "")
+	ctx := context.Background()
+	d, err := a.bus.Send(ctx, bus.Send{Ref: "svc:bot@b", Text: "ping", Bytes: 4, FromName: "xmsg@a · carol", Principal: "http:x", From: "carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []bus.ReplyView)
+	go func() {
+		r, err := a.bus.Replies(ctx, d.MessageID, 0, 20*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	// The recipient replies (no push: an anonymous sender has no return address); a's
+	// long-poll, waiting on b's, wakes with it.
+	time.Sleep(50 * time.Millisecond)
+	res, err := b.bus.Reply(ctx, bus.Caller{Harness: "svc", SessionID: "svc:bot", Name: "bot"}, d.MessageID, "pong", "test")
+	if err != nil || res.PushOutcome != nil {
+		t.Fatalf("reply: %+v %v", res, err)
+	}
+	if r := <-done; len(r) != 1 || r[0].Text != "pong" {
+		t.Errorf("a's long-poll got %+v", r)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	a, b := pair(t, `, "from": ["127.0.0.0/8"], "principals": ["claude:alice", "claude:mallory"], "targets": ["svc:bot"]`, 60, 3)
+	c := rawClient(a.cert)
+	for _, tt := range []struct {
+		name   string
+		mutate func(map[string]any)
+		status int
+		code   string
+	}{
+		{"wrong v", func(e map[string]any) { e["v"] = 1 }, 400, "bad_request"},
+		{"unknown field", func(e map[string]any) { e["extra"] = true }, 400, "bad_request"},
+		{"principal not allowed", func(e map[string]any) {
+			e["principal"] = map[string]any{"kind": "session", "harness": "claude", "session_id": "s-2", "name": "eve"}
+		}, 403, "op_denied"},
+		{"no_forward", func(e map[string]any) { e["to"] = map[string]any{"ref": "svc:bot@c"} }, 400, "no_forward"},
+		{"target not allowed", func(e map[string]any) { e["to"] = map[string]any{"ref": "svc:other"} }, 403, "op_denied"},
+		{"target unknown", func(e map[string]any) { e["to"] = map[string]any{"ref": "nobody"} }, 403, "op_denied"},
+		{"bad id", func(e map[string]any) { e["id"] = "../x" }, 400, "bad_request"},
+		{"bad harness", func(e map[string]any) {
+			e["principal"] = map[string]any{"kind": "session", "harness": "evil", "session_id": "s-1", "name": "alice"}
+		}, 403, "op_denied"},
+	} {
+		e := envelopeTo("svc:bot")
+		tt.mutate(e)
+		status, out := post(t, c, b.addr(), "/fed/v2/messages", e)
+		if status != tt.status || out["error"] != tt.code {
+			t.Errorf("%s: got %d %v, want %d %s", tt.name, status, out, tt.status, tt.code)
+		}
+	}
+	if got := b.messages(); got != 0 {
+		t.Errorf("refused envelopes stored %d messages", got)
+	}
+	// Rate limit: the principal budget is 3 per minute.
+	for i := range 4 {
+		e := envelopeTo("svc:bot")
+		status, out := post(t, c, b.addr(), "/fed/v2/messages", e)
+		if i < 3 && status != 202 {
+			t.Errorf("send %d: %d %v", i, status, out)
+		}
+		if i == 3 && (status != 429 || out["error"] != "rate_limited") {
+			t.Errorf("send %d: got %d %v, want 429 rate_limited", i, status, out)
+		}
+	}
+	if got := b.queued("svc:bot"); got != 3 {
+		t.Errorf("queued %d, want 3 (the rate-limited one not)", got)
+	}
+	// Another principal has its own budget.
+	e := envelopeTo("svc:bot")
+	e["principal"] = map[string]any{"kind": "session", "harness": "claude", "session_id": "s-9", "name": "mallory"}
+	if status, out := post(t, c, b.addr(), "/fed/v2/messages", e); status != 202 {
+		t.Errorf("other principal: %d %v", status, out)
+	}
+	// Idempotent envelope ids: the same envelope again answers the stored result.
+	status1, out1 := post(t, c, b.addr(), "/fed/v2/messages", e)
+	if status1 != 202 || out1["messageId"] != e["id"] || b.queued("svc:bot") != 4 {
+		t.Errorf("replay: %d %v, queued %d", status1, out1, b.queued("svc:bot"))
+	}
+}
+
+func TestHandshakeRefusalsReachNoHandler(t *testing.T) {
+	a, b := pair(t, "")
+	stranger := fedtest.New(t, "stranger", nil, fedtest.Options{})
+	status, out := post(t, rawClient(stranger), b.addr(), "/fed/v2/messages", envelopeTo("svc:bot"))
+	if status != 0 || !strings.Contains(fmt.Sprint(out["transport"]), "tls") {
+		t.Errorf("unknown pin: got %d %v, want a TLS failure", status, out)
+	}
+	// Outbound-only: b knows c's pin but allows it nothing.
+	c := newNode(t, "c")
+	_ = a
+	b.write("peers.json", []byte("{"+peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send"]`)+","+peerEntry("c", c.addr(), c.cert.Pin, "")+"}"))
+	if changed, err := b.n.Reload(); !changed || err != nil {
+		t.Fatalf("reload: %v %v", changed, err)
+	}
+	status, out = post(t, rawClient(c.cert), b.addr(), "/fed/v2/messages", envelopeTo("svc:bot"))
+	if status != 0 {
+		t.Errorf("outbound-only: got %d %v, want a TLS failure", status, out)
+	}
+	if got := b.messages(); got != 0 {
+		t.Errorf("stored %d messages", got)
+	}
+	if lines := strings.Join(b.n.DoctorLines(), "\n"); !strings.Contains(lines, "federation peer c: address") || !strings.Contains(lines, "outbound-only") {
+		t.Errorf("doctor lines:\n%s", lines)
+	}
+}
+
+func TestSourceCheckEveryRequest(t *testing.T) {
+	a, b := pair(t, `, "from": ["192.0.2.0/24"]`)
+	c := rawClient(a.cert) // one kept-alive connection from 127.0.0.1
+	for i := range 2 {
+		status, out := post(t, c, b.addr(), "/fed/v2/messages", envelopeTo("svc:bot"))
+		if status != 403 || out["error"] != "peer_rejected" {
+			t.Errorf("request %d: got %d %v, want 403 peer_rejected", i, status, out)
+		}
+	}
+	// The same refusal reaches a sender on a as its own error code.
+	_, err := a.bus.Send(context.Background(), bus.Send{Ref: "svc:bot@b", Text: "x", Principal: "p", From: "x"})
+	if e := bus.AsError(err); e.Code != "peer_rejected" || e.Status != 403 {
+		t.Errorf("send from a: %v", err)
+	}
+	if got := b.messages(); got != 0 {
+		t.Errorf("stored %d messages", got)
+	}
+	if got := a.messages(); got != 0 {
+		t.Errorf("the refused send left %d message rows on a", got)
+	}
+}
+
+func TestRotatedCertificate(t *testing.T) {
+	a, b := pair(t, "")
+	ctx := context.Background()
+	send := func() error {
+		_, err := a.bus.Send(ctx, bus.Send{Ref: "svc:bot@b", Text: "x", Principal: "p", From: "x"})
+		return err
+	}
+	if err := send(); err != nil {
+		t.Fatal(err)
+	}
+	// A kept-alive connection made with the old certificate, before any reload.
+	keep := rawClient(a.cert)
+	if status, out := post(t, keep, b.addr(), "/fed/v2/messages", envelopeTo("svc:bot")); status != 202 {
+		t.Fatalf("kept-alive connection: %d %v", status, out)
+	}
+	old := a.cert
+	a.cert = fedtest.New(t, "a", nil, fedtest.Options{})
+	a.write("cert.pem", a.cert.CertPEM)
+	a.write("key.pem", a.cert.KeyPEM)
+	// Half a rotation (the cert without its key) is refused and the old pair kept.
+	a.write("key.pem", old.KeyPEM)
+	if changed, err := a.n.Reload(); changed || err == nil {
+		t.Fatalf("mismatched key: reload %v %v, want refused", changed, err)
+	}
+	if err := send(); err != nil {
+		t.Fatalf("after a refused reload the old pair must still work: %v", err)
+	}
+	a.write("key.pem", a.cert.KeyPEM)
+	if changed, err := a.n.Reload(); !changed || err != nil {
+		t.Fatalf("reload a: %v %v", changed, err)
+	}
+	// b still pins the old certificate: the new one is refused at the handshake.
+	if err := send(); bus.AsError(err).Code != "peer_rejected" {
+		t.Fatalf("new cert before b knows it: %v, want peer_rejected", err)
+	}
+	b.write("peers.json", []byte("{"+peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send", "reply", "list"]`)+"}"))
+	if changed, err := b.n.Reload(); !changed || err != nil {
+		t.Fatalf("reload b: %v %v", changed, err)
+	}
+	if err := send(); err != nil {
+		t.Fatalf("new cert after b's reload: %v", err)
+	}
+	// The connection made with the old certificate is judged again at its next request.
+	if status, out := post(t, keep, b.addr(), "/fed/v2/messages", envelopeTo("svc:bot")); status != 403 || out["error"] != "peer_rejected" {
+		t.Errorf("old kept-alive connection after b's reload: got %d %v, want 403 peer_rejected", status, out)
+	}
+	// And the old certificate is refused now.
+	if status, out := post(t, rawClient(old), b.addr(), "/fed/v2/messages", envelopeTo("svc:bot")); status != 0 {
+		t.Errorf("old certificate: got %d %v, want a TLS failure", status, out)
+	}
+}
