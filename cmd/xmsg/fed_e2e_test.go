@@ -600,3 +600,42 @@ func TestFederationKillDuringBurst(t *testing.T) {
 		t.Error("b was never killed")
 	}
 }
+
+// TestFederationStartupRefusals: the startup validation errors of PROTOCOL.md §10.1, one
+// clear line each.
+func TestFederationStartupRefusals(t *testing.T) {
+	dir := shortTemp(t)
+	c := fedtest.New(t, "n", nil, fedtest.Options{})
+	write := func(name string, data []byte, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, data, mode)
+		os.Chmod(p, mode)
+		return p
+	}
+	cert, key := write("cert.pem", c.CertPEM, 0o600), write("key.pem", c.KeyPEM, 0o600)
+	good := write("peers.json", []byte(`{"b": {"address": "192.0.2.2:7443", "pin": "`+c.Pin+`", "allow": ["send"]}}`), 0o600)
+	bad := write("bad.json", []byte(`{"b": {"address": "192.0.2.2:7443", "pin": "`+c.Pin+`", "colour": 1}}`), 0o600)
+	empty := write("empty.pem", []byte("no certificate here\n"), 0o600)
+	open := write("open.pem", c.CertPEM, 0o644)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--fed-listen", "0.0.0.0:7443", "--peers-file", good, "--fed-cert", cert, "--fed-key", key}, "unspecified address"},
+		{[]string{"--fed-listen", "[::]:7443", "--peers-file", good, "--fed-cert", cert, "--fed-key", key}, "unspecified address"},
+		{[]string{"--fed-listen", "localhost:7443", "--peers-file", good, "--fed-cert", cert, "--fed-key", key}, "want IP:PORT"},
+		{[]string{"--fed-listen", "127.0.0.1:7443", "--fed-cert", cert, "--fed-key", key}, "needs a peers file"},
+		{[]string{"--peers-file", good}, "needs both fed-cert and fed-key"},
+		{[]string{"--peers-file", good, "--fed-cert", cert}, "needs both fed-cert and fed-key"},
+		{[]string{"--peers-file", bad, "--fed-cert", cert, "--fed-key", key}, `peer "b": field "colour": unknown field`},
+		{[]string{"--peers-file", good, "--fed-cert", empty, "--fed-key", key}, "fed-cert/fed-key"},
+		{[]string{"--peers-file", good, "--fed-cert", open, "--fed-key", key}, "accessible by group or others"},
+		{[]string{"--peers-file", good, "--fed-cert", filepath.Join(dir, "missing.pem"), "--fed-key", key}, "fed-cert: open"},
+	} {
+		args := append([]string{"serve", "--db-path", filepath.Join(dir, "x.db")}, tt.args...)
+		out, err := xmsgCmd([]string{"XDG_RUNTIME_DIR=" + dir}, args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tt.want) || strings.Contains(string(out), "PRIVATE KEY") {
+			t.Errorf("serve %v: %v\n%s\nwant a refusal naming %q", tt.args, err, out, tt.want)
+		}
+	}
+}
