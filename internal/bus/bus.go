@@ -54,18 +54,19 @@ type Config struct {
 
 // Bus is the router. Safe for concurrent use.
 type Bus struct {
-	cfg     Config
-	mu      sync.Mutex
-	regs    map[string]*Registration
-	replies signals // keyed by message id
-	queues  signals // keyed by session id
-	waiters chan struct{}
-	keys    keyLocks
-	stop    chan struct{}
-	stopped sync.WaitGroup
-	locks   *lockwatch.Watcher // follows the locks of leases; nil without Codex
-	lim     ratelog.Limiter    // refusal log lines
-	bg      sync.WaitGroup     // finishing commits of federated sends (later)
+	cfg      Config
+	mu       sync.Mutex
+	regs     map[string]*Registration
+	replies  signals // keyed by message id
+	queues   signals // keyed by session id
+	waiters  chan struct{}
+	keys     keyLocks
+	stop     chan struct{}
+	stopped  sync.WaitGroup
+	locks    *lockwatch.Watcher // follows the locks of leases; nil without Codex
+	lim      ratelog.Limiter    // refusal log lines
+	inflight inflight           // remote sends not yet recorded
+	bg       sync.WaitGroup     // final records of remote sends, written after the answer
 }
 
 // New builds a bus and starts its retention loop.

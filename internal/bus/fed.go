@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -87,12 +88,14 @@ func unknownPeer(host string) *Error {
 	return errorf(http.StatusBadRequest, "unknown_peer", "unknown peer '%s'", host)
 }
 
-// sendRemote sends s to target on peer. The message and outbound rows are committed BEFORE
-// the envelope leaves (outcome accepted): the recipient may reply at once, and its reply is
-// accepted only if the outbound row names that peer. A refused or failed send deletes them
-// again, so it changes nothing. The final outcome is written after the answer (it is known
-// to the caller, and a crash in between leaves "accepted", which is true), except with an
-// idempotency key, whose record must exist before the next retry can look for it.
+// sendRemote sends s to target on peer, then records the message row (with the caller's
+// return address and this host as return host) and the outbound row naming the peer, in one
+// commit, before answering: a durable remote send costs the peer's commit, one round trip
+// and one commit here. A refused or failed send records nothing.
+//
+// The recipient may reply before that commit lands (its reply races our answer): the id is
+// registered as in flight first, and an inbound reply to an in-flight id waits for the
+// commit (FedReply) instead of being refused.
 func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Delivery, error) {
 	if b.cfg.Fed == nil || !b.cfg.Fed.Known(peer) {
 		return Delivery{}, unknownPeer(peer)
@@ -103,69 +106,75 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 	}
 	now := nowUnix()
 	msg := store.Message{ID: id.String(), CreatedAt: now, SessionID: target, FromName: s.FromName, Bytes: s.Bytes,
-		Outcome: "accepted", RecipientHarness: "fed", ThreadID: id.String(), ReturnHost: b.cfg.Host}
+		RecipientHarness: "fed", ThreadID: id.String(), ReturnHost: b.cfg.Host}
 	p := Principal{Kind: "anonymous", From: s.From}
 	if s.Caller != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
 		p = Principal{Kind: "session", Harness: s.Caller.Harness, SessionID: s.Caller.SessionID, Name: s.Caller.Name}
 	}
-	out := store.Outbound{ID: msg.ID, Peer: peer, TargetRef: target, Outcome: "accepted", CreatedAt: now}
-	if err := b.cfg.Store.Update(func(tx *store.Tx) error {
-		if err := tx.PutMessage(msg); err != nil {
-			return err
-		}
-		return tx.PutOutbound(out)
-	}); err != nil {
-		return Delivery{}, err
-	}
+	done := b.inflight.add(msg.ID)
+	defer done()
 	rd, err := b.cfg.Fed.Send(ctx, Outgoing{Peer: peer, ID: msg.ID, TargetRef: target, Body: s.Text, Principal: p,
 		PushReplies: msg.PushReplies, ThreadID: msg.ThreadID, CreatedAt: now})
 	if err != nil {
-		if uerr := b.cfg.Store.Update(func(tx *store.Tx) error {
-			if err := tx.DeleteMessage(msg.ID); err != nil {
-				return err
-			}
-			return tx.DeleteOutbound(msg.ID)
-		}); uerr != nil {
-			b.cfg.Log.Error("forgetting refused remote send", "message_id", msg.ID, "err", uerr)
-		}
 		return Delivery{}, err
 	}
-	msg.SessionID, msg.Outcome, out.Outcome = rd.SessionID, rd.Outcome, rd.Outcome
+	msg.SessionID, msg.Outcome = rd.SessionID, rd.Outcome
+	out := store.Outbound{ID: msg.ID, Peer: peer, TargetRef: target, Outcome: rd.Outcome, CreatedAt: now}
 	d := Delivery{SessionID: rd.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: rd.Outcome}
-	finish := func() error {
-		return b.cfg.Store.Update(func(tx *store.Tx) error {
-			if err := tx.PutMessage(msg); err != nil {
-				return err
-			}
-			if err := tx.PutOutbound(out); err != nil {
-				return err
-			}
-			if s.Key == "" {
-				return nil
-			}
-			return tx.PutIdem(store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
-				SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: now})
-		})
-	}
-	if s.Key != "" {
-		return d, finish()
-	}
-	b.later(func() {
-		if err := finish(); err != nil {
-			b.cfg.Log.Error("recording remote delivery", "message_id", msg.ID, "err", err)
+	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := tx.PutMessage(msg); err != nil {
+			return err
 		}
+		if err := tx.PutOutbound(out); err != nil {
+			return err
+		}
+		if s.Key == "" {
+			return nil
+		}
+		return tx.PutIdem(store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
+			SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: now})
 	})
+	if err != nil {
+		return Delivery{}, err
+	}
 	return d, nil
 }
 
-// later runs fn in the background; Close waits for it.
-func (b *Bus) later(fn func()) {
-	b.bg.Add(1)
-	go func() {
-		defer b.bg.Done()
-		fn()
-	}()
+// inflight holds the ids of remote sends whose records are not committed yet.
+type inflight struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+func (f *inflight) add(id string) (done func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	if f.m == nil {
+		f.m = map[string]chan struct{}{}
+	}
+	f.m[id] = ch
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		delete(f.m, id)
+		f.mu.Unlock()
+		close(ch)
+	}
+}
+
+// wait blocks until id is no longer in flight (or ctx ends).
+func (f *inflight) wait(ctx context.Context, id string) {
+	f.mu.Lock()
+	ch := f.m[id]
+	f.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
 }
 
 // pushRemote plans the push of a reply to a sender on another node (PROTOCOL.md §8.5). The
@@ -247,16 +256,21 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 	t := m.Target
 	now := nowUnix()
 	msg := store.Message{ID: m.ID, CreatedAt: now, SessionID: t.SessionID, FromName: m.FromName, Bytes: len(m.Body),
-		Outcome: "accepted", RecipientHarness: t.Harness, ReturnHost: m.Peer, ThreadID: m.ThreadID}
+		RecipientHarness: t.Harness, ReturnHost: m.Peer, ThreadID: m.ThreadID}
 	if msg.ThreadID == "" {
 		msg.ThreadID = m.ID
 	}
 	if m.Return != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = m.Return.Harness, m.Return.SessionID, m.PushReplies
 	}
+	// Like a local send (bus.Send), the row is committed as delivered BEFORE the Claude
+	// inbox sees the message (the session may reply at once, and its reply must find the
+	// row), and rewritten as delivery_failed if the inbox refuses it: one commit on the
+	// success path instead of the protocol's pre-record + update. A queued harness's row
+	// commits together with its queue entry, so "delivered" is true at once.
+	msg.Outcome = "delivered"
 	var pending *store.Pending
 	if t.Harness != "claude" {
-		msg.Outcome = "delivered" // committed to the durable queue with the row itself
 		pending = &store.Pending{ID: m.ID, SessionID: t.SessionID, CreatedAt: now, FromName: m.FromName, Bytes: len(m.Body),
 			Text: m.Body, Envelope: envelope.Plain(m.FromName, m.ID, m.Body)}
 		if t.Harness == "svc" {
@@ -293,14 +307,6 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 		}
 		return Delivery{}, inboxError(err)
 	}
-	// The 202 does not wait for this: the row already says accepted, and a crash before it
-	// lands leaves exactly that.
-	msg.Outcome = "delivered"
-	b.later(func() {
-		if err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.PutMessage(msg) }); err != nil {
-			b.cfg.Log.Error("recording delivery", "message_id", msg.ID, "err", err)
-		}
-	})
 	return d, nil
 }
 
@@ -328,6 +334,10 @@ func (b *Bus) FedReply(ctx context.Context, r FedReplyIn) (outcome, messageID st
 	} else if found {
 		return rec.Outcome, rec.MessageID, nil
 	}
+	// A reply can overtake the commit of the send it answers (see sendRemote).
+	wctx, cancel := context.WithTimeout(ctx, fedTimeout)
+	b.inflight.wait(wctx, r.InReplyTo)
+	cancel()
 	var out store.Outbound
 	var msg store.Message
 	var foundOut, foundMsg bool
