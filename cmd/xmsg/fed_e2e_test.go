@@ -43,7 +43,7 @@ func runCmd(t testing.TB, args ...string) {
 	}
 }
 
-func newNetPair(t *testing.T) netPair {
+func newNetPair(t testing.TB) netPair {
 	ostest.RequireRoot(t)
 	ostest.RequireTool(t, "ip")
 	ostest.RequireTool(t, "setpriv")
@@ -70,7 +70,7 @@ func newNetPair(t *testing.T) netPair {
 
 // fedNode is one daemon with its user, directories and credentials.
 type fedNode struct {
-	t        *testing.T
+	t        testing.TB
 	name, ns string
 	ip       string
 	user     ostest.User
@@ -82,8 +82,13 @@ type fedNode struct {
 	stderr   *daemontest.LogBuffer
 }
 
-func newFedNode(t *testing.T, name, ns, ip, exe string) *fedNode {
-	n := &fedNode{t: t, name: name, ns: ns, ip: ip, exe: exe, user: ostest.AddUser(t)}
+func newFedNode(t testing.TB, name, ns, ip, exe string, user ...ostest.User) *fedNode {
+	n := &fedNode{t: t, name: name, ns: ns, ip: ip, exe: exe}
+	if len(user) > 0 {
+		n.user = user[0]
+	} else {
+		n.user = ostest.AddUser(t)
+	}
 	base, err := os.MkdirTemp("", "xf"+name)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +203,7 @@ func (n *fedNode) http(method, path, body string) (int, map[string]any, []any) {
 
 // bot is a service process registered on a node.
 type bot struct {
-	t   *testing.T
+	t   testing.TB
 	cmd *exec.Cmd
 	in  io.WriteCloser
 	out *bufio.Reader

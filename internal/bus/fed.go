@@ -88,14 +88,20 @@ func unknownPeer(host string) *Error {
 	return errorf(http.StatusBadRequest, "unknown_peer", "unknown peer '%s'", host)
 }
 
-// sendRemote sends s to target on peer, then records the message row (with the caller's
-// return address and this host as return host) and the outbound row naming the peer, in one
-// commit, before answering: a durable remote send costs the peer's commit, one round trip
-// and one commit here. A refused or failed send records nothing.
+// sendRemote sends s to target on peer and records the message row (with the caller's
+// return address and this host as return host) and the outbound row naming the peer.
 //
-// The recipient may reply before that commit lands (its reply races our answer): the id is
-// registered as in flight first, and an inbound reply to an in-flight id waits for the
-// commit (FedReply) instead of being refused.
+// The record is committed WHILE the envelope travels: a pre-record (outcome accepted, as
+// the protocol's own pre-records) runs concurrently with the peer's commit and the round
+// trip, and the send is answered once both are done. So a durable remote send costs about
+// what the peer's commit and one round trip cost, not that plus a commit here. The final
+// outcome (and the peer's session id) is written afterwards without holding the answer;
+// a crash before it lands leaves "accepted", which is true. With an idempotency key the
+// final write is awaited: a retry must find the key. A refused or failed send deletes the
+// pre-record, so it changes nothing.
+//
+// The recipient may reply before the pre-record is committed: the id is registered as in
+// flight first, and an inbound reply to an in-flight id waits for it (FedReply).
 func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Delivery, error) {
 	if b.cfg.Fed == nil || !b.cfg.Fed.Known(peer) {
 		return Delivery{}, unknownPeer(peer)
@@ -106,38 +112,73 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 	}
 	now := nowUnix()
 	msg := store.Message{ID: id.String(), CreatedAt: now, SessionID: target, FromName: s.FromName, Bytes: s.Bytes,
-		RecipientHarness: "fed", ThreadID: id.String(), ReturnHost: b.cfg.Host}
+		Outcome: "accepted", RecipientHarness: "fed", ThreadID: id.String(), ReturnHost: b.cfg.Host}
 	p := Principal{Kind: "anonymous", From: s.From}
 	if s.Caller != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
 		p = Principal{Kind: "session", Harness: s.Caller.Harness, SessionID: s.Caller.SessionID, Name: s.Caller.Name}
 	}
+	out := store.Outbound{ID: msg.ID, Peer: peer, TargetRef: target, Outcome: "accepted", CreatedAt: now}
 	done := b.inflight.add(msg.ID)
 	defer done()
+	pre := make(chan error, 1)
+	go func() {
+		pre <- b.cfg.Store.Update(func(tx *store.Tx) error {
+			if err := tx.PutMessage(msg); err != nil {
+				return err
+			}
+			return tx.PutOutbound(out)
+		})
+	}()
 	rd, err := b.cfg.Fed.Send(ctx, Outgoing{Peer: peer, ID: msg.ID, TargetRef: target, Body: s.Text, Principal: p,
 		PushReplies: msg.PushReplies, ThreadID: msg.ThreadID, CreatedAt: now})
-	if err != nil {
+	preErr := <-pre
+	if err != nil || preErr != nil {
+		if preErr == nil {
+			if uerr := b.cfg.Store.Update(func(tx *store.Tx) error {
+				if err := tx.DeleteMessage(msg.ID); err != nil {
+					return err
+				}
+				return tx.DeleteOutbound(msg.ID)
+			}); uerr != nil {
+				b.cfg.Log.Error("forgetting a failed remote send", "message_id", msg.ID, "err", uerr)
+			}
+		}
+		if err == nil {
+			// The peer has it, but we could not record it: the caller must not take this
+			// for an ordinary success (a reply to it would be refused here).
+			b.cfg.Log.Error("recording a remote send", "message_id", msg.ID, "err", preErr)
+			return Delivery{}, preErr
+		}
 		return Delivery{}, err
 	}
-	msg.SessionID, msg.Outcome = rd.SessionID, rd.Outcome
-	out := store.Outbound{ID: msg.ID, Peer: peer, TargetRef: target, Outcome: rd.Outcome, CreatedAt: now}
+	msg.SessionID, msg.Outcome, out.Outcome = rd.SessionID, rd.Outcome, rd.Outcome
 	d := Delivery{SessionID: rd.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: rd.Outcome}
-	err = b.cfg.Store.Update(func(tx *store.Tx) error {
-		if err := tx.PutMessage(msg); err != nil {
-			return err
-		}
-		if err := tx.PutOutbound(out); err != nil {
-			return err
-		}
-		if s.Key == "" {
-			return nil
-		}
-		return tx.PutIdem(store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
-			SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: now})
-	})
-	if err != nil {
-		return Delivery{}, err
+	final := func() error {
+		return b.cfg.Store.Update(func(tx *store.Tx) error {
+			if err := tx.PutMessage(msg); err != nil {
+				return err
+			}
+			if err := tx.PutOutbound(out); err != nil {
+				return err
+			}
+			if s.Key == "" {
+				return nil
+			}
+			return tx.PutIdem(store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
+				SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: now})
+		})
 	}
+	if s.Key != "" {
+		return d, final()
+	}
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		if err := final(); err != nil {
+			b.cfg.Log.Error("recording a remote delivery", "message_id", msg.ID, "err", err)
+		}
+	}()
 	return d, nil
 }
 

@@ -68,6 +68,7 @@ func (n *Node) dialTLS(ctx context.Context, network, addr string) (net.Conn, err
 		return nil, fmt.Errorf("%w: %v", errRejected, err)
 	}
 	n.book.handshake(name, "outbound", nil)
+	n.dials.Add(1)
 	return tc, nil
 }
 

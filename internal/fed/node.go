@@ -73,6 +73,7 @@ type Node struct {
 	client    *http.Client
 	limits    *limiter
 	book      book
+	dials     atomic.Int64 // outbound TLS handshakes completed: none on the hot path
 	reloadMu  sync.Mutex
 	stop      chan struct{}
 	stopOnce  sync.Once

@@ -83,6 +83,7 @@ func (n *Node) DoctorLines() []string {
 	if s := n.book.get("(unknown)", "inbound"); s != "none yet" {
 		l = append(l, "federation unknown certificates: last inbound handshake: "+s)
 	}
+	l = append(l, fmt.Sprintf("federation outbound handshakes: %d (kept-alive connections are reused; a reload closes the idle ones)", n.dials.Load()))
 	r := n.book.getReload()
 	if r == "" {
 		r = "not started"
