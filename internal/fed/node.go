@@ -74,10 +74,12 @@ type Node struct {
 	limits    *limiter
 	book      book
 	dials     atomic.Int64 // outbound TLS handshakes completed: none on the hot path
-	reloadMu  sync.Mutex
-	stop      chan struct{}
-	stopOnce  sync.Once
-	wg        sync.WaitGroup
+	// startPorts are the peer ports the sandbox allows (Ports at start), for reload warnings.
+	startPorts map[uint16]bool
+	reloadMu   sync.Mutex
+	stop       chan struct{}
+	stopOnce   sync.Once
+	wg         sync.WaitGroup
 }
 
 // Enabled reports whether cfg asks for federation: a peers file (flag or credential) or a
@@ -115,6 +117,10 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, limits: newLimiter(), stop: make(chan struct{})}
 	n.st.Store(st)
+	n.startPorts = map[uint16]bool{}
+	for _, p := range n.Ports() {
+		n.startPorts[p] = true
+	}
 	n.transport = &http.Transport{
 		DialTLSContext:        n.dialTLS,
 		MaxIdleConnsPerHost:   8,

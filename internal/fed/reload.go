@@ -46,8 +46,19 @@ func (n *Node) Reload() (bool, error) {
 	if next.hash == cur.hash {
 		return false, nil
 	}
+	before := map[uint16]bool{}
+	for _, p := range n.Ports() {
+		before[p] = true
+	}
 	n.st.Store(next)
 	n.transport.CloseIdleConnections()
+	// The sandbox allowed connects to the ports known at start; Landlock rules cannot be
+	// added later, so a peer on a new port stays unreachable until a restart. Say so.
+	for _, p := range n.Ports() {
+		if !before[p] && n.startPorts != nil && !n.startPorts[p] {
+			n.cfg.Log.Warn("fed reload: a peer uses a port the sandbox did not allow at start; it is unreachable until a restart", "port", p)
+		}
+	}
 	n.cfg.Log.Info("fed reloaded", "pin", next.pin, "peers", len(next.peers.names))
 	n.book.setReload(fmt.Sprintf("every %s, last change %s applied", n.cfg.ReloadInterval, when))
 	return true, nil
