@@ -22,6 +22,9 @@ import (
 type Federation interface {
 	// Known reports whether peer is configured (the current peers file).
 	Known(peer string) bool
+	// Leaf reports whether peer is a leaf (it pulls its mail from us; we never connect to
+	// it), and for a leaf whether its `targets` allow ref (else an op_denied *Error).
+	Leaf(peer, ref string) (bool, error)
 	// Send posts a message envelope to its peer (PROTOCOL.md §8.4).
 	Send(ctx context.Context, m Outgoing) (RemoteDelivery, error)
 	// PushReply posts a reply envelope (§8.5) and returns the push outcome: pushed,
@@ -106,6 +109,11 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 	if b.cfg.Fed == nil || !b.cfg.Fed.Known(peer) {
 		return Delivery{}, unknownPeer(peer)
 	}
+	if leaf, err := b.cfg.Fed.Leaf(peer, target); err != nil {
+		return Delivery{}, err
+	} else if leaf {
+		return b.sendLeaf(s, target, peer)
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return Delivery{}, err
@@ -180,6 +188,103 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 		}
 	}()
 	return d, nil
+}
+
+// leafKey is the signal key of a leaf peer's mailbox (distinct from every session id).
+func leafKey(peer string) string { return "\x00leaf:" + peer }
+
+// sendLeaf queues s for a leaf peer (PROTOCOL.md §8.4): no connection is made; the message,
+// its outbound row (outcome queued) and the mailbox entry commit together, and the leaf's
+// long-poll on GET /fed/v2/inbox wakes.
+func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Delivery{}, err
+	}
+	now := nowUnix()
+	msg := store.Message{ID: id.String(), CreatedAt: now, SessionID: target, FromName: s.FromName, Bytes: s.Bytes,
+		Outcome: "queued", RecipientHarness: "fed", ThreadID: id.String(), ReturnHost: b.cfg.Host}
+	if s.Caller != nil {
+		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
+	}
+	out := store.Outbound{ID: msg.ID, Peer: peer, TargetRef: target, Outcome: "queued", CreatedAt: now}
+	origin, _ := json.Marshal(map[string]string{"kind": "fed", "host": b.cfg.Host, "principal": s.FromName})
+	mail := store.MailboxEntry{ID: msg.ID, Peer: peer, TargetRef: target, CreatedAt: now, FromName: s.FromName, Bytes: s.Bytes, Body: s.Text, Origin: origin}
+	d := Delivery{SessionID: target, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: "queued"}
+	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := tx.PutMessage(msg); err != nil {
+			return err
+		}
+		if err := tx.PutOutbound(out); err != nil {
+			return err
+		}
+		if err := tx.PutMailbox(mail); err != nil {
+			return err
+		}
+		if s.Key == "" {
+			return nil
+		}
+		return tx.PutIdem(store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
+			SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: now})
+	})
+	if err != nil {
+		return Delivery{}, err
+	}
+	b.queues.fire(leafKey(peer))
+	return d, nil
+}
+
+// LeafInbox returns the oldest mail for leaf peer without removing it, waiting up to wait
+// (at most MaxWait) for one; nil when there is none.
+func (b *Bus) LeafInbox(ctx context.Context, peer string, wait time.Duration) (*store.MailboxEntry, error) {
+	if wait > MaxWait {
+		wait = MaxWait
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		ch, cancel := b.queues.subscribe(leafKey(peer))
+		var e store.MailboxEntry
+		var found bool
+		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+			e, found, err = tx.MailboxHead(peer)
+			return err
+		})
+		if err != nil || found || wait <= 0 {
+			cancel()
+			if found {
+				return &e, nil
+			}
+			return nil, err
+		}
+		select {
+		case <-ch:
+			cancel()
+		case <-timer.C:
+			cancel()
+			return nil, nil
+		case <-ctx.Done():
+			cancel()
+			return nil, nil
+		}
+	}
+}
+
+// LeafAck deletes mail id from leaf peer's mailbox; only that peer's mailbox is searched.
+func (b *Bus) LeafAck(peer, id string) error {
+	var acked bool
+	err := b.cfg.Store.Update(func(tx *store.Tx) (err error) {
+		acked, err = tx.AckMailbox(peer, id)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !acked {
+		return errorf(http.StatusNotFound, "not_found", "no mail '%s' for peer '%s'", id, peer)
+	}
+	b.cfg.Log.Info("accepted", "socket", "fed", "actor", "fed:"+peer, "request", "inbox_ack", "message_id", id)
+	return nil
 }
 
 // inflight holds the ids of remote sends whose records are not committed yet.

@@ -155,8 +155,8 @@ func (n *Node) Send(ctx context.Context, m bus.Outgoing) (bus.RemoteDelivery, er
 		return bus.RemoteDelivery{}, &bus.Error{Status: http.StatusBadRequest, Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", m.Peer)}
 	}
 	if p.Leaf {
-		// Leaf peers pull their mail (issue 13); until then nothing can reach them.
-		return bus.RemoteDelivery{}, &bus.Error{Status: http.StatusServiceUnavailable, Code: "service_unavailable", Detail: fmt.Sprintf("peer '%s' is a leaf; leaf mailboxes are not available in this build", m.Peer)}
+		// The bus queues mail for leaves (Leaf); a leaf is never dialled.
+		return bus.RemoteDelivery{}, &bus.Error{Status: http.StatusServiceUnavailable, Code: "service_unavailable", Detail: fmt.Sprintf("peer '%s' is a leaf", m.Peer)}
 	}
 	e := Envelope{V: Version, ID: m.ID, Principal: wirePrincipal(m.Principal), Body: m.Body, PushReplies: m.PushReplies, ThreadID: m.ThreadID, CreatedAt: m.CreatedAt}
 	e.To.Ref = m.TargetRef
@@ -215,4 +215,23 @@ func (n *Node) Replies(ctx context.Context, peer, id string, after uint64, wait 
 		return nil, err
 	}
 	return out, nil
+}
+
+// Leaf implements bus.Federation: for a leaf peer, its `targets` apply to what we queue for
+// it (PROTOCOL.md §8.4).
+func (n *Node) Leaf(peer, ref string) (bool, error) {
+	p, ok := n.st.Load().peers.Get(peer)
+	if !ok || !p.Leaf {
+		return false, nil
+	}
+	if p.TargetsSet {
+		names := []string{ref}
+		if !strings.Contains(ref, ":") {
+			names = append(names, "svc:"+ref, "session:svc:"+ref)
+		}
+		if !intersects(names, p.Targets) {
+			return true, &bus.Error{Status: http.StatusForbidden, Code: "op_denied", Detail: "target not allowed for peer"}
+		}
+	}
+	return true, nil
 }

@@ -144,7 +144,8 @@ func (ps *Peers) Inbound(chain []*x509.Certificate) (*Peer, error) {
 	case pinned != nil && len(cas) > 0:
 		return nil, refused("certificate matches pinned peer %q and CA peer %q", pinned.Name, cas[0].Name)
 	case pinned != nil:
-		if len(pinned.Allow) == 0 {
+		// A leaf exists to connect to us (it pulls its mail), whatever it may do besides.
+		if len(pinned.Allow) == 0 && !pinned.Leaf {
 			return nil, refused("peer %q is outbound-only (empty allow)", pinned.Name)
 		}
 		return pinned, nil
@@ -153,7 +154,7 @@ func (ps *Peers) Inbound(chain []*x509.Certificate) (*Peer, error) {
 	case len(cas) == 0:
 		return nil, refused("unknown certificate (pin sha256:%x matches no peer, and no CA peer accepts it)", pin)
 	}
-	if len(cas[0].Allow) == 0 {
+	if len(cas[0].Allow) == 0 && !cas[0].Leaf {
 		return nil, refused("peer %q is outbound-only (empty allow)", cas[0].Name)
 	}
 	return cas[0], nil

@@ -388,3 +388,73 @@ func TestRotatedCertificate(t *testing.T) {
 		t.Errorf("old certificate: got %d %v, want a TLS failure", status, out)
 	}
 }
+
+func get(t *testing.T, c *http.Client, addr, path string) (int, []byte) {
+	t.Helper()
+	resp, err := c.Get("https://" + addr + path)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
+}
+
+// TestLeafMailbox: the hub queues mail for a leaf peer without connecting to it; the leaf
+// pulls it (it stays until acked), and each leaf sees only its own mailbox.
+func TestLeafMailbox(t *testing.T) {
+	hub, leaf, other := newNode(t, "hub"), newNode(t, "leaf"), newNode(t, "other")
+	hub.start("{" + peerEntry("leaf", leaf.addr(), leaf.cert.Pin, `, "leaf": true, "targets": ["svc:matrix"]`) + "," +
+		peerEntry("other", other.addr(), other.cert.Pin, `, "leaf": true`) + "}")
+	ctx := context.Background()
+	d, err := hub.bus.Send(ctx, bus.Send{Ref: "matrix@leaf", Text: "for the leaf", Bytes: 12, FromName: "xmsg@hub · carol", Principal: "http:c", From: "carol"})
+	if err != nil || d.Outcome != "queued" || d.SessionID != "matrix" {
+		t.Fatalf("send to leaf: %+v %v", d, err)
+	}
+	if _, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:bot@leaf", Text: "x", Principal: "p", From: "c"}); bus.AsError(err).Code != "op_denied" {
+		t.Errorf("target outside the leaf's targets: %v", err)
+	}
+	c := rawClient(leaf.cert)
+	for range 2 { // not removed by reading
+		status, body := get(t, c, hub.addr(), "/fed/v2/inbox?wait=0")
+		var e map[string]any
+		json.Unmarshal(body, &e)
+		if o, _ := e["origin"].(map[string]any); status != 200 || e["id"] != d.MessageID || e["body"] != "for the leaf" || e["to"] != "matrix" || o["host"] != "hub" {
+			t.Fatalf("inbox: %d %s", status, body)
+		}
+	}
+	// Another leaf has its own (empty) mailbox, and cannot ack the first one's mail.
+	if status, body := get(t, rawClient(other.cert), hub.addr(), "/fed/v2/inbox?wait=0"); status != 200 || strings.TrimSpace(string(body)) != "null" {
+		t.Errorf("other leaf's inbox: %d %s", status, body)
+	}
+	if status, out := post(t, rawClient(other.cert), hub.addr(), "/fed/v2/inbox/"+d.MessageID+"/ack", nil); status != 404 {
+		t.Errorf("other leaf acking: %d %v", status, out)
+	}
+	if status, out := post(t, c, hub.addr(), "/fed/v2/inbox/"+d.MessageID+"/ack", nil); status != 200 || out["status"] != "ok" {
+		t.Errorf("ack: %d %v", status, out)
+	}
+	if status, out := post(t, c, hub.addr(), "/fed/v2/inbox/"+d.MessageID+"/ack", nil); status != 404 {
+		t.Errorf("second ack: %d %v", status, out)
+	}
+	if status, body := get(t, c, hub.addr(), "/fed/v2/inbox?wait=0"); strings.TrimSpace(string(body)) != "null" {
+		t.Errorf("inbox after ack: %d %s", status, body)
+	}
+	// A long-poll wakes when mail arrives.
+	got := make(chan []byte, 1)
+	go func() { _, body := get(t, c, hub.addr(), "/fed/v2/inbox?wait=20"); got <- body }()
+	time.Sleep(50 * time.Millisecond)
+	d2, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:matrix@leaf", Text: "second", Principal: "p", From: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := <-got; !strings.Contains(string(body), d2.MessageID) {
+		t.Errorf("long-poll got %s", body)
+	}
+}
+
+func TestInboxOnlyForLeaves(t *testing.T) {
+	a, b := pair(t, "")
+	if status, body := get(t, rawClient(a.cert), b.addr(), "/fed/v2/inbox?wait=0"); status != 403 || !strings.Contains(string(body), "op_denied") {
+		t.Errorf("non-leaf inbox: %d %s", status, body)
+	}
+}
