@@ -286,4 +286,3 @@ func startResponder(b *testing.B, n *fedNode) (stop func()) {
 	}()
 	return func() { c.Close(); <-done }
 }
-
