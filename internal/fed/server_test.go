@@ -29,7 +29,7 @@ import (
 // listener. The end-to-end tests (cmd/xmsg) run real daemons in network namespaces; these
 // run everywhere, without root.
 type node struct {
-	t     *testing.T
+	t     testing.TB
 	name  string
 	dir   string
 	cert  *fedtest.Cert
@@ -40,7 +40,7 @@ type node struct {
 	srv   *Server
 }
 
-func newNode(t *testing.T, name string) *node {
+func newNode(t testing.TB, name string) *node {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -143,9 +143,12 @@ func peerEntry(name, addr, pin, extra string) string {
 	return fmt.Sprintf(`%q: {"address": %q, "pin": %q %s}`, name, addr, pin, extra)
 }
 
+// benchPair is pair for benchmarks, with rate limits out of the way.
+func benchPair(t testing.TB) (a, b *node) { return pair(t, "", 1e9, 1e9) }
+
 // pair starts a and b, each pinning the other, b accepting everything from a unless bExtra
 // narrows it.
-func pair(t *testing.T, bExtra string, rates ...int) (a, b *node) {
+func pair(t testing.TB, bExtra string, rates ...int) (a, b *node) {
 	a, b = newNode(t, "a"), newNode(t, "b")
 	a.start("{"+peerEntry("b", b.addr(), b.cert.Pin, `, "allow": ["send", "reply", "list"]`)+"}", rates...)
 	b.start("{"+peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send", "reply", "list"]`+bExtra)+"}", rates...)
