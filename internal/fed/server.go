@@ -146,9 +146,26 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	return body, true
 }
 
-// validID: envelope ids become bbolt keys whose order is time order, so only canonical
-// UUIDs (as minted by uuid.NewV7) are taken.
+// idSkew is how far the time inside an envelope id may be from our clock.
+const idSkew = time.Hour
+
+// validID: envelope ids become keys of the messages bucket, whose order is taken for time
+// order (retention purges from the oldest key and stops at the first young row). So only
+// canonical UUID v7 ids are taken, and only with a time near ours: an id from 1970 would
+// sort first, be young, and hold back every purge.
 func validID(id string) bool {
+	u, err := uuid.Parse(id)
+	if err != nil || u.String() != id || u.Version() != 7 {
+		return false
+	}
+	sec, nsec := u.Time().UnixTime()
+	d := time.Since(time.Unix(sec, nsec))
+	return d < idSkew && d > -idSkew
+}
+
+// validRef is an id that names an existing message (in_reply_to, thread_id): any canonical
+// UUID, however old.
+func validRef(id string) bool {
 	u, err := uuid.Parse(id)
 	return err == nil && u.String() == id
 }
@@ -240,7 +257,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError(http.StatusBadRequest, "bad_request", "unsupported envelope version %d (want %d)", e.V, Version))
 		return
 	}
-	if !validID(e.ID) || e.Body == "" || (e.ThreadID != "" && !validID(e.ThreadID)) {
+	if !validID(e.ID) || e.Body == "" || (e.ThreadID != "" && !validRef(e.ThreadID)) {
 		writeError(w, apiError(http.StatusBadRequest, "bad_request", "id and thread_id must be UUIDs and body non-empty"))
 		return
 	}
@@ -384,7 +401,7 @@ func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError(http.StatusForbidden, "op_denied", "reply operation not allowed for peer"))
 		return
 	}
-	if !validID(e.ID) || !validID(e.InReplyTo) || e.Text == "" || !sessionHarnesses[e.Replier.Harness] ||
+	if !validID(e.ID) || !validRef(e.InReplyTo) || e.Text == "" || !sessionHarnesses[e.Replier.Harness] ||
 		e.Replier.SessionID == "" || len(e.Replier.SessionID) > 256 || !printable(e.Replier.SessionID) {
 		writeError(w, apiError(http.StatusBadRequest, "bad_request", "id, in_reply_to, replier and text are required"))
 		return

@@ -251,6 +251,8 @@ func TestRefusals(t *testing.T) {
 		{"target not allowed", func(e map[string]any) { e["to"] = map[string]any{"ref": "svc:other"} }, 403, "op_denied"},
 		{"target unknown", func(e map[string]any) { e["to"] = map[string]any{"ref": "nobody"} }, 403, "op_denied"},
 		{"bad id", func(e map[string]any) { e["id"] = "../x" }, 400, "bad_request"},
+		{"id not v7", func(e map[string]any) { e["id"] = uuid.NewString() }, 400, "bad_request"},
+		{"id from 1970", func(e map[string]any) { e["id"] = "00000000-0001-7000-8000-000000000000" }, 400, "bad_request"},
 		{"bad harness", func(e map[string]any) {
 			e["principal"] = map[string]any{"kind": "session", "harness": "evil", "session_id": "s-1", "name": "alice"}
 		}, 403, "op_denied"},
