@@ -275,6 +275,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError(http.StatusForbidden, "op_denied", "principal not authorized for peer"))
 		return
 	}
+	if e.To.Ref == "" || len(e.To.Ref) > 256 {
+		writeError(w, apiError(http.StatusBadRequest, "bad_request", "to.ref must be 1..256 bytes"))
+		return
+	}
 	// 4. no multi-hop forwarding
 	if strings.Contains(e.To.Ref, "@") {
 		writeError(w, apiError(http.StatusBadRequest, "no_forward", "federated ref '%s' names another host; forwarding is not allowed", e.To.Ref))
