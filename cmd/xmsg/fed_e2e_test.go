@@ -201,6 +201,36 @@ func (n *fedNode) http(method, path, body string) (int, map[string]any, []any) {
 	return r.Status, m, l
 }
 
+// claude starts a fake Claude session on n, as n's user, named name; the returned function
+// waits for the first line its inbox receives.
+func (n *fedNode) claude(id, name string) func() string {
+	n.t.Helper()
+	dir := n.path("inbox-" + name)
+	os.Mkdir(dir, 0o700)
+	os.Chown(dir, int(n.user.UID), int(n.user.GID))
+	log := filepath.Join(dir, "inbox.log")
+	cmd := n.asUser([]string{"XMSG_TEST_ROLE=claude", "SESSION_DIR=" + n.path("sessions"), "SESSION_ID=" + id, "SESSION_NAME=" + name,
+		"SESSION_CWD=/", "SESSION_FILE=" + id + ".json", "INBOX_SOCK=" + filepath.Join(dir, "inbox.sock"), "INBOX_LOG=" + log}, n.exe)
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	if l, _ := bufio.NewReader(out).ReadString('\n'); l != "ready\n" {
+		n.t.Fatalf("fake claude: %q", l)
+	}
+	return func() string {
+		for i := 0; i < 500; i++ {
+			if raw, _ := os.ReadFile(log); len(raw) > 0 {
+				return string(raw)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return ""
+	}
+}
+
 // bot is a service process registered on a node.
 type bot struct {
 	t   testing.TB
@@ -363,9 +393,20 @@ func TestFederationMessagesAndReplies(t *testing.T) {
 		t.Errorf("a's queue: %v", got)
 	}
 
+	// 4. To a Claude session on b (a real process with a session file and an inbox socket,
+	// as b's user): one envelope line in its inbox, with a's badge.
+	inbox := b.claude("c0000000-0000-4000-8000-00000000000c", "expert")
+	status, d, _ = a.http("POST", "/v1/sessions/expert@b/messages", `{"from":"carol","text":"for claude"}`)
+	if status != 202 || d["sessionId"] != "c0000000-0000-4000-8000-00000000000c" {
+		t.Fatalf("send to claude on b: %d %v", status, d)
+	}
+	if line := inbox(); !strings.Contains(line, `from-name=\"xmsg@a · carol\"`) || !strings.Contains(line, "for claude") || !strings.Contains(line, "message_id="+str(d["messageId"])) {
+		t.Errorf("claude inbox line: %s", line)
+	}
+
 	// The peer's session list, with refs.
 	status, _, list := a.http("GET", "/v1/sessions?peer=b", "")
-	if status != 200 || len(list) != 1 || list[0].(map[string]any)["ref"] != "svc:bot@b" {
+	if status != 200 || len(list) != 2 || list[1].(map[string]any)["ref"] != "svc:bot@b" || list[0].(map[string]any)["ref"] != "c0000000-0000-4000-8000-00000000000c@b" {
 		t.Errorf("sessions?peer=b: %d %v", status, list)
 	}
 	if status, m, _ := a.http("GET", "/v1/sessions?peer=nobody", ""); status != 404 {
