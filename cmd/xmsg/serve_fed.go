@@ -53,11 +53,7 @@ func loadCredentials(cfg *config.Config, log *slog.Logger) (creds.Source, *feder
 			return creds.SourceNone, nil, err
 		}
 		f.node = n
-		src := creds.SourcePath
-		if creds.Dir() != "" {
-			src = creds.SourceCredentialsDirectory
-		}
-		return src, f, nil
+		return n.Source(), f, nil
 	}
 	source := creds.SourceNone
 	read := func(name, path string) ([]byte, error) {
@@ -128,8 +124,11 @@ func (f *federation) restrict(p *sandbox.Policy) {
 	// files, are allowed: a Landlock rule holds an inode, and a rotation that renames a new
 	// file into place would otherwise be unreadable.
 	for _, path := range append([]string{f.cfg.FedCert, f.cfg.FedKey, f.cfg.FedCA, f.cfg.PeersFile}, f.node.CAFiles()...) {
-		if path != "" {
-			p.ReadOnly = append(p.ReadOnly, filepath.Dir(path))
+		if path == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(path); err == nil { // Landlock rules need absolute paths
+			p.ReadOnly = append(p.ReadOnly, filepath.Dir(abs))
 		}
 	}
 }

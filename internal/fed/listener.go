@@ -100,12 +100,17 @@ func (l *listener) acceptLoop() {
 	for {
 		c, err := l.inner.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				l.Close()
+				return
 			}
-			l.Close()
-			return
+			// Out of file descriptors and the like: wait and go on, as net/http does.
+			select {
+			case <-l.done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
 		}
 		src := sourceOf(c)
 		l.mu.Lock()

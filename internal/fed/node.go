@@ -134,6 +134,9 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// Source says where the credentials came from (for doctor).
+func (n *Node) Source() creds.Source { return n.st.Load().source }
+
 // Pin is our own certificate's pin, for logs and doctor.
 func (n *Node) Pin() string { return n.st.Load().pin }
 
