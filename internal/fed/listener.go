@@ -54,10 +54,12 @@ type listener struct {
 	once  sync.Once
 	wg    sync.WaitGroup
 
-	mu      sync.Mutex
-	total   int
-	preHS   map[netip.Addr]int
-	perPeer map[string]int
+	mu         sync.Mutex
+	lastLog    time.Time // refusals are logged at most once a second (a flood must not fill the journal)
+	suppressed int
+	total      int
+	preHS      map[netip.Addr]int
+	perPeer    map[string]int
 }
 
 func (n *Node) newListener(inner net.Listener) *listener {
@@ -162,7 +164,7 @@ func (l *listener) handshake(c net.Conn, src netip.Addr) {
 	l.mu.Unlock()
 	if !authed {
 		if err != nil && raw.peer == nil {
-			l.n.cfg.Log.Warn("fed handshake refused", "source", src.String(), "err", oneLine(err.Error()))
+			l.logRefusal(src, err)
 		}
 		tc.Close()
 		l.release(nil, false)
@@ -174,6 +176,20 @@ func (l *listener) handshake(c net.Conn, src netip.Addr) {
 	case <-l.done:
 		fc.Close()
 	}
+}
+
+func (l *listener) logRefusal(src netip.Addr, err error) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.lastLog) < time.Second {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	n := l.suppressed
+	l.lastLog, l.suppressed = now, 0
+	l.mu.Unlock()
+	l.n.cfg.Log.Warn("fed handshake refused", "source", src.String(), "err", oneLine(err.Error()), "suppressed_since_last", n)
 }
 
 // serverConfig is the static outer config: it fetches the current snapshot per connection,
