@@ -267,6 +267,12 @@ func TestRefusals(t *testing.T) {
 	if got := b.messages(); got != 0 {
 		t.Errorf("refused envelopes stored %d messages", got)
 	}
+	// Only /fed/v2 routes exist on the federation listener.
+	for _, path := range []string{"/healthz", "/v1/sessions", "/v1/doctor"} {
+		if status, _ := get(t, c, b.addr(), path); status != 404 {
+			t.Errorf("GET %s on the federation listener: %d, want 404", path, status)
+		}
+	}
 	// Rate limit: the principal budget is 3 per minute.
 	for i := range 4 {
 		e := envelopeTo("svc:bot")
