@@ -307,6 +307,13 @@ func TestHandshakeRefusalsReachNoHandler(t *testing.T) {
 	if status != 0 || !strings.Contains(fmt.Sprint(out["transport"]), "tls") {
 		t.Errorf("unknown pin: got %d %v, want a TLS failure", status, out)
 	}
+	// TLS 1.2 is refused, even with a known certificate.
+	pairA, _ := tls.X509KeyPair(a.cert.CertPEM, a.cert.KeyPEM)
+	old := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{pairA},
+		InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12}}, Timeout: 10 * time.Second}
+	if status, out := post(t, old, b.addr(), "/fed/v2/messages", envelopeTo("svc:bot")); status != 0 {
+		t.Errorf("TLS 1.2: got %d %v, want a TLS failure", status, out)
+	}
 	// Outbound-only: b knows c's pin but allows it nothing.
 	c := newNode(t, "c")
 	_ = a
