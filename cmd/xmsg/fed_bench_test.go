@@ -25,8 +25,8 @@ import (
 )
 
 func init() {
-	roles["tlsecho"] = tlsEcho
-	roles["tlsping"] = tlsPing
+	fedRoles["tlsecho"] = func() int { tlsEcho(); return 0 }
+	fedRoles["tlsping"] = func() int { tlsPing(); return 0 }
 }
 
 func tlsPair() tls.Certificate {
@@ -234,7 +234,7 @@ func startBenchClaude(b *testing.B, dir string) string {
 	b.Cleanup(func() { os.RemoveAll(sockDir) })
 	id := "b0000000-0000-4000-8000-000000000001"
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "XMSG_TEST_ROLE=claude", "SESSION_DIR="+dir, "SESSION_ID="+id, "SESSION_NAME=bench",
+	cmd.Env = append(os.Environ(), "XMSG_TEST_ROLE=fedclaude", "SESSION_DIR="+dir, "SESSION_ID="+id, "SESSION_NAME=bench",
 		"SESSION_CWD=/", "SESSION_FILE="+id+".json", "INBOX_SOCK="+filepath.Join(sockDir, "inbox.sock"), "INBOX_LOG=/dev/null")
 	stdin, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()

@@ -209,7 +209,7 @@ func (n *fedNode) claude(id, name string) func() string {
 	os.Mkdir(dir, 0o700)
 	os.Chown(dir, int(n.user.UID), int(n.user.GID))
 	log := filepath.Join(dir, "inbox.log")
-	cmd := n.asUser([]string{"XMSG_TEST_ROLE=claude", "SESSION_DIR=" + n.path("sessions"), "SESSION_ID=" + id, "SESSION_NAME=" + name,
+	cmd := n.asUser([]string{"XMSG_TEST_ROLE=fedclaude", "SESSION_DIR=" + n.path("sessions"), "SESSION_ID=" + id, "SESSION_NAME=" + name,
 		"SESSION_CWD=/", "SESSION_FILE=" + id + ".json", "INBOX_SOCK=" + filepath.Join(dir, "inbox.sock"), "INBOX_LOG=" + log}, n.exe)
 	stdin, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
