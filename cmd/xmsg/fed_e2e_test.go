@@ -647,7 +647,7 @@ func TestFederationKillDuringBurst(t *testing.T) {
 	}
 }
 
-// TestFederationStartupRefusals: the startup validation errors of PROTOCOL.md §10.1, one
+// TestFederationStartupRefusals: the startup validation errors of docs/protocol.md §10.1, one
 // clear line each.
 func TestFederationStartupRefusals(t *testing.T) {
 	dir := shortTemp(t)

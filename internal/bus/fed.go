@@ -17,7 +17,7 @@ import (
 
 // Federation is what the bus needs from the federation package (internal/fed) to reach
 // other nodes. The bus stays the one place that routes and stores; the implementation only
-// speaks the wire (PROTOCOL.md §8), so the bus never imports it. Every method returns
+// speaks the wire (docs/protocol.md §8), so the bus never imports it. Every method returns
 // refusals as *Error with the protocol's status and code.
 type Federation interface {
 	// Known reports whether peer is configured (the current peers file).
@@ -25,7 +25,7 @@ type Federation interface {
 	// Leaf reports whether peer is a leaf (it pulls its mail from us; we never connect to
 	// it), and for a leaf whether its `targets` allow ref (else an op_denied *Error).
 	Leaf(peer, ref string) (bool, error)
-	// Send posts a message envelope to its peer (PROTOCOL.md §8.4).
+	// Send posts a message envelope to its peer (docs/protocol.md §8.4).
 	Send(ctx context.Context, m Outgoing) (RemoteDelivery, error)
 	// PushReply posts a reply envelope (§8.5) and returns the push outcome: pushed,
 	// sender_gone or push_failed.
@@ -69,7 +69,7 @@ type OutgoingReply struct {
 	CreatedAt           int64
 }
 
-// RemoteSession is an entry of GET /v1/sessions?peer=P (PROTOCOL.md §3.3).
+// RemoteSession is an entry of GET /v1/sessions?peer=P (docs/protocol.md §3.3).
 type RemoteSession struct {
 	Harness   string  `json:"harness"`
 	Kind      string  `json:"kind"`
@@ -193,7 +193,7 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 // leafKey is the signal key of a leaf peer's mailbox (distinct from every session id).
 func leafKey(peer string) string { return "\x00leaf:" + peer }
 
-// sendLeaf queues s for a leaf peer (PROTOCOL.md §8.4): no connection is made; the message,
+// sendLeaf queues s for a leaf peer (docs/protocol.md §8.4): no connection is made; the message,
 // its outbound row (outcome queued) and the mailbox entry commit together, and the leaf's
 // long-poll on GET /fed/v2/inbox wakes.
 func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
@@ -323,7 +323,7 @@ func (f *inflight) wait(ctx context.Context, id string) {
 	}
 }
 
-// pushRemote plans the push of a reply to a sender on another node (PROTOCOL.md §8.5). The
+// pushRemote plans the push of a reply to a sender on another node (docs/protocol.md §8.5). The
 // pushed message's rows (message + outbound) commit with the reply, so the peer's sender
 // can reply to the reply and only that peer may.
 func (b *Bus) pushRemote(ctx context.Context, caller Caller, msg store.Message, text string, now int64) pushPlan {
@@ -345,7 +345,7 @@ func (b *Bus) pushRemote(ctx context.Context, caller Caller, msg store.Message, 
 }
 
 // FedMessage is an inbound envelope that fed has checked (peer, policy, rate, principal):
-// what is left is the bus's part, steps 8-10 of PROTOCOL.md §8.3.
+// what is left is the bus's part, steps 8-10 of docs/protocol.md §8.3.
 type FedMessage struct {
 	ID, Peer    string
 	Target      Target
@@ -465,7 +465,7 @@ type FedReplyIn struct {
 }
 
 // FedReply records a reply from peer to a message we sent it and pushes it to the local
-// sender (PROTOCOL.md §8.3 POST /fed/v2/replies). Only the peer the message went to may
+// sender (docs/protocol.md §8.3 POST /fed/v2/replies). Only the peer the message went to may
 // reply, and only to a sender that asked for pushes. Retries of an envelope id answer the
 // stored result.
 func (b *Bus) FedReply(ctx context.Context, r FedReplyIn) (outcome, messageID string, err error) {

@@ -375,7 +375,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 		return nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "too many waiting reply polls")
 	}
 	if remote {
-		// A message we sent to a peer, with nothing cached here: ask the peer (PROTOCOL.md §3.7).
+		// A message we sent to a peer, with nothing cached here: ask the peer (docs/protocol.md §3.7).
 		if err := b.remoteReplies(ctx, id, after, wait); err != nil {
 			return nil, err
 		}

@@ -160,7 +160,7 @@ var options = []option{
 		set: str(func(c *Config) *string { return &c.PeersFile })},
 	{name: "fed-listen", env: "XMSG_FED_LISTEN", doc: "none", usage: "federation mTLS listener IP:PORT (an unspecified IP such as 0.0.0.0 is refused; needs a peers file, fed-cert and fed-key)",
 		set: func(c *Config, v string) error {
-			// PROTOCOL.md §2.6: IP:PORT with a specified IP. That a peers file, cert and key
+			// docs/protocol.md §2.6: IP:PORT with a specified IP. That a peers file, cert and key
 			// exist is checked when the credentials are read (they may come from
 			// $CREDENTIALS_DIRECTORY rather than flags).
 			ap, err := netip.ParseAddrPort(v)

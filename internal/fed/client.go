@@ -218,7 +218,7 @@ func (n *Node) Replies(ctx context.Context, peer, id string, after uint64, wait 
 }
 
 // Leaf implements bus.Federation: for a leaf peer, its `targets` apply to what we queue for
-// it (PROTOCOL.md §8.4).
+// it (docs/protocol.md §8.4).
 func (n *Node) Leaf(peer, ref string) (bool, error) {
 	p, ok := n.st.Load().peers.Get(peer)
 	if !ok || !p.Leaf {

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// limiter holds token buckets keyed by string (PROTOCOL.md §5.6): each refills at rate per
+// limiter holds token buckets keyed by string (docs/protocol.md §5.6): each refills at rate per
 // minute up to a burst of rate.
 type limiter struct {
 	mu      sync.Mutex

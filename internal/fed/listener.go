@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Connection limits of the federation listener (PROTOCOL.md §2.6).
+// Connection limits of the federation listener (docs/protocol.md §2.6).
 const (
 	maxConns        = 128 // concurrent connections in total; the next is dropped
 	maxPreHandshake = 8   // connections per source IP still in the TLS handshake

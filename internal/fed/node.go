@@ -1,4 +1,4 @@
-// Package fed is xmsg's federation (PROTOCOL.md §8, DESIGN.md §10): the peers file and
+// Package fed is xmsg's federation (docs/protocol.md §8, docs/design.md §10): the peers file and
 // identity matching, the mTLS listener with its `/fed/v2` routes, the outbound client, the
 // rate limits and the credential reloader. It translates, as httpapi does: everything that
 // routes or stores is a call into the bus, and the bus reaches other nodes only through the

@@ -15,7 +15,7 @@ import (
 	"strings"
 )
 
-// Peer is one entry of the peers file (PROTOCOL.md §8.2), validated.
+// Peer is one entry of the peers file (docs/protocol.md §8.2), validated.
 type Peer struct {
 	Name    string
 	Address string // host:port, where we connect
@@ -292,17 +292,24 @@ func parsePeer(key string, raw json.RawMessage, readCA ReadCA) (*Peer, error) {
 		}
 		return out, true, nil
 	}
+	if v, ok := fields["leaf"]; ok {
+		if err := json.Unmarshal(v, &p.Leaf); err != nil {
+			return nil, fail("leaf", "want true or false")
+		}
+	}
 	var err error
 	var ok bool
 	if p.Address, ok, err = str("address"); err != nil {
 		return nil, err
 	}
-	if !ok || p.Address == "" {
+	switch {
+	case (!ok || p.Address == "") && !p.Leaf: // a leaf is never dialled: it may have none
 		return nil, fail("address", "missing (want host:port)")
-	}
-	host, port, err := net.SplitHostPort(p.Address)
-	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-		return nil, fail("address", "%q is not host:port", p.Address)
+	case ok:
+		host, port, err := net.SplitHostPort(p.Address)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			return nil, fail("address", "%q is not host:port", p.Address)
+		}
 	}
 	pin, hasPin, err := str("pin")
 	if err != nil {
@@ -375,11 +382,6 @@ func parsePeer(key string, raw json.RawMessage, readCA ReadCA) (*Peer, error) {
 				return nil, fail("from", "%q is not an IP address or CIDR", f)
 			}
 			p.From = append(p.From, pfx)
-		}
-	}
-	if v, ok := fields["leaf"]; ok {
-		if err := json.Unmarshal(v, &p.Leaf); err != nil {
-			return nil, fail("leaf", "want true or false")
 		}
 	}
 	if pr, hasPr, err := list("principals"); err != nil {

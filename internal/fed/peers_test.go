@@ -63,6 +63,10 @@ func TestPeersFields(t *testing.T) {
 			t.Errorf("SourceAllowed(%s) = %v, want %v", addr, got, want)
 		}
 	}
+	// A leaf needs no address (it is never dialled).
+	if _, err := ParsePeers([]byte(`{"l": {"leaf": true, "pin": "`+pinA+`"}}`), noCA); err != nil {
+		t.Errorf("leaf without address: %v", err)
+	}
 	ps, _ = ParsePeers([]byte(`{"b": {"address": "h:1", "pin": "`+pinA+`"}}`), noCA)
 	if p, _ := ps.Get("b"); p.From != nil || !p.SourceAllowed(netip.MustParseAddr("203.0.113.1")) || p.TargetsSet || len(p.Allow) != 0 {
 		t.Errorf("defaults: %+v", p)

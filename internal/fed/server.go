@@ -19,7 +19,7 @@ import (
 	"github.com/xmsg/xmsg/internal/envelope"
 )
 
-// Server is the federation listener with its /fed/v2 routes (PROTOCOL.md §8.3). Only those
+// Server is the federation listener with its /fed/v2 routes (docs/protocol.md §8.3). Only those
 // routes exist on it: no /healthz, no /v1.
 type Server struct {
 	n   *Node

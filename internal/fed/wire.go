@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// Version is the envelope version of this project (decisions table: "v":2).
+// Version is the envelope version of this project ("v":2; the original used 1).
 const Version = 2
 
 // WirePrincipal is a sender on the wire, tagged by kind (§8.3): "session" (harness,

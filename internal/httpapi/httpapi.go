@@ -180,7 +180,7 @@ func (h *handler) doctor(w http.ResponseWriter, r *http.Request) {
 func (h *handler) sessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if peer := q.Get("peer"); peer != "" {
-		// A peer's sessions instead of ours (PROTOCOL.md §3.3); unknown peer → 404.
+		// A peer's sessions instead of ours (docs/protocol.md §3.3); unknown peer → 404.
 		list, err := h.cfg.Bus.RemoteSessions(r.Context(), peer)
 		if err != nil {
 			writeError(w, err)

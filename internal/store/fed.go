@@ -4,7 +4,7 @@ import (
 	"fmt"
 )
 
-// Federation buckets (PROTOCOL.md §9), in the same file as everything else so that a send
+// Federation buckets (docs/protocol.md §9), in the same file as everything else so that a send
 // and its outbound row commit together:
 //   - outbound: message id (UUID v7, ordered) → Outbound, one row per message sent to a peer;
 //   - mailbox: peer name + 0x00 + message id → MailboxEntry, mail held for a leaf peer to
