@@ -685,3 +685,41 @@ func TestFederationStartupRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestFederationSandboxPorts: under Landlock the daemon can connect only to the peer ports it
+// started with. A peer added by a reload on another port is unreachable although a TLS server
+// answers there (a connect that got through would fail the pin check instead: peer_rejected),
+// while the original peer still works (positive control).
+func TestFederationSandboxPorts(t *testing.T) {
+	a, b := fedPair(t, nil)
+	// A TLS server in b's namespace on a port the sandbox of a does not allow.
+	dir := t.TempDir()
+	c := fedtest.New(t, "other", nil, fedtest.Options{})
+	os.WriteFile(filepath.Join(dir, "c.pem"), c.CertPEM, 0o600)
+	os.WriteFile(filepath.Join(dir, "k.pem"), c.KeyPEM, 0o600)
+	echo := exec.Command("ip", "netns", "exec", b.ns, a.exe)
+	echo.Env = append(os.Environ(), "XMSG_TEST_ROLE=tlsecho", "CERT="+filepath.Join(dir, "c.pem"), "KEY="+filepath.Join(dir, "k.pem"), "ADDR=192.0.2.2:7444")
+	out, _ := echo.StdoutPipe()
+	if err := echo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { echo.Process.Kill(); echo.Wait() })
+	bufio.NewReader(out).ReadString('\n')
+	a.writeFile("peers.json", peersJSON(map[string]map[string]any{
+		"b":  {"address": b.addr(), "pin": b.cert.Pin, "allow": []string{"send", "reply", "list"}},
+		// A pin the server on 7444 does not have: a connect that got through would be refused
+		// at the handshake (peer_rejected), not be unreachable.
+		"b2": {"address": "192.0.2.2:7444", "pin": fedtest.New(t, "b2", nil, fedtest.Options{}).Pin, "allow": []string{"send"}}}))
+	for i := 0; i < 100 && !strings.Contains(a.stderr.String(), "the sandbox did not allow"); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(a.stderr.String(), "the sandbox did not allow at start") {
+		t.Fatalf("no reload warning about the new port:\n%s", a.stderr)
+	}
+	if status, m, _ := a.http("POST", "/v1/sessions/svc:bot@b2/messages", `{"from":"x","text":"t"}`); status != 503 || m["error"] != "peer_unreachable" {
+		t.Errorf("peer on a port outside the sandbox: %d %v, want 503 peer_unreachable", status, m)
+	}
+	if status, m, _ := a.http("POST", "/v1/sessions/svc:bot@b/messages", `{"from":"x","text":"t"}`); status != 202 {
+		t.Errorf("peer on the allowed port: %d %v", status, m)
+	}
+}
