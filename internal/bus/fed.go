@@ -556,8 +556,12 @@ func (b *Bus) RemoteSessions(ctx context.Context, peer string) ([]RemoteSession,
 	return list, nil
 }
 
-// remoteReplies serves a reply long-poll on a message we sent to a peer when no reply is
-// cached here: it polls the peer and caches what is new (deduplicated by text and replier).
+// remoteReplies serves a reply long-poll on a message we sent to a peer when no reply with
+// seq > after is cached here: it fetches the peer's replies and caches what is new
+// (deduplicated by text and replier). The peer numbers replies its own way, so the local
+// `after` means nothing there: first everything the peer has is fetched at once; if that
+// brings nothing new for this caller, the peer is long-polled for replies after the last one
+// it numbered, so the wait happens there and the caller is answered when a reply lands.
 func (b *Bus) remoteReplies(ctx context.Context, id string, after uint64, wait time.Duration) error {
 	var out store.Outbound
 	var found bool
@@ -567,12 +571,34 @@ func (b *Bus) remoteReplies(ctx context.Context, id string, after uint64, wait t
 	}); err != nil || !found || b.cfg.Fed == nil {
 		return err
 	}
-	remote, err := b.cfg.Fed.Replies(ctx, out.Peer, id, 0, wait)
-	if err != nil || len(remote) == 0 {
+	remote, err := b.cfg.Fed.Replies(ctx, out.Peer, id, 0, 0)
+	if err != nil {
 		return err
 	}
+	added, err := b.cacheReplies(id, remote)
+	if err != nil || added || wait <= 0 {
+		return err
+	}
+	var last uint64
+	for _, r := range remote {
+		last = max(last, r.Seq)
+	}
+	if remote, err = b.cfg.Fed.Replies(ctx, out.Peer, id, last, wait); err != nil {
+		return err
+	}
+	_, err = b.cacheReplies(id, remote)
+	return err
+}
+
+// cacheReplies stores the replies of remote not yet cached for message id; it reports
+// whether it stored any (and then wakes the local long-polls).
+func (b *Bus) cacheReplies(id string, remote []ReplyView) (bool, error) {
+	if len(remote) == 0 {
+		return false, nil
+	}
 	added := false
-	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+	err := b.cfg.Store.Update(func(tx *store.Tx) error {
+		added = false
 		have, err := tx.Replies(id, 0)
 		if err != nil {
 			return err
@@ -597,5 +623,5 @@ func (b *Bus) remoteReplies(ctx context.Context, id string, after uint64, wait t
 	if added {
 		b.replies.fire(id)
 	}
-	return err
+	return added, err
 }

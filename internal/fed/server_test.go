@@ -228,8 +228,25 @@ func TestAnonymousRemoteSendPollsThePeer(t *testing.T) {
 	if err != nil || res.PushOutcome != nil {
 		t.Fatalf("reply: %+v %v", res, err)
 	}
-	if r := <-done; len(r) != 1 || r[0].Text != "pong" {
-		t.Errorf("a's long-poll got %+v", r)
+	r := <-done
+	if len(r) != 1 || r[0].Text != "pong" {
+		t.Fatalf("a's long-poll got %+v", r)
+	}
+	// A long-poll for replies after that one waits (on b) for the next, instead of answering
+	// at once with nothing: b numbers its replies its own way.
+	go func() {
+		r, err := a.bus.Replies(ctx, d.MessageID, r[0].Seq, 20*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if _, err := b.bus.Reply(ctx, bus.Caller{Harness: "svc", SessionID: "svc:bot", Name: "bot"}, d.MessageID, "pong 2", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; len(r) != 1 || r[0].Text != "pong 2" {
+		t.Errorf("second long-poll got %+v, want the second reply only", r)
 	}
 }
 
