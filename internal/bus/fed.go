@@ -399,6 +399,12 @@ func (b *Bus) FedRecordFailure(id, peer, ref, fromName string, bytes int, resolv
 // gets the replies.
 func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err error) {
 	defer func() { b.audit("fed", "fed:"+m.Peer, "send", m.Target.SessionID, d.MessageID, err) }()
+	// Two copies of one envelope racing (a retry overtaking the original) must not both
+	// deliver: the second one, under the lock, finds the first one's row.
+	defer b.keys.lock("\x00fed-message\x00" + m.ID)()
+	if stored, found, err := b.FedStored(m.ID, m.Peer); found || err != nil {
+		return stored, err
+	}
 	t := m.Target
 	now := nowUnix()
 	msg := store.Message{ID: m.ID, CreatedAt: now, SessionID: t.SessionID, FromName: m.FromName, Bytes: len(m.Body),

@@ -493,3 +493,30 @@ func TestInboxOnlyForLeaves(t *testing.T) {
 		t.Errorf("non-leaf inbox: %d %s", status, body)
 	}
 }
+
+// TestConcurrentCopiesDeliverOnce: the same envelope sent many times at once is delivered
+// once; every copy gets the same answer.
+func TestConcurrentCopiesDeliverOnce(t *testing.T) {
+	a, b := pair(t, "")
+	e := envelopeTo("svc:bot")
+	results := make(chan string, 8)
+	start := make(chan struct{})
+	for range 8 {
+		c := rawClient(a.cert)
+		get(t, c, b.addr(), "/fed/v2/sessions") // handshake done before the race
+		go func() {
+			<-start
+			status, out := post(t, c, b.addr(), "/fed/v2/messages", e)
+			results <- fmt.Sprint(status, out["messageId"])
+		}()
+	}
+	close(start)
+	for range 8 {
+		if got, want := <-results, fmt.Sprint(202, e["id"]); got != want {
+			t.Errorf("copy answered %s, want %s", got, want)
+		}
+	}
+	if got := b.queued("svc:bot"); got != 1 {
+		t.Errorf("queued %d copies, want 1", got)
+	}
+}
