@@ -595,12 +595,17 @@ func (n *fedNode) httpDoctor() any {
 // TestFederationKillDuringBurst: every message b answered 202 (through a) survives a kill -9
 // of b in the middle of a burst.
 func TestFederationKillDuringBurst(t *testing.T) {
-	a, b := fedPair(t, nil, "--fed-rate-peer", "1000")
-	n := 40
+	a, b := fedPair(t, nil, "--fed-rate-peer", "100000")
+	// The default burst goes to a service, whose durable queue holds at most 100; the long one
+	// (XMSG_LONG=1) goes to a Claude session, whose message rows are what must survive.
+	n, ref := 40, "svc:bot"
+	var claudeID string
 	if os.Getenv("XMSG_LONG") == "1" {
-		n = 400
+		claudeID = "c0000000-0000-4000-8000-0000000000b1"
+		b.claude(claudeID, "burst")
+		n, ref = 400, "burst"
 	}
-	cmd := a.asUser([]string{"XMSG_TEST_ROLE=fedburst", "SOCK=" + a.path("rt/xmsg/http.sock"), "URLPATH=/v1/sessions/svc:bot@b/messages", "N=" + strconv.Itoa(n)}, a.exe)
+	cmd := a.asUser([]string{"XMSG_TEST_ROLE=fedburst", "SOCK=" + a.path("rt/xmsg/http.sock"), "URLPATH=/v1/sessions/" + ref + "@b/messages", "N=" + strconv.Itoa(n)}, a.exe)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -626,22 +631,30 @@ func TestFederationKillDuringBurst(t *testing.T) {
 	}
 	cmd.Wait()
 	b.restart()
-	botB := b.bot("bot")
 	got := map[string]bool{}
-	for i := 0; i < n+5; i++ {
-		d := botB.poll(0)
-		if d["action"] != "deliver" {
-			break
+	if claudeID != "" {
+		for id := range accepted {
+			if status, m, _ := b.http("GET", "/v1/messages/"+id, ""); status == 200 && m["sessionId"] == claudeID {
+				got[id] = true
+			}
 		}
-		got[str(d["messageId"])] = true
-		botB.do(map[string]any{"op": "ack", "id": str(d["messageId"])})
+	} else {
+		botB := b.bot("bot")
+		for i := 0; i < n+5; i++ {
+			d := botB.poll(0)
+			if d["action"] != "deliver" {
+				break
+			}
+			got[str(d["messageId"])] = true
+			botB.do(map[string]any{"op": "ack", "id": str(d["messageId"])})
+		}
 	}
 	for id := range accepted {
 		if !got[id] {
 			t.Errorf("message %s was answered 202 but is gone after kill -9", id)
 		}
 	}
-	t.Logf("burst of %d: %d answered 202, %d failed (b killed), %d delivered after restart", n, len(accepted), failed, len(got))
+	t.Logf("burst of %d to %s: %d answered 202, %d failed (b killed), %d found after restart", n, ref, len(accepted), failed, len(got))
 	if !killed {
 		t.Error("b was never killed")
 	}
