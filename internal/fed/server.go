@@ -119,6 +119,15 @@ func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 			writeError(w, apiError(http.StatusForbidden, "peer_rejected", "certificate no longer accepted"))
 			return nil, false
 		}
+		if np.Name != p.Name {
+			// The same certificate now names another peer: its per-peer connection slot
+			// (and everything else keyed by the name) would be wrong. Make it reconnect.
+			w.Header().Set("Connection", "close")
+			writeError(w, apiError(http.StatusForbidden, "peer_rejected", "certificate now names another peer; reconnect"))
+			return nil, false
+		}
+		// Judged under this snapshot now; requests on one connection come one at a time.
+		c.raw.st, c.raw.peer = st, np
 		p = np
 	}
 	if !p.SourceAllowed(c.source) {
