@@ -113,7 +113,13 @@ func BenchmarkFederation(b *testing.B) {
 	na.writeFile("peers.json", peersJSON(map[string]map[string]any{"b": {"address": nb.addr(), "pin": nb.cert.Pin, "allow": []string{"send", "reply", "list"}}}))
 	nb.writeFile("peers.json", peersJSON(map[string]map[string]any{"a": {"address": na.addr(), "pin": na.cert.Pin, "allow": []string{"send", "reply", "list"}}}))
 	lim := []string{"--fed-rate-peer", "100000000", "--fed-rate-principal", "100000000", "--fed-reload-interval-secs", "0"}
-	na.start(lim...)
+	// XMSG_BENCH_SENDER_DB puts the sender's store elsewhere (e.g. on tmpfs): both nodes
+	// share this machine's disk, and their fsyncs contend there as they would not on two hosts.
+	if p := os.Getenv("XMSG_BENCH_SENDER_DB"); p != "" {
+		na.start(append(lim, "--db-path", filepath.Join(p, "a.db"))...)
+	} else {
+		na.start(lim...)
+	}
 	nb.start(lim...)
 	claudeID := startBenchClaude(b, nb.path("sessions"))
 	localID := startBenchClaude(b, na.path("sessions"))
