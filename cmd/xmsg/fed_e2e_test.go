@@ -719,7 +719,7 @@ func TestFederationSandboxPorts(t *testing.T) {
 	t.Cleanup(func() { echo.Process.Kill(); echo.Wait() })
 	bufio.NewReader(out).ReadString('\n')
 	a.writeFile("peers.json", peersJSON(map[string]map[string]any{
-		"b":  {"address": b.addr(), "pin": b.cert.Pin, "allow": []string{"send", "reply", "list"}},
+		"b": {"address": b.addr(), "pin": b.cert.Pin, "allow": []string{"send", "reply", "list"}},
 		// A pin the server on 7444 does not have: a connect that got through would be refused
 		// at the handshake (peer_rejected), not be unreachable.
 		"b2": {"address": "192.0.2.2:7444", "pin": fedtest.New(t, "b2", nil, fedtest.Options{}).Pin, "allow": []string{"send"}}}))
