@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -450,7 +449,7 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 	}
 	line, err := envelope.ClaudeLine(m.FromName, envelope.ClaudeBody(m.Body, m.ID))
 	if err == nil {
-		err = claude.Deliver(t.Claude.MessagingSocketPath, line, b.cfg.InboxTimeout)
+		err = b.deliverClaude(t.Claude.MessagingSocketPath, line)
 	}
 	if err != nil {
 		msg.Outcome = "delivery_failed"
@@ -503,7 +502,7 @@ func (b *Bus) FedReply(ctx context.Context, r FedReplyIn) (outcome, messageID st
 	if err != nil {
 		return "", "", err
 	}
-	if !foundOut || !foundMsg || out.Peer != r.Peer {
+	if !foundOut || !foundMsg || out.Peer != r.Peer || b.expired(msg.CreatedAt) {
 		return "", "", errorf(http.StatusForbidden, "not_recipient", "message '%s' was not sent to peer '%s'", r.InReplyTo, r.Peer)
 	}
 	if msg.ReturnHarness == "" || msg.ReturnSessionID == "" || !msg.PushReplies {
