@@ -520,3 +520,32 @@ func TestConcurrentCopiesDeliverOnce(t *testing.T) {
 		t.Errorf("queued %d copies, want 1", got)
 	}
 }
+
+// TestPrincipalValidation: step 7 of §8.3 for a peer without a principals filter.
+func TestPrincipalValidation(t *testing.T) {
+	a, b := pair(t, "")
+	c := rawClient(a.cert)
+	for _, tt := range []struct {
+		principal map[string]any
+		status    int
+		code      string
+	}{
+		{map[string]any{"kind": "session", "harness": "evil", "session_id": "s", "name": "n"}, 400, "bad_request"},
+		{map[string]any{"kind": "session", "harness": "claude", "session_id": "", "name": "n"}, 400, "bad_request"},
+		{map[string]any{"kind": "service", "name": "bad name!"}, 400, "bad_request"},
+		{map[string]any{"kind": "anonymous", "from": "a:b"}, 400, "bad_sender"},
+		{map[string]any{"kind": "anonymous", "from": "x", "name": "extra"}, 400, "bad_request"},
+		{map[string]any{"kind": "robot"}, 400, "bad_request"},
+		{map[string]any{"kind": "service", "name": "matrix"}, 202, ""},
+	} {
+		e := envelopeTo("svc:bot")
+		e["principal"] = tt.principal
+		status, out := post(t, c, b.addr(), "/fed/v2/messages", e)
+		if status != tt.status || (tt.code != "" && out["error"] != tt.code) {
+			t.Errorf("%v: got %d %v, want %d %s", tt.principal, status, out, tt.status, tt.code)
+		}
+	}
+	if got := b.queued("svc:bot"); got != 1 {
+		t.Errorf("queued %d, want only the valid one", got)
+	}
+}
