@@ -39,10 +39,16 @@ func sockPath(name, flagValue string) (string, error) {
 	return p, nil
 }
 
-// busClient speaks HTTP to http.sock.
+// busClient speaks HTTP to http.sock (or, for a leaf, to its TCP listener).
 type busClient struct {
 	sock string
+	base string // "http://localhost" on http.sock, the --url otherwise
 	http *http.Client
+}
+
+// newTCPBusClient speaks to a TCP listener (a leaf's --listen), base like http://127.0.0.1:7787.
+func newTCPBusClient(base string) *busClient {
+	return &busClient{sock: base, base: strings.TrimRight(base, "/"), http: &http.Client{}}
 }
 
 func newBusClient(sock string) *busClient {
@@ -57,7 +63,11 @@ func newBusClient(sock string) *busClient {
 // do sends a request and decodes a 2xx JSON answer into out. Error answers become one line
 // with the protocol's code and detail, and the matching exit code.
 func (c *busClient) do(method, path string, body []byte, out any) error {
-	req, err := http.NewRequest(method, "http://localhost"+path, bytes.NewReader(body))
+	base := c.base
+	if base == "" {
+		base = "http://localhost"
+	}
+	req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

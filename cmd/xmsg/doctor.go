@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/xmsg/xmsg/internal/doctor"
 )
@@ -11,15 +12,22 @@ import (
 // the running instance has in force.
 func doctorCmd(args []string, stdout io.Writer) error {
 	fs, sock, asJSON := clientFlags("doctor")
+	// A leaf has no http.sock: its running facts are on its TCP listener (--listen).
+	tcpURL := fs.String("url", "", "ask the daemon on this TCP listener instead of http.sock, e.g. http://127.0.0.1:7787 (a leaf; env XMSG_URL)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	if *tcpURL == "" {
+		*tcpURL = os.Getenv("XMSG_URL")
 	}
 	machine := doctor.Machine().Lines()
 	var running struct {
 		Lines []string `json:"lines"`
 	}
 	var runErr error
-	if path, err := httpSockPath(*sock); err != nil {
+	if *tcpURL != "" {
+		runErr = newTCPBusClient(*tcpURL).do("GET", "/v1/doctor", nil, &running)
+	} else if path, err := httpSockPath(*sock); err != nil {
 		runErr = err
 	} else {
 		runErr = newBusClient(path).do("GET", "/v1/doctor", nil, &running)

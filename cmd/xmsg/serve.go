@@ -91,6 +91,9 @@ func serve(args []string, stdout io.Writer) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
+	if cfg.Leaf {
+		return serveLeaf(ctx, cfg) // serve_leaf.go
+	}
 	d := &instance{cfg: cfg, log: newLogger(cfg.LogLevel, os.Stderr)}
 	d.facts = doctor.Facts{Daemon: true, PeerGate: true, TCPListen: cfg.Listen, Systemd: os.Getenv("INVOCATION_ID") != ""}
 	defer d.close()

@@ -50,6 +50,9 @@ type Config struct {
 	OwnSockets []string
 	// Fed reaches other nodes; nil means no federation (every remote ref is unknown_peer).
 	Fed Federation
+	// Leaf, when set, makes this bus a leaf's (PROTOCOL.md §7.5): one local service, admitted
+	// on uid alone, and every HTTP send attributed to the leaf principal.
+	Leaf *LeafIdentity
 }
 
 // Bus is the router. Safe for concurrent use.
@@ -59,6 +62,7 @@ type Bus struct {
 	regs     map[string]*Registration
 	replies  signals // keyed by message id
 	queues   signals // keyed by session id
+	acks     signals // keyed by message id: a queued message was acknowledged
 	waiters  chan struct{}
 	keys     keyLocks
 	stop     chan struct{}
@@ -359,6 +363,9 @@ func (b *Bus) resolveRegistered(harness, bare string, isPID bool, pid int) (Targ
 	}
 	// A service queues durably, so it stays addressable by its stable id while it reconnects.
 	if harness == "svc" {
+		if l := b.cfg.Leaf; l != nil && strings.EqualFold(l.Service, bare) {
+			return Target{Harness: "svc", SessionID: "svc:" + l.Service, Offline: true}, nil, true
+		}
 		for n := range b.cfg.SvcExe {
 			if strings.EqualFold(n, bare) {
 				return Target{Harness: "svc", SessionID: "svc:" + n, Offline: true}, nil, true

@@ -36,7 +36,8 @@ type Federation interface {
 }
 
 // Principal is a sender's identity on the federation wire: Kind "session" (an attested
-// caller), or "anonymous" (an HTTP sender, From is its sanitized name).
+// caller), "service" (a leaf's configured principal, Name is the service name), or
+// "anonymous" (an HTTP sender, From is its sanitized name).
 type Principal struct {
 	Kind      string
 	Harness   string
@@ -120,10 +121,9 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 	now := nowUnix()
 	msg := store.Message{ID: id.String(), CreatedAt: now, SessionID: target, FromName: s.FromName, Bytes: s.Bytes,
 		Outcome: "accepted", RecipientHarness: "fed", ThreadID: id.String(), ReturnHost: b.cfg.Host}
-	p := Principal{Kind: "anonymous", From: s.From}
+	p := s.fedPrincipal()
 	if s.Caller != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
-		p = Principal{Kind: "session", Harness: s.Caller.Harness, SessionID: s.Caller.SessionID, Name: s.Caller.Name}
 	}
 	out := store.Outbound{ID: msg.ID, Peer: peer, TargetRef: target, Outcome: "accepted", CreatedAt: now}
 	done := b.inflight.add(msg.ID)
@@ -207,8 +207,17 @@ func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
 	}
 	out := store.Outbound{ID: msg.ID, Peer: peer, TargetRef: target, Outcome: "queued", CreatedAt: now}
-	origin, _ := json.Marshal(map[string]string{"kind": "fed", "host": b.cfg.Host, "principal": s.FromName})
-	mail := store.MailboxEntry{ID: msg.ID, Peer: peer, TargetRef: target, CreatedAt: now, FromName: s.FromName, Bytes: s.Bytes, Body: s.Text, Origin: origin}
+	// The principal is the sender's badge as in a svc origin (PROTOCOL.md §7.3: "claude:alice",
+	// "svc:matrix", "anon:bob"), the same a service sees for mail that came over federation.
+	origin := fedOrigin(b.cfg.Host, s.fedPrincipal().badge())
+	// The envelope is kept with the mail: the leaf records the sender as the return address
+	// of its copy (principal, push_replies, thread), so its service's reply comes back here.
+	env, err := mailEnvelope(msg, s.fedPrincipal(), target, s.Text)
+	if err != nil {
+		return Delivery{}, err
+	}
+	mail := store.MailboxEntry{ID: msg.ID, Peer: peer, TargetRef: target, CreatedAt: now, FromName: s.FromName, Bytes: s.Bytes, Body: s.Text,
+		Envelope: env, Origin: origin}
 	d := Delivery{SessionID: target, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: "queued"}
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		if err := tx.PutMessage(msg); err != nil {
@@ -273,8 +282,12 @@ func (b *Bus) LeafInbox(ctx context.Context, peer string, wait time.Duration) (*
 func (b *Bus) LeafAck(peer, id string) error {
 	var acked bool
 	err := b.cfg.Store.Update(func(tx *store.Tx) (err error) {
-		acked, err = tx.AckMailbox(peer, id)
-		return err
+		if acked, err = tx.AckMailbox(peer, id); err != nil || !acked {
+			return err
+		}
+		// The leaf acks only after its service acknowledged the message (PROTOCOL.md §7.5):
+		// from now on the message and its outbound row say delivered.
+		return markDelivered(tx, peer, id)
 	})
 	if err != nil {
 		return err

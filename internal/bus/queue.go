@@ -75,6 +75,7 @@ func (b *Bus) Ack(r *Registration, messageID string) error {
 		return err
 	})
 	if err == nil && acked {
+		b.acks.fire(messageID)
 		b.cfg.Log.Info("accepted", "socket", "register", "actor", r.Caller().Actor(), "request", "ack", "message_id", messageID)
 	}
 	return err

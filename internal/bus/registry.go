@@ -85,18 +85,12 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	if err := b.checkUID(cred); err != nil {
 		return nil, err
 	}
-	trusted, ok := b.cfg.SvcExe[name]
-	if !ok {
-		return nil, errorf(http.StatusForbidden, "not_recipient", "no trusted executable configured for service '%s'", name)
-	}
-	// Both sides are canonicalized now, not at startup: if the trusted path is a symlink that
-	// was re-pointed, a process started from the old target no longer matches (fail closed).
-	// Exe fails on a "(deleted)" executable.
-	want, err1 := peercred.Canonical(trusted)
-	got, err2 := b.cfg.Exe(cred.PID)
-	if err1 != nil || err2 != nil || got != want {
-		b.lim.Log(b.cfg.Log, slog.LevelWarn, "svc attestation failed", "svc attestation failed", "service", name, "peer_pid", cred.PID, "trusted_err", err1, "exe_err", err2)
-		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d executable does not match trusted executable for service '%s'", cred.PID, name)
+	if b.cfg.Leaf != nil {
+		if err := b.leafService(name); err != nil {
+			return nil, err
+		}
+	} else if err := b.attestService(name, cred); err != nil {
+		return nil, err
 	}
 	start, err := b.cfg.Proc.StartTime(cred.PID)
 	if err != nil {
@@ -119,6 +113,24 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	return r, nil
 }
 
+// attestService checks that the peer runs the executable configured for service name.
+func (b *Bus) attestService(name string, cred peercred.Cred) *Error {
+	trusted, ok := b.cfg.SvcExe[name]
+	if !ok {
+		return errorf(http.StatusForbidden, "not_recipient", "no trusted executable configured for service '%s'", name)
+	}
+	// Both sides are canonicalized now, not at startup: if the trusted path is a symlink that
+	// was re-pointed, a process started from the old target no longer matches (fail closed).
+	// Exe fails on a "(deleted)" executable.
+	want, err1 := peercred.Canonical(trusted)
+	got, err2 := b.cfg.Exe(cred.PID)
+	if err1 != nil || err2 != nil || got != want {
+		b.lim.Log(b.cfg.Log, slog.LevelWarn, "svc attestation failed", "svc attestation failed", "service", name, "peer_pid", cred.PID, "trusted_err", err1, "exe_err", err2)
+		return errorf(http.StatusForbidden, "not_recipient", "peer process %d executable does not match trusted executable for service '%s'", cred.PID, name)
+	}
+	return nil
+}
+
 // RegisterSession admits a pi/opencode/hermes session on uid alone. Its id is a UUID v4 minted
 // the first time the process (boot id, pid, start time) registers and kept in the store: every
 // later registration by the same live process, on a new connection or after a daemon
@@ -130,6 +142,10 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, connectStart string) (*Registration, error) {
 	if !SessionHarnesses[harness] {
 		return nil, badRequest("unknown harness '%s'", harness)
+	}
+	if b.cfg.Leaf != nil {
+		// A leaf serves exactly one service (PROTOCOL.md §7.5).
+		return nil, errorf(http.StatusForbidden, "not_recipient", "a leaf admits only its service '%s' (leaf principal '%s')", b.cfg.Leaf.Service, b.cfg.Leaf.Principal)
 	}
 	if err := b.checkUID(cred); err != nil {
 		return nil, err

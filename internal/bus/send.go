@@ -31,6 +31,9 @@ type Send struct {
 	Socket      string // for the audit log
 	Actor       string
 	From        string // anonymous sender's sanitized name: its federation principal
+	// FedPrincipal, when set, is the federation principal of a remote send instead of one
+	// derived from Caller or From: a leaf attributes every send to its configured principal.
+	FedPrincipal *Principal
 }
 
 // Delivery is the answer to an accepted send.

@@ -44,6 +44,10 @@ type Config struct {
 	AgyExe                            []string // trusted Antigravity executables
 	AgyPresenceDir                    string   // where agy conversations' presence locks live
 	AgyBin                            string   // the agy program that runs agentapi; "" = first AgyExe
+	// Leaf mode (docs/protocol.md §7.5): only the TCP listener and LeafRegisterSock are served.
+	Leaf             bool
+	LeafPrincipal    string
+	LeafRegisterSock string // "" = RegisterSock, else the default register.sock path
 	Limits                            Limits
 }
 
@@ -232,6 +236,17 @@ var options = []option{
 		set: duration("http-body-timeout", func(c *Config) *time.Duration { return &c.Limits.HTTPBodyTimeout })},
 	{name: "http-idle-timeout", env: "XMSG_HTTP_IDLE_TIMEOUT", def: limits.HTTPIdleTimeout.String(), usage: "http.sock keep-alive connections idle this long are closed",
 		set: duration("http-idle-timeout", func(c *Config) *time.Duration { return &c.Limits.HTTPIdleTimeout })},
+	{name: "leaf", env: "XMSG_LEAF", def: "false", usage: "leaf mode: outbound-only, pulls its service's mail from the hubs of the peers file (needs --listen and --leaf-principal)", boolean: true,
+		set: func(c *Config, v string) (err error) {
+			if c.Leaf, err = strconv.ParseBool(v); err != nil {
+				return fmt.Errorf("config: --leaf: %q is not a boolean", v)
+			}
+			return nil
+		}},
+	{name: "leaf-principal", env: "XMSG_LEAF_PRINCIPAL", doc: "none", usage: "leaf mode: principal of all leaf traffic, e.g. svc:matrix (its service is the one local registration)",
+		set: str(func(c *Config) *string { return &c.LeafPrincipal })},
+	{name: "leaf-register-sock", env: "XMSG_LEAF_REGISTER_SOCK", doc: "--register-sock, else $XDG_RUNTIME_DIR/xmsg/register.sock", usage: "leaf mode: the register socket of the leaf's service",
+		set: str(func(c *Config) *string { return &c.LeafRegisterSock })},
 	{name: "require-landlock", env: "XMSG_REQUIRE_LANDLOCK", def: "false", usage: "refuse to start unless Landlock enforces filesystem, network and scoping", boolean: true,
 		set: func(c *Config, v string) (err error) {
 			if c.RequireLandlock, err = strconv.ParseBool(v); err != nil {
@@ -329,6 +344,9 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 		return nil, err
 	}
 	if c.DBPath, err = dbPath(c.DBPath, getenv); err != nil {
+		return nil, err
+	}
+	if err := c.checkLeaf(); err != nil {
 		return nil, err
 	}
 	if err := harnesses(c, given, getenv); err != nil {
@@ -505,4 +523,30 @@ func optionDefault(name string) string {
 		}
 	}
 	return ""
+}
+
+// checkLeaf applies the startup rules of leaf mode (PROTOCOL.md §7.5, §10.1): a leaf needs
+// its TCP listener and its principal, and may have no federation listener (nobody connects
+// to a leaf) and no attested services (it admits one service on uid alone).
+func (c *Config) checkLeaf() error {
+	if !c.Leaf {
+		if c.LeafPrincipal != "" || c.LeafRegisterSock != "" {
+			return errors.New("config: --leaf-principal and --leaf-register-sock need --leaf")
+		}
+		return nil
+	}
+	switch {
+	case c.Listen == "":
+		return errors.New("config: --leaf needs --listen (the leaf's only HTTP listener)")
+	case c.LeafPrincipal == "":
+		return errors.New("config: --leaf needs --leaf-principal")
+	case c.FedListen != "":
+		return errors.New("config: --leaf forbids --fed-listen (a leaf accepts no federation connection)")
+	case len(c.SvcExe) > 0:
+		return errors.New("config: --leaf forbids --svc-exe (a leaf admits only its principal's service, on uid alone)")
+	}
+	if c.LeafRegisterSock == "" {
+		c.LeafRegisterSock = c.RegisterSock
+	}
+	return nil
 }

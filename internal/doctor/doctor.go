@@ -35,6 +35,8 @@ type Facts struct {
 	TCPListen string `json:"tcp_listen,omitempty"` // --listen address; "" = none
 
 	Systemd bool `json:"systemd"` // started by systemd (INVOCATION_ID set)
+
+	Leaf string `json:"leaf,omitempty"` // leaf mode: the leaf principal; "" = not a leaf
 }
 
 // NotApplied is the Landlock value of Facts when no sandbox was applied.
@@ -49,7 +51,11 @@ func (f Facts) Lines() []string {
 	if dir == "" {
 		dir = "$XDG_RUNTIME_DIR/xmsg"
 	}
-	if f.SocketActivation {
+	if f.Leaf != "" {
+		// PROTOCOL.md §7.5: a leaf binds its two listeners itself, with or without systemd.
+		l = append(l, "leaf: principal "+f.Leaf+"; only the TCP listener and the leaf register socket are served (no http.sock, agent.sock or federation listener)")
+		l = append(l, "socket activation: not used in leaf mode (the register socket is self-bound in "+dir+")")
+	} else if f.SocketActivation {
 		l = append(l, "socket activation: yes (systemd)")
 		if len(f.Missing) > 0 {
 			l = append(l, "socket activation: not passed by systemd, so not served: "+strings.Join(f.Missing, ", "))

@@ -142,8 +142,11 @@ func (n *Node) call(ctx context.Context, peer, method, path string, body any, ou
 }
 
 func wirePrincipal(p bus.Principal) WirePrincipal {
-	if p.Kind == "session" {
+	switch p.Kind {
+	case "session":
 		return WirePrincipal{Kind: "session", Harness: p.Harness, SessionID: p.SessionID, Name: p.Name}
+	case "service":
+		return WirePrincipal{Kind: "service", Name: p.Name}
 	}
 	return WirePrincipal{Kind: "anonymous", From: p.From}
 }

@@ -503,14 +503,6 @@ func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// inboxEntry is the answer of GET /fed/v2/inbox.
-type inboxEntry struct {
-	ID     string          `json:"id"`
-	Origin json.RawMessage `json:"origin"`
-	Body   string          `json:"body"`
-	To     string          `json:"to"`
-}
-
 func (s *Server) leaf(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 	p, ok := s.peer(w, r)
 	if !ok {
@@ -551,7 +543,9 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, inboxEntry{ID: e.ID, Origin: e.Origin, Body: e.Body, To: e.TargetRef})
+	// §8.3's fields (id, origin, body, to) and, from the kept envelope, what the leaf needs to
+	// record the sender as its copy's return address (bus.InboxRow).
+	writeJSON(w, http.StatusOK, bus.InboxRowOf(*e))
 }
 
 // inboxAck is POST /fed/v2/inbox/{id}/ack.

@@ -265,6 +265,20 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: "text must not be empty"})
 		return
 	}
+	if l := h.cfg.Bus.Leaf(); l != nil {
+		// Leaf mode (PROTOCOL.md §7.5): every send is the leaf principal's; `from` is ignored.
+		from := "xmsg@" + h.cfg.Bus.Host() + " \u00b7 " + l.Principal
+		d, err := h.cfg.Bus.Send(r.Context(), bus.Send{
+			Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from, Principal: l.Principal,
+			Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: l.Principal, FedPrincipal: &l.Fed, From: l.Fed.From,
+		})
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, d)
+		return
+	}
 	clean, err := envelope.Anonymous(req.From)
 	if err != nil {
 		h.lim.Log(h.cfg.Log, slog.LevelWarn, "send bad_sender", "refused", "socket", h.cfg.Socket, "actor", "anon", "request", "send", "code", "bad_sender")

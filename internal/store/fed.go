@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 )
 
 // Federation buckets (docs/protocol.md §9), in the same file as everything else so that a send
@@ -63,8 +64,9 @@ func mailboxKey(peer, id string) []byte {
 
 // PutMailbox stores mail for a leaf peer.
 func (t *Tx) PutMailbox(e MailboxEntry) error {
-	if e.Peer == "" {
-		return fmt.Errorf("store: mailbox entry without peer")
+	if e.Peer == "" || strings.IndexByte(e.Peer, 0) >= 0 {
+		// A NUL inside a name would let one peer's prefix reach into another's keys.
+		return fmt.Errorf("store: mailbox entry without a valid peer name")
 	}
 	return put(t.btx.Bucket(bucketMailbox), mailboxKey(e.Peer, e.ID), e)
 }
@@ -98,4 +100,20 @@ func purgeFed(t *Tx, cutoff int64) (int, error) {
 	}
 	m, err := purgeAll(t.btx.Bucket(bucketMailbox), cutoff)
 	return n + m, err
+}
+
+// MailboxLen counts the mail waiting for peer (doctor, tests).
+func (t *Tx) MailboxLen(peer string) int {
+	prefix := mailboxKey(peer, "")
+	n := 0
+	c := t.btx.Bucket(bucketMailbox).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
+		n++
+	}
+	return n
+}
+
+// Mailbox returns peer's mail id, if it is still there.
+func (t *Tx) Mailbox(peer, id string) (MailboxEntry, bool, error) {
+	return get[MailboxEntry](t.btx.Bucket(bucketMailbox), mailboxKey(peer, id))
 }

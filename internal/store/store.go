@@ -445,3 +445,19 @@ func (t *Tx) Counts() Counts {
 		IdempotencyKeys: t.btx.Bucket(bucketIdem).Stats().KeyN,
 	}
 }
+
+// Queued reports whether messageID still waits (unacknowledged) in sessionID's queue.
+func (t *Tx) Queued(sessionID, messageID string) (bool, error) {
+	prefix := queuePrefix(sessionID)
+	c := t.btx.Bucket(bucketQueue).Cursor()
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+		var p Pending
+		if err := json.Unmarshal(v, &p); err != nil {
+			return false, fmt.Errorf("store: decode queue entry: %w", err)
+		}
+		if p.ID == messageID {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/xmsg/xmsg/internal/activation"
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/config"
+	"github.com/xmsg/xmsg/internal/creds"
+	"github.com/xmsg/xmsg/internal/doctor"
+	"github.com/xmsg/xmsg/internal/fed"
+	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/httpapi"
+	"github.com/xmsg/xmsg/internal/leaf"
+	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/registersock"
+	"github.com/xmsg/xmsg/internal/sandbox"
+	"github.com/xmsg/xmsg/internal/servergroup"
+)
+
+// leafInstance is `xmsg serve --leaf` (PROTOCOL.md §7.5): the daemon's startup order
+// (DESIGN.md §2) with the steps that differ replaced. The only listeners are the TCP HTTP
+// listener (--listen) and the leaf register socket; no http.sock, agent.sock, normal
+// register.sock or federation listener exists, and sockets systemd may pass are not taken. A
+// leaf is made to run where systemd and Landlock may be missing (a container, gVisor): each
+// fallback is said at start and by `xmsg doctor --url`.
+type leafInstance struct {
+	*instance
+	id      bus.LeafIdentity
+	hubs    []string
+	reg     net.Listener
+	regPath string
+}
+
+// serveLeaf runs leaf mode; serve calls it once the flags say --leaf.
+func serveLeaf(ctx context.Context, cfg *config.Config) error {
+	d := &leafInstance{instance: &instance{cfg: cfg, log: newLogger(cfg.LogLevel, os.Stderr)}}
+	defer d.close()
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{"credentials", d.loadCredentials}, // 1. the principal, the federation node (the hubs)
+		{"store", d.openStore},             // 2.
+		{"sockets", d.bindSockets},         // 3. TCP and the leaf register socket only
+		{"notify", d.openNotify},           // 4. silent without NOTIFY_SOCKET
+		{"sandbox", d.applySandbox},        // 5. best effort (no exe helper: nothing to attest)
+	}
+	for _, step := range steps {
+		if err := step.run(); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			d.log.Info("stopped during startup", "after", step.name)
+			if d.notify != nil {
+				d.notify.Stopping()
+			}
+			return nil
+		}
+	}
+	return d.serve(ctx) // 6. and 7.
+}
+
+// loadCredentials is step 1 of a leaf: its principal, and the federation node, which a leaf
+// cannot do without (the peers file names its hubs).
+func (d *leafInstance) loadCredentials() error {
+	id, err := leaf.ParsePrincipal(d.cfg.LeafPrincipal)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	d.id = id
+	d.facts = doctor.Facts{Daemon: true, PeerGate: true, Systemd: os.Getenv("INVOCATION_ID") != "", Leaf: id.Principal}
+	fc := fedConfig(d.cfg, d.log)
+	fc.Listen = "" // config refused --fed-listen already; a leaf accepts no federation connection
+	if !fed.Enabled(fc) {
+		return errors.New("leaf: --leaf needs a peers file naming its hub (--peers-file or the peers credential) and fed-cert/fed-key")
+	}
+	node, err := fed.New(fc)
+	if err != nil {
+		return err
+	}
+	d.onClose(func() error { node.Close(); return nil })
+	d.fed = &federation{cfg: d.cfg, log: d.log, node: node}
+	if d.hubs = node.Hubs(); len(d.hubs) == 0 {
+		return errors.New("leaf: the peers file names no hub (every peer is a leaf)")
+	}
+	d.facts.Credentials = string(creds.SourcePath)
+	if creds.Dir() != "" {
+		d.facts.Credentials = string(creds.SourceCredentialsDirectory)
+	}
+	return nil
+}
+
+// bindSockets is step 3 of a leaf: the leaf register socket (self-bound, verified like every
+// self-bound socket) and the TCP listener, both before the sandbox.
+func (d *leafInstance) bindSockets() error {
+	if os.Getenv("LISTEN_FDS") != "" {
+		d.log.Warn("leaf mode ignores sockets passed by systemd (LISTEN_FDS): a leaf serves none of http, agent or register.sock")
+	}
+	d.regPath = d.cfg.LeafRegisterSock
+	if d.regPath == "" {
+		def, err := activation.DefaultPaths()
+		if err != nil {
+			return fmt.Errorf("leaf: no --leaf-register-sock and %w", err)
+		}
+		d.regPath = def.Register
+	}
+	reg, err := activation.Bind(d.regPath)
+	if err != nil {
+		return err
+	}
+	d.reg = reg
+	d.onClose(ignoreClosed(reg.Close))
+	d.facts.SocketDir = filepath.Dir(d.regPath)
+	tcp, err := net.Listen("tcp", d.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", d.cfg.Listen, err)
+	}
+	d.tcp = tcp
+	d.onClose(ignoreClosed(tcp.Close))
+	d.facts.TCPListen = tcp.Addr().String()
+	d.log.Warn("tcp listener without peer check", "addr", tcp.Addr().String())
+	d.log.Info("leaf register socket", "path", d.regPath)
+	return nil
+}
+
+// applySandbox is step 5 of a leaf: the state directory read-write, /proc read-only (the
+// register socket's start-time checks), the credentials read-only, the register socket's
+// file removable at stop, TCP connects to the hubs' ports only. No Unix socket is connected
+// to and no TCP port is bound after this.
+func (d *leafInstance) applySandbox() error {
+	policy := sandbox.Policy{
+		ReadWrite:   []string{filepath.Dir(d.cfg.DBPath)},
+		ReadOnly:    []string{"/proc"},
+		RemoveFiles: []string{filepath.Dir(d.regPath)},
+		Require:     d.cfg.RequireLandlock,
+	}
+	if dir := creds.Dir(); dir != "" {
+		policy.ReadOnly = append(policy.ReadOnly, dir)
+	}
+	d.fed.restrict(&policy)
+	report, err := sandbox.Apply(policy, d.log)
+	if err != nil {
+		return err
+	}
+	d.facts.LandlockABI, d.facts.Landlock = report.ABI, report.String()
+	d.log.Info(report.String())
+	if check, err := sandbox.SelfCheck(report, policy); err != nil {
+		if d.cfg.RequireLandlock {
+			return err
+		}
+		d.log.Warn("landlock self-check failed", "err", err)
+	} else {
+		d.log.Info(check)
+	}
+	for _, line := range d.facts.Lines() {
+		d.log.Info("protection", "status", line)
+	}
+	return nil
+}
+
+// serve is steps 6 and 7 of a leaf: the HTTP API on TCP, the service's register socket, and
+// one pull loop per hub, as one server group.
+func (d *leafInstance) serve(ctx context.Context) error {
+	cfg := d.cfg
+	proc := peercred.Proc{}
+	uid := uint32(os.Geteuid())
+	b := bus.New(bus.Config{
+		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
+		Store: d.store, Proc: proc, Log: d.log, Fed: d.fed.bus(), Leaf: &d.id,
+		// A leaf has no Claude sessions: nothing is scanned.
+		Claude: &claude.Scanner{Proc: proc, UID: int(uid), Log: d.log},
+	})
+	defer b.Close()
+	var pullers []*leaf.Puller
+	for _, h := range d.hubs {
+		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, MaxBody: cfg.MaxBody, Log: d.log})
+	}
+	doctorLines := func() []string {
+		lines := d.facts.Lines()
+		for _, p := range pullers {
+			lines = append(lines, p.Status())
+		}
+		return append(lines, d.fed.doctor()...)
+	}
+	// Cancelled when the stop begins: HTTP long-polls answer and the pull loops end (a row
+	// delivered but not yet acked to the hub stays there and is handed out again).
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+
+	group := servergroup.Group{Drain: drainTimeout}
+	srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: d.log, Socket: "tcp", Doctor: doctorLines})
+	srv.BaseContext = func(net.Listener) context.Context { return runCtx }
+	group.Add(servergroup.Server{Name: "tcp", Serve: func() error { return srv.Serve(d.tcp) },
+		Shutdown: func(c context.Context) error { stopRun(); return srv.Shutdown(c) }})
+	register := registersock.New(registersock.Config{Bus: b, Proc: proc, Log: d.log})
+	l := gate.Listener(d.reg, uid, "register", d.log)
+	group.Add(servergroup.Server{Name: "register", Serve: func() error { return register.Serve(l) }, Shutdown: register.Shutdown})
+	for _, p := range pullers {
+		done := make(chan struct{})
+		group.Add(servergroup.Server{Name: "pull " + p.Peer,
+			Serve: func() error { defer close(done); p.Run(runCtx); return nil },
+			Shutdown: func(c context.Context) error {
+				stopRun()
+				select {
+				case <-done:
+					return nil
+				case <-c.Done():
+					return c.Err()
+				}
+			}})
+	}
+	d.fed.node.StartReload()
+
+	status := func() {
+		c, _ := b.Counts()
+		d.notify.Status(fmt.Sprintf("leaf serving: %d registrations, %d connections, %d messages, %d queued", b.Registrations(), register.Conns(), c.Messages, c.Queued))
+	}
+	tickCtx, stopTicks := context.WithCancel(ctx)
+	defer stopTicks()
+	readyFailed := false
+	group.Started = func() error {
+		d.log.Info("serving", "mode", "leaf", "principal", d.id.Principal, "service", "svc:"+d.id.Service, "hubs", d.hubs,
+			"db", cfg.DBPath, "host_label", cfg.HostLabel)
+		if err := d.notify.Ready(); err != nil {
+			readyFailed = true
+			return fmt.Errorf("serve: %w", err)
+		}
+		status()
+		go d.tick(tickCtx, status)
+		return nil
+	}
+	group.Stopping = func() {
+		stopTicks()
+		if ctx.Err() != nil {
+			d.log.Info("stopping", "reason", "signal")
+		}
+		if !readyFailed {
+			d.notify.Stopping()
+		}
+	}
+	if err := group.Run(ctx); err != nil {
+		d.log.Error("stopped with an error", "err", err)
+		return err
+	}
+	d.log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,247 @@
+package leaf
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/envelope"
+)
+
+// Hub is what the pull loop needs from federation (fed.Node implements it).
+type Hub interface {
+	Inbox(ctx context.Context, peer string, wait time.Duration) (*bus.InboxRow, error)
+	AckInbox(ctx context.Context, peer, id string) error
+}
+
+// Backoff bounds of the retries (§7.5: 100 ms doubling to 5 s).
+const (
+	MinBackoff = 100 * time.Millisecond
+	MaxBackoff = 5 * time.Second
+	// PollWait is the inbox long-poll (§7.5: wait=30).
+	PollWait = 30 * time.Second
+)
+
+// Puller pulls one hub's mailbox into the leaf service's queue.
+type Puller struct {
+	Bus     *bus.Bus
+	Hub     Hub
+	Peer    string // the hub's name in the peers file
+	MaxBody int
+	Log     *slog.Logger
+	// Wait overrides PollWait (tests); MinBackoff/MaxBackoff likewise when non-zero.
+	Wait                   time.Duration
+	MinBackoff, MaxBackoff time.Duration
+
+	mu     sync.Mutex
+	pulled int
+	state  string
+}
+
+func (p *Puller) set(format string, args ...any) {
+	p.mu.Lock()
+	p.state = fmt.Sprintf(format, args...) + " at " + time.Now().UTC().Format(time.RFC3339)
+	p.mu.Unlock()
+}
+
+// Status is one line for doctor.
+func (p *Puller) Status() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.state
+	if s == "" {
+		s = "starting"
+	}
+	return fmt.Sprintf("leaf: pulling from hub %s: %d delivered; %s", p.Peer, p.pulled, s)
+}
+
+type backoff struct{ cur, min, max time.Duration }
+
+func (b *backoff) reset() { b.cur = b.min }
+
+// wait sleeps the current delay (or until ctx ends) and doubles it.
+func (b *backoff) wait(ctx context.Context) bool {
+	t := time.NewTimer(b.cur)
+	defer t.Stop()
+	b.cur = min(b.cur*2, b.max)
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Run pulls until ctx ends: long-poll the hub's inbox; put the row in the local queue; wait
+// for the service's ack; then ack the hub, retrying until it holds. Every failure of the
+// hub (unreachable, restarting, rate limit) is retried with backoff.
+func (p *Puller) Run(ctx context.Context) {
+	wait := p.Wait
+	if wait <= 0 {
+		wait = PollWait
+	}
+	b := backoff{min: or(p.MinBackoff, MinBackoff), max: or(p.MaxBackoff, MaxBackoff)}
+	b.reset()
+	for ctx.Err() == nil {
+		row, err := p.Hub.Inbox(ctx, p.Peer, wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.set("poll failed: %s", bus.AsError(err).Code)
+			p.Log.Warn("leaf poll failed", "peer", p.Peer, "code", bus.AsError(err).Code, "retry_in", b.cur.String())
+			b.wait(ctx)
+			continue
+		}
+		b.reset()
+		if row == nil {
+			p.set("poll ok, mailbox empty")
+			continue
+		}
+		if err := p.take(ctx, row, &b); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.Log.Warn("leaf delivery failed", "peer", p.Peer, "message_id", row.ID, "err", err, "retry_in", b.cur.String())
+			b.wait(ctx)
+			continue
+		}
+		b.reset()
+	}
+}
+
+func or(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// take handles one row: queue it, wait for the local ack, ack the hub. A row the leaf can
+// never deliver (malformed, or for a target it does not serve) is logged and acked, so it
+// does not block the mailbox forever.
+func (p *Puller) take(ctx context.Context, row *bus.InboxRow, b *backoff) error {
+	pulled, err := p.check(row)
+	if err != nil {
+		p.Log.Warn("leaf dropped an undeliverable row", "peer", p.Peer, "message_id", row.ID, "reason", err.Error())
+		return p.ackHub(ctx, row.ID, b)
+	}
+	session, err := p.Bus.DeliverPulled(pulled)
+	if err != nil {
+		return err
+	}
+	p.set("delivered %s to %s, waiting for its ack", row.ID, session)
+	if err := p.Bus.WaitAcked(ctx, session, row.ID); err != nil {
+		return err
+	}
+	b.reset()
+	if err := p.ackHub(ctx, row.ID, b); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.pulled++
+	p.mu.Unlock()
+	p.set("acked %s", row.ID)
+	return nil
+}
+
+// ackHub acks id on the hub until the hub holds it (200), or has no such row (404: acked
+// before, e.g. by a previous run whose answer was lost).
+func (p *Puller) ackHub(ctx context.Context, id string, b *backoff) error {
+	for {
+		err := p.Hub.AckInbox(ctx, p.Peer, id)
+		if err == nil || bus.AsError(err).Status == http.StatusNotFound {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p.set("ack of %s failed: %s", id, bus.AsError(err).Code)
+		p.Log.Warn("leaf hub ack failed", "peer", p.Peer, "message_id", id, "code", bus.AsError(err).Code, "retry_in", b.cur.String())
+		if !b.wait(ctx) {
+			return ctx.Err()
+		}
+	}
+}
+
+var errUndeliverable = errors.New("undeliverable")
+
+// check checks a row and turns it into the bus's Pulled: what the hub says about the
+// sender is its claim about its own users, named under the hub's (authenticated) peer name,
+// as an inbound envelope's principal is (§8.3 step 7).
+func (p *Puller) check(row *bus.InboxRow) (bus.Pulled, error) {
+	if u, err := uuid.Parse(row.ID); err != nil || u.String() != row.ID {
+		return bus.Pulled{}, fmt.Errorf("%w: id is not a canonical UUID", errUndeliverable)
+	}
+	if row.Body == "" || (p.MaxBody > 0 && len(row.Body) > p.MaxBody) {
+		return bus.Pulled{}, fmt.Errorf("%w: empty or oversized body", errUndeliverable)
+	}
+	if row.ThreadID != "" {
+		if u, err := uuid.Parse(row.ThreadID); err != nil || u.String() != row.ThreadID {
+			return bus.Pulled{}, fmt.Errorf("%w: thread_id is not a canonical UUID", errUndeliverable)
+		}
+	}
+	svc := p.Bus.Leaf().Service
+	to := strings.TrimPrefix(row.To, "svc:")
+	if to != "" && !strings.EqualFold(to, svc) {
+		return bus.Pulled{}, fmt.Errorf("%w: target %q is not this leaf's service", errUndeliverable, row.To)
+	}
+	var wp struct {
+		Kind      string `json:"kind"`
+		Harness   string `json:"harness"`
+		SessionID string `json:"session_id"`
+		Name      string `json:"name"`
+		From      string `json:"from"`
+	}
+	if len(row.Principal) > 0 {
+		if err := json.Unmarshal(row.Principal, &wp); err != nil {
+			return bus.Pulled{}, fmt.Errorf("%w: principal: %v", errUndeliverable, err)
+		}
+	}
+	out := bus.Pulled{ID: row.ID, Peer: p.Peer, Body: row.Body, PushReplies: row.PushReplies, ThreadID: row.ThreadID}
+	switch wp.Kind {
+	case "session":
+		if !sessionHarnesses[wp.Harness] || wp.SessionID == "" || len(wp.SessionID) > 256 {
+			return bus.Pulled{}, fmt.Errorf("%w: invalid session principal", errUndeliverable)
+		}
+		name := or2(wp.Name, wp.SessionID)
+		out.FromName = envelope.AttestedBadge(p.Peer, wp.Harness, name)
+		out.Badge = wp.Harness + ":" + envelope.AttestedName(wp.Harness, name)
+		out.Return = &bus.Caller{Harness: wp.Harness, SessionID: wp.SessionID, Name: name}
+	case "service":
+		if !envelope.ValidServiceName(wp.Name) {
+			return bus.Pulled{}, fmt.Errorf("%w: invalid service principal", errUndeliverable)
+		}
+		out.FromName = envelope.AttestedBadge(p.Peer, "svc", wp.Name)
+		out.Badge = "svc:" + wp.Name
+		out.Return = &bus.Caller{Harness: "svc", SessionID: "svc:" + wp.Name, Name: wp.Name}
+	default:
+		// Anonymous (or a hub that sent no principal): no return address, replies poll-only.
+		clean, err := envelope.Anonymous(wp.From)
+		if err != nil {
+			clean = "anonymous"
+		}
+		out.FromName = envelope.AnonymousBadge(p.Peer, clean)
+		out.Badge = "anon:" + clean
+		out.PushReplies = false
+	}
+	return out, nil
+}
+
+var sessionHarnesses = map[string]bool{"claude": true, "agy": true, "pi": true, "svc": true, "opencode": true, "hermes": true}
+
+func or2(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
