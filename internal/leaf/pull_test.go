@@ -1,0 +1,141 @@
+package leaf
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+// fakeHub hands out rows in order, fails the first polls and acks it is told to, and
+// records each ack with whether the local service had acked the row by then.
+type fakeHub struct {
+	mu         sync.Mutex
+	rows       []*bus.InboxRow
+	failPolls  int
+	failAcks   int
+	acks       []string
+	early      []string // hub acks that came before the local ack
+	localAcked map[string]bool
+	polls      int
+}
+
+func (h *fakeHub) Inbox(ctx context.Context, peer string, wait time.Duration) (*bus.InboxRow, error) {
+	h.mu.Lock()
+	h.polls++
+	if h.failPolls > 0 {
+		h.failPolls--
+		h.mu.Unlock()
+		return nil, &bus.Error{Status: http.StatusServiceUnavailable, Code: "peer_unreachable"}
+	}
+	if len(h.rows) > 0 {
+		r := h.rows[0]
+		h.mu.Unlock()
+		return r, nil
+	}
+	h.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(10 * time.Millisecond):
+		return nil, nil
+	}
+}
+
+func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.failAcks > 0 {
+		h.failAcks--
+		return &bus.Error{Status: http.StatusServiceUnavailable, Code: "peer_unreachable"}
+	}
+	if !h.localAcked[id] {
+		h.early = append(h.early, id)
+	}
+	for i, r := range h.rows {
+		if r.ID == id {
+			h.rows = append(h.rows[:i], h.rows[i+1:]...)
+			h.acks = append(h.acks, id)
+			return nil
+		}
+	}
+	return &bus.Error{Status: http.StatusNotFound, Code: "not_found"}
+}
+
+func TestPullerAcksTheHubAfterTheLocalAckAndRetries(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	id, _ := ParsePrincipal("svc:bot")
+	log := slog.New(slog.DiscardHandler)
+	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
+		Leaf: &id, Claude: &claude.Scanner{Log: log}})
+	defer b.Close()
+	principal, _ := json.Marshal(map[string]string{"kind": "session", "harness": "claude", "session_id": "s1", "name": "alice"})
+	hub := &fakeHub{failPolls: 3, failAcks: 3, localAcked: map[string]bool{}}
+	for _, text := range []string{"one", "two", "three"} {
+		hub.rows = append(hub.rows, &bus.InboxRow{ID: uuid.Must(uuid.NewV7()).String(), Body: text, To: "svc:bot", Principal: principal, PushReplies: true})
+	}
+	// A row for another target is dropped (acked) rather than blocking the mailbox.
+	hub.rows = append(hub.rows, &bus.InboxRow{ID: uuid.Must(uuid.NewV7()).String(), Body: "x", To: "svc:other"})
+	want := len(hub.rows)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
+	go func() { p.Run(ctx); close(done) }()
+	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
+	for _, text := range []string{"one", "two", "three"} {
+		m, err := b.Poll(ctx, reg, 10*time.Second)
+		if err != nil || m == nil || m.Text != text {
+			t.Fatalf("local poll = %+v %v, want %q", m, err, text)
+		}
+		if m.FromName != "xmsg@hub · claude:alice" {
+			t.Errorf("fromName = %q", m.FromName)
+		}
+		hub.mu.Lock()
+		hub.localAcked[m.ID] = true
+		hub.mu.Unlock()
+		if err := b.Ack(reg, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 2000; i++ {
+		hub.mu.Lock()
+		n := len(hub.acks)
+		hub.mu.Unlock()
+		if n == want {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	if len(hub.acks) != want {
+		t.Errorf("hub acks = %d, want %d", len(hub.acks), want)
+	}
+	// Only the undeliverable row may be acked without a local ack.
+	if len(hub.early) != 1 || hub.early[0] != hub.acks[want-1] {
+		t.Errorf("hub acked before the local ack: %v", hub.early)
+	}
+	if hub.failPolls != 0 || hub.failAcks != 0 {
+		t.Errorf("failures not retried: polls %d acks %d left", hub.failPolls, hub.failAcks)
+	}
+	// The message rows carry the hub as return host: a reply goes back there.
+	v, err := b.Message(hub.acks[0])
+	if err != nil || v.ReturnHarness == nil || *v.ReturnHarness != "claude" || !v.PushReplies {
+		t.Errorf("message row = %+v %v", v, err)
+	}
+}
