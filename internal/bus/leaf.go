@@ -228,3 +228,20 @@ func (b *Bus) leafService(name string) *Error {
 	}
 	return nil
 }
+
+// toLeaf reports whether message id was sent to a leaf peer (its outbound row names one).
+func (b *Bus) toLeaf(id string) bool {
+	if b.cfg.Fed == nil {
+		return false
+	}
+	var out store.Outbound
+	var found bool
+	if err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+		out, found, err = tx.Outbound(id)
+		return err
+	}); err != nil || !found {
+		return false
+	}
+	leaf, _ := b.cfg.Fed.Leaf(out.Peer, out.TargetRef)
+	return leaf
+}

@@ -365,6 +365,11 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 	if !found {
 		return nil, messageNotFound(id)
 	}
+	if remote && b.toLeaf(id) {
+		// A leaf is never connected to: its replies arrive here (pushed by the leaf), so
+		// the wait is a local one.
+		remote = false
+	}
 	if len(out) > 0 || (wait <= 0 && !remote) {
 		return out, nil
 	}

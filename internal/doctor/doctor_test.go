@@ -171,3 +171,25 @@ func TestMachine(t *testing.T) {
 		})
 	}
 }
+
+// A leaf in a container: no systemd, no notify socket, no Landlock. Every fallback is named.
+func TestLeafFallbackLines(t *testing.T) {
+	f := Facts{Daemon: true, PeerGate: true, Leaf: "svc:matrix", SocketDir: "/run/shared/xmsg", Landlock: "landlock: unavailable",
+		Credentials: "path", TCPListen: "127.0.0.1:7787"}
+	got := strings.Join(f.Lines(), "\n")
+	for _, want := range []string{
+		"leaf: principal svc:matrix; only the TCP listener and the leaf register socket are served",
+		"socket activation: not used in leaf mode (the register socket is self-bound in /run/shared/xmsg)",
+		"landlock: unavailable (running without it",
+		"sd_notify: no (NOTIFY_SOCKET unset",
+		"systemd hardening: none (not started by systemd)",
+		"tcp listener: 127.0.0.1:7787 (no peer-uid check on TCP)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("lines lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "socket activation: yes") || strings.Contains(got, "self-bound sockets in") {
+		t.Errorf("a leaf reported the normal socket line:\n%s", got)
+	}
+}

@@ -249,6 +249,11 @@ func TestPullLoop(t *testing.T) {
 	if got := hub.queued("svc:asker"); got != 1 {
 		t.Errorf("hub sender's queue = %d, want the pushed reply", got)
 	}
+	// The hub answers reply polls for mail it sent a leaf from what the leaf pushed: it
+	// never tries to connect to the leaf.
+	if replies, err := hub.bus.Replies(ctx, d.MessageID, 0, time.Second); err != nil || len(replies) != 1 || replies[0].Text != "pong" {
+		t.Errorf("hub reply poll of a leaf-bound message = %+v %v", replies, err)
+	}
 
 	// Locally acked, hub ack lost: a fresh loop finds the row on the hub again and acks it
 	// without a second local delivery.
@@ -262,6 +267,9 @@ func TestPullLoop(t *testing.T) {
 	}
 	if err := l1.bus.Ack(svc, d3.MessageID); err != nil {
 		t.Fatal(err)
+	}
+	if replies, err := hub.bus.Replies(ctx, d3.MessageID, 0, 0); err != nil || len(replies) != 0 {
+		t.Errorf("hub reply poll of an anonymous leaf-bound message = %+v %v, want [] without error", replies, err)
 	}
 	stop = l1.pull("hub")
 	eventually(t, "hub mailbox empty", func() bool { return hub.mailbox("l1") == 0 })
