@@ -687,9 +687,24 @@ func TestLeafNode(t *testing.T) {
 			t.Fatalf("leaf send: %d %v", status, body)
 		}
 		lid := body["messageId"].(string)
+		// Idempotency is scoped to the leaf principal, not to `from`.
+		_, k1 := s.leafCLI.http("POST", "/v1/sessions/"+piID+"@hub/messages", `{"from":"a","text":"once","idempotency_key":"k1"}`)
+		_, k2 := s.leafCLI.http("POST", "/v1/sessions/"+piID+"@hub/messages", `{"from":"b","text":"once","idempotency_key":"k1"}`)
+		if k1["messageId"] == nil || k1["messageId"] != k2["messageId"] {
+			t.Errorf("idempotent leaf sends from two `from`s: %v and %v, want one message", k1, k2)
+		}
 		p = pi.call(`{"action":"poll","waitSecs":30}`)
 		if p["action"] != "deliver" || p["messageId"] != lid || p["fromName"] != "xmsg@leaf1 · svc:bot" {
 			t.Fatalf("hub pi got %v, want the leaf's message", p)
+		}
+		pi.call(jsonLine(map[string]string{"action": "ack", "messageId": lid}))
+		if q := pi.call(`{"action":"poll","waitSecs":30}`); q["messageId"] != k1["messageId"] {
+			t.Errorf("hub pi got %v, want the idempotent send once", q)
+		} else {
+			pi.call(jsonLine(map[string]string{"action": "ack", "messageId": q["messageId"].(string)}))
+		}
+		if q := pi.call(`{"action":"poll","waitSecs":0}`); q["action"] != "timeout" {
+			t.Errorf("hub pi got %v, want nothing more", q)
 		}
 		r := pi.call("agent " + jsonLine(map[string]string{"action": "reply", "messageId": lid, "text": "answer for the leaf"}))
 		if str(r, "reply", "pushOutcome") != "disabled" {
