@@ -388,7 +388,7 @@ func (h *lhelper) http(method, path, body string) (int, map[string]any) {
 	return int(status), m
 }
 
-func str(v any, keys ...string) string {
+func jstr(v any, keys ...string) string {
 	for _, k := range keys {
 		m, _ := v.(map[string]any)
 		v = m[k]
@@ -662,12 +662,12 @@ func TestLeafNode(t *testing.T) {
 			t.Fatalf("hub pi registration: %s", pi.first)
 		}
 		v := pi.call("agent " + jsonLine(map[string]any{"action": "send", "ref": "svc:bot@leaf1", "text": "hello leaf", "push_replies": true}))
-		id := str(v, "delivery", "messageId")
-		if v["status"] != "ok" || str(v, "delivery", "outcome") != "queued" {
+		id := jstr(v, "delivery", "messageId")
+		if v["status"] != "ok" || jstr(v, "delivery", "outcome") != "queued" {
 			t.Fatalf("hub pi send: %v", v)
 		}
 		got, d := s.botPoll(30)
-		if got != id || d["text"] != "hello leaf" || str(d, "origin", "kind") != "fed" || str(d, "origin", "host") != "hub" || !strings.HasPrefix(str(d, "origin", "principal"), "pi:") {
+		if got != id || d["text"] != "hello leaf" || jstr(d, "origin", "kind") != "fed" || jstr(d, "origin", "host") != "hub" || !strings.HasPrefix(jstr(d, "origin", "principal"), "pi:") {
 			t.Fatalf("bot got %v, want %s from the hub's pi session", d, id)
 		}
 		if r := s.bot.call(jsonLine(map[string]string{"action": "reply", "messageId": id, "text": "hello hub"})); r["status"] != "ok" {
@@ -707,7 +707,7 @@ func TestLeafNode(t *testing.T) {
 			t.Errorf("hub pi got %v, want nothing more", q)
 		}
 		r := pi.call("agent " + jsonLine(map[string]string{"action": "reply", "messageId": lid, "text": "answer for the leaf"}))
-		if str(r, "reply", "pushOutcome") != "disabled" {
+		if jstr(r, "reply", "pushOutcome") != "disabled" {
 			t.Errorf("reply to a leaf-originated message: %v, want pushOutcome disabled", r)
 		}
 		status, body = s.leafCLI.http("GET", "/v1/messages/"+lid+"/replies?wait=10", "")
