@@ -151,6 +151,10 @@ func (d *leafInstance) applySandbox() error {
 	}
 	d.facts.LandlockABI, d.facts.Landlock = report.ABI, report.String()
 	d.log.Info(report.String())
+	if named := d.fed.node.NamedHubs(); len(named) > 0 && report.Net != sandbox.Unavailable {
+		// Landlock's network rules leave no way to a DNS server: name the hub by IP.
+		d.log.Warn("hub address is a host name, which cannot be resolved under Landlock; give an IP in the peers file", "peers", named)
+	}
 	if check, err := sandbox.SelfCheck(report, policy); err != nil {
 		if d.cfg.RequireLandlock {
 			return err

@@ -2,6 +2,7 @@ package fed
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -46,4 +47,16 @@ func (n *Node) AckInbox(ctx context.Context, peer, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, InboxAckTimeout)
 	defer cancel()
 	return n.call(ctx, peer, http.MethodPost, "/fed/v2/inbox/"+url.PathEscape(id)+"/ack", struct{}{}, nil, id)
+}
+
+// NamedHubs returns the hubs whose address names a host instead of an IP: reaching them needs
+// DNS, which a sandboxed daemon cannot do (no UDP, TCP connects only to peer ports).
+func (n *Node) NamedHubs() []string {
+	var out []string
+	for _, p := range n.st.Load().peers.All() {
+		if host, _, err := net.SplitHostPort(p.Address); !p.Leaf && (err != nil || net.ParseIP(host) == nil) {
+			out = append(out, p.Name)
+		}
+	}
+	return out
 }

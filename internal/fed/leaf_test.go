@@ -297,3 +297,26 @@ func TestPullLoop(t *testing.T) {
 		t.Errorf("leaf reply poll = %+v %v", replies, err)
 	}
 }
+
+// The inbox poll and the inbox ack have their own buckets (inbox:<peer>, inbox-ack:<peer>):
+// a leaf that spent its polls can still ack what it holds.
+func TestLeafInboxRateBuckets(t *testing.T) {
+	hub, l1 := newNode(t, "hub"), newNode(t, "l1")
+	hub.start("{"+peerEntry("l1", "192.0.2.201:1", l1.cert.Pin, `, "leaf": true`)+"}", 2, 2)
+	d, err := hub.bus.Send(context.Background(), bus.Send{Ref: "bot@l1", Text: "x", Bytes: 1, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rawClient(l1.cert)
+	for i := 0; i < 2; i++ {
+		if status, body := get(t, c, hub.addr(), "/fed/v2/inbox?wait=0"); status != 200 {
+			t.Fatalf("poll %d: %d %s", i, status, body)
+		}
+	}
+	if status, _ := get(t, c, hub.addr(), "/fed/v2/inbox?wait=0"); status != 429 {
+		t.Errorf("third poll at 2/min: %d, want 429", status)
+	}
+	if status, out := post(t, c, hub.addr(), "/fed/v2/inbox/"+d.MessageID+"/ack", nil); status != 200 {
+		t.Errorf("ack after the polls ran out: %d %v, want 200", status, out)
+	}
+}

@@ -503,7 +503,10 @@ func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) leaf(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
+// leaf authenticates a leaf peer for its inbox routes; bucket names its rate bucket. The
+// poll has §8.3's `inbox:<peer>`; the ack its own `inbox-ack:<peer>`, so that a busy leaf,
+// which spends one of each per message, is not held to half the peer rate.
+func (s *Server) leaf(w http.ResponseWriter, r *http.Request, bucket string) (*Peer, bool) {
 	p, ok := s.peer(w, r)
 	if !ok {
 		return nil, false
@@ -512,7 +515,7 @@ func (s *Server) leaf(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 		writeError(w, apiError(http.StatusForbidden, "op_denied", "peer is not a leaf"))
 		return nil, false
 	}
-	if !s.rate("inbox:" + p.Name) {
+	if !s.rate(bucket + p.Name) {
 		writeError(w, rateLimited())
 		return nil, false
 	}
@@ -522,7 +525,7 @@ func (s *Server) leaf(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 // inbox is GET /fed/v2/inbox?wait=N: a leaf pulls the oldest mail queued for it, which
 // stays until acked. Mailboxes are per peer: a leaf sees its own only.
 func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.leaf(w, r)
+	p, ok := s.leaf(w, r, "inbox:")
 	if !ok {
 		return
 	}
@@ -550,7 +553,7 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
 
 // inboxAck is POST /fed/v2/inbox/{id}/ack.
 func (s *Server) inboxAck(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.leaf(w, r)
+	p, ok := s.leaf(w, r, "inbox-ack:")
 	if !ok {
 		return
 	}
