@@ -33,8 +33,9 @@ import (
 
 const fedPort = 7443
 
-// netPair makes two namespaces joined by a veth pair; both are deleted at cleanup.
-type netPair struct{ a, b string }
+// netPair makes two namespaces joined by a veth pair (va in a, 192.0.2.1; vb in b,
+// 192.0.2.2); both are deleted at cleanup.
+type netPair struct{ a, b, va, vb string }
 
 func runCmd(t testing.TB, args ...string) {
 	t.Helper()
@@ -50,8 +51,8 @@ func newNetPair(t testing.TB) netPair {
 	var sfx [3]byte
 	rand.Read(sfx[:])
 	s := hex.EncodeToString(sfx[:])
-	np := netPair{a: "xmfa" + s, b: "xmfb" + s}
 	va, vb := "xva"+s, "xvb"+s
+	np := netPair{a: "xmfa" + s, b: "xmfb" + s, va: va, vb: vb}
 	runCmd(t, "ip", "netns", "add", np.a)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", np.a).Run() })
 	runCmd(t, "ip", "netns", "add", np.b)

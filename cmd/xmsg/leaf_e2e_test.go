@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
@@ -129,38 +128,6 @@ func leafRoleLine() {
 			return
 		}
 	}
-}
-
-// lnet is the test's pair of network namespaces.
-type lnet struct{ hub, leaf, vh, vl string }
-
-func ipRun(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
-
-func newLnet(t *testing.T) *lnet {
-	t.Helper()
-	var b [4]byte
-	rand.Read(b[:])
-	s := hex.EncodeToString(b[:])
-	n := &lnet{hub: "xlfh-" + s, leaf: "xlfl-" + s, vh: "xh" + s, vl: "xl" + s}
-	ipRun(t, "netns", "add", n.hub)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", n.hub).Run() })
-	ipRun(t, "netns", "add", n.leaf)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", n.leaf).Run() })
-	ipRun(t, "link", "add", n.vh, "type", "veth", "peer", "name", n.vl)
-	ipRun(t, "link", "set", n.vh, "netns", n.hub)
-	ipRun(t, "link", "set", n.vl, "netns", n.leaf)
-	ipRun(t, "-n", n.hub, "addr", "add", "192.0.2.1/24", "dev", n.vh)
-	ipRun(t, "-n", n.leaf, "addr", "add", "192.0.2.2/24", "dev", n.vl)
-	for _, ns := range [][2]string{{n.hub, n.vh}, {n.leaf, n.vl}} {
-		ipRun(t, "-n", ns[0], "link", "set", "lo", "up")
-		ipRun(t, "-n", ns[0], "link", "set", ns[1], "up")
-	}
-	return n
 }
 
 // dialIn connects to addr from inside network namespace ns: the thread enters ns for the
@@ -490,7 +457,7 @@ func fedDo(t *testing.T, c *http.Client, method, path string) (int, string) {
 // leafSetup is the whole cast: namespaces, hub, leaf, and the helpers around them.
 type leafSetup struct {
 	t               *testing.T
-	net             *lnet
+	net             netPair // a: the hub (192.0.2.1), b: the leaf (192.0.2.2); from fed_e2e_test.go
 	exe             string
 	hub, leaf       *lnode
 	leaf2, plain    *fedtest.Cert
@@ -504,10 +471,10 @@ func newLeafSetup(t *testing.T) *leafSetup {
 	for _, tool := range []string{"ip", "nsenter", "setpriv", "useradd"} {
 		ostest.RequireTool(t, tool)
 	}
-	s := &leafSetup{t: t, net: newLnet(t)}
+	s := &leafSetup{t: t, net: newNetPair(t)}
 	_, s.exe = ostest.WorldExe(t, "xmsg-leaf-test")
-	s.hub = newLnode(t, "hub", s.net.hub, s.exe)
-	s.leaf = newLnode(t, "leaf1", s.net.leaf, s.exe)
+	s.hub = newLnode(t, "hub", s.net.a, s.exe)
+	s.leaf = newLnode(t, "leaf1", s.net.b, s.exe)
 	s.leaf2 = fedtest.New(t, "leaf2", nil, fedtest.Options{})
 	s.plain = fedtest.New(t, "plain", nil, fedtest.Options{})
 	s.hub.file("peers.json", []byte(fmt.Sprintf(`{
@@ -528,7 +495,7 @@ func newLeafSetup(t *testing.T) *leafSetup {
 	s.leaf.start()
 	t.Cleanup(s.leaf.stop)
 	s.hubCLI = startHelper(t, "hub cli", userCmd(s.hub.user, "", s.exe, []string{"XMSG_LEAF_ROLE=cli", "SOCK=" + s.hub.path("rt/xmsg/http.sock")}), false)
-	s.leafCLI = startHelper(t, "leaf cli", userCmd(s.leaf.user, s.net.leaf, s.exe, []string{"XMSG_LEAF_ROLE=cli", "TCP=127.0.0.1:7787"}), false)
+	s.leafCLI = startHelper(t, "leaf cli", userCmd(s.leaf.user, s.net.b, s.exe, []string{"XMSG_LEAF_ROLE=cli", "TCP=127.0.0.1:7787"}), false)
 	s.startBot()
 	return s
 }
@@ -632,7 +599,7 @@ func TestLeafNode(t *testing.T) {
 			}
 		}
 		// `xmsg doctor --url` reaches the leaf's TCP listener.
-		out, err := userCmd(s.leaf.user, s.net.leaf, s.exe, s.leaf.env(), "doctor", "--url", "http://127.0.0.1:7787").CombinedOutput()
+		out, err := userCmd(s.leaf.user, s.net.b, s.exe, s.leaf.env(), "doctor", "--url", "http://127.0.0.1:7787").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "leaf: principal svc:bot") {
 			t.Errorf("xmsg doctor --url: %v\n%s", err, out)
 		}
@@ -722,7 +689,7 @@ func TestLeafNode(t *testing.T) {
 		if id == "" {
 			t.Fatal("hub send failed")
 		}
-		l2 := fedClient(s.net.leaf, s.leaf2)
+		l2 := fedClient(s.net.b, s.leaf2)
 		if status, body := fedDo(t, l2, "GET", "/fed/v2/inbox?wait=0"); status != 200 || body != "null" {
 			t.Errorf("leaf2 reads its inbox: %d %s, want 200 null", status, body)
 		}
@@ -732,7 +699,7 @@ func TestLeafNode(t *testing.T) {
 		if got := s.hubOutcome(id); got != "queued" {
 			t.Errorf("after leaf2's ack the hub says %q, want queued", got)
 		}
-		pl := fedClient(s.net.leaf, s.plain)
+		pl := fedClient(s.net.b, s.plain)
 		if status, body := fedDo(t, pl, "GET", "/fed/v2/inbox?wait=0"); status != 403 || !strings.Contains(body, "peer is not a leaf") {
 			t.Errorf("non-leaf inbox: %d %s, want 403 peer is not a leaf", status, body)
 		}
@@ -859,7 +826,7 @@ func leafFaults(t *testing.T, s *leafSetup) {
 		drain("after a hub kill during a poll")
 
 		// 3. a network cut: mail waits in the mailbox and arrives once the link is back.
-		ipRun(t, "-n", s.net.leaf, "link", "set", s.net.vl, "down")
+		runCmd(t, "ip", "-n", s.net.b, "link", "set", s.net.vb, "down")
 		cuts++
 		for _, id := range []string{send(), send()} {
 			// The leaf cannot ack across the cut: the row waits in the hub's mailbox.
@@ -868,7 +835,7 @@ func leafFaults(t *testing.T, s *leafSetup) {
 			}
 		}
 		time.Sleep(cut)
-		ipRun(t, "-n", s.net.leaf, "link", "set", s.net.vl, "up")
+		runCmd(t, "ip", "-n", s.net.b, "link", "set", s.net.vb, "up")
 		drain("after a network cut")
 	}
 	lost, dups := 0, 0
