@@ -24,25 +24,19 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xmsg/xmsg/internal/daemontest"
 	"github.com/xmsg/xmsg/internal/fed/fedtest"
 	"github.com/xmsg/xmsg/internal/ostest"
 )
 
 // Leaf nodes end to end (issue 13): a hub daemon and a leaf daemon, each the real binary as
 // its own OS user in its own network namespace, joined by a veth pair (192.0.2.1 hub,
-// 192.0.2.2 leaf), with real mTLS. Helper processes (selected by XMSG_LEAF_ROLE, handled in
-// init so that they never reach TestMain) are the sessions and services around them.
+// 192.0.2.2 leaf), with real mTLS. Helper processes (ostest roles "leafcli" and "leafline")
+// are the sessions and services around them.
 
-func init() {
-	switch os.Getenv("XMSG_LEAF_ROLE") {
-	case "":
-		return
-	case "cli":
-		leafRoleCLI()
-	case "line":
-		leafRoleLine()
-	}
-	os.Exit(0)
+var leafRoles = ostest.Roles{
+	"leafcli":  func() int { leafRoleCLI(); return 0 },
+	"leafline": func() int { leafRoleLine(); return 0 },
 }
 
 // leafRoleCLI answers HTTP requests read from stdin ({"method","path","body"} lines), one
@@ -177,7 +171,7 @@ type lnode struct {
 	args   []string
 	cert   *fedtest.Cert
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *daemontest.LogBuffer
 }
 
 // userCmd runs exe as u, inside network namespace ns when it is set (nsenter and setpriv
@@ -227,12 +221,12 @@ func (nd *lnode) file(name string, data []byte) {
 }
 
 func (nd *lnode) env() []string {
-	return []string{"XMSG_TEST_ROLE=xmsg", "HOME=" + nd.dir, "XDG_RUNTIME_DIR=" + nd.path("rt")}
+	return []string{ostest.Role("xmsg"), "HOME=" + nd.dir, "XDG_RUNTIME_DIR=" + nd.path("rt")}
 }
 
 func (nd *lnode) start() {
 	nd.t.Helper()
-	nd.stderr = &syncBuffer{}
+	nd.stderr = &daemontest.LogBuffer{}
 	nd.cmd = userCmd(nd.user, nd.ns, nd.exe, nd.env(), nd.args...)
 	nd.cmd.Stderr = nd.stderr
 	if err := nd.cmd.Start(); err != nil {
@@ -494,8 +488,8 @@ func newLeafSetup(t *testing.T) *leafSetup {
 	t.Cleanup(s.hub.stop)
 	s.leaf.start()
 	t.Cleanup(s.leaf.stop)
-	s.hubCLI = startHelper(t, "hub cli", userCmd(s.hub.user, "", s.exe, []string{"XMSG_LEAF_ROLE=cli", "SOCK=" + s.hub.path("rt/xmsg/http.sock")}), false)
-	s.leafCLI = startHelper(t, "leaf cli", userCmd(s.leaf.user, s.net.b, s.exe, []string{"XMSG_LEAF_ROLE=cli", "TCP=127.0.0.1:7787"}), false)
+	s.hubCLI = startHelper(t, "hub cli", userCmd(s.hub.user, "", s.exe, []string{ostest.Role("leafcli"), "SOCK=" + s.hub.path("rt/xmsg/http.sock")}), false)
+	s.leafCLI = startHelper(t, "leaf cli", userCmd(s.leaf.user, s.net.b, s.exe, []string{ostest.Role("leafcli"), "TCP=127.0.0.1:7787"}), false)
 	s.startBot()
 	return s
 }
@@ -506,7 +500,7 @@ func (s *leafSetup) startBot() {
 	if s.bot != nil {
 		s.bot.close()
 	}
-	s.bot = startHelper(s.t, "bot", userCmd(s.leaf.user, "", s.exe, []string{"XMSG_LEAF_ROLE=line", "SOCK=" + s.regSock,
+	s.bot = startHelper(s.t, "bot", userCmd(s.leaf.user, "", s.exe, []string{ostest.Role("leafline"), "SOCK=" + s.regSock,
 		`FIRST={"harness":"svc","name":"bot"}`}), true)
 	if !strings.Contains(s.bot.first, `"sessionId":"svc:bot"`) {
 		s.t.Fatalf("bot registration: %s\nleaf: %s", s.bot.first, s.leaf.stderr)
@@ -606,12 +600,12 @@ func TestLeafNode(t *testing.T) {
 	})
 
 	t.Run("registration", func(t *testing.T) {
-		other := startHelper(t, "other", userCmd(s.leaf.user, "", s.exe, []string{"XMSG_LEAF_ROLE=line", "SOCK=" + s.regSock,
+		other := startHelper(t, "other", userCmd(s.leaf.user, "", s.exe, []string{ostest.Role("leafline"), "SOCK=" + s.regSock,
 			`FIRST={"harness":"svc","name":"other"}`}), true)
 		if !strings.Contains(other.first, "does not match leaf principal") {
 			t.Errorf("other service on the leaf: %s", other.first)
 		}
-		pi := startHelper(t, "pi", userCmd(s.leaf.user, "", s.exe, []string{"XMSG_LEAF_ROLE=line", "SOCK=" + s.regSock,
+		pi := startHelper(t, "pi", userCmd(s.leaf.user, "", s.exe, []string{ostest.Role("leafline"), "SOCK=" + s.regSock,
 			`FIRST={"harness":"pi","sessionName":"x"}`}), true)
 		if !strings.Contains(pi.first, `"status":"error"`) {
 			t.Errorf("pi session on the leaf: %s", pi.first)
@@ -620,7 +614,7 @@ func TestLeafNode(t *testing.T) {
 
 	t.Run("round trips", func(t *testing.T) {
 		// A hub session (pi, attested on agent.sock) sends to the leaf's service.
-		pi := startHelper(t, "hub pi", userCmd(s.hub.user, "", s.exe, []string{"XMSG_LEAF_ROLE=line", "SOCK=" + s.hub.path("rt/xmsg/register.sock"),
+		pi := startHelper(t, "hub pi", userCmd(s.hub.user, "", s.exe, []string{ostest.Role("leafline"), "SOCK=" + s.hub.path("rt/xmsg/register.sock"),
 			"AGENT_SOCK=" + s.hub.path("rt/xmsg/agent.sock"), `FIRST={"harness":"pi","sessionName":"asker"}`}), true)
 		var reg map[string]any
 		json.Unmarshal([]byte(pi.first), &reg)
