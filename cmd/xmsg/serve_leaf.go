@@ -24,8 +24,8 @@ import (
 	"github.com/xmsg/xmsg/internal/servergroup"
 )
 
-// leafInstance is `xmsg serve --leaf` (PROTOCOL.md §7.5): the daemon's startup order
-// (DESIGN.md §2) with the steps that differ replaced. The only listeners are the TCP HTTP
+// leafInstance is `xmsg serve --leaf` (docs/protocol.md §7.5): the daemon's startup order
+// (docs/design.md §2) with the steps that differ replaced. The only listeners are the TCP HTTP
 // listener (--listen) and the leaf register socket; no http.sock, agent.sock, normal
 // register.sock or federation listener exists, and sockets systemd may pass are not taken. A
 // leaf is made to run where systemd and Landlock may be missing (a container, gVisor): each

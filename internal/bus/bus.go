@@ -50,7 +50,7 @@ type Config struct {
 	OwnSockets []string
 	// Fed reaches other nodes; nil means no federation (every remote ref is unknown_peer).
 	Fed Federation
-	// Leaf, when set, makes this bus a leaf's (PROTOCOL.md §7.5): one local service, admitted
+	// Leaf, when set, makes this bus a leaf's (docs/protocol.md §7.5): one local service, admitted
 	// on uid alone, and every HTTP send attributed to the leaf principal.
 	Leaf *LeafIdentity
 }

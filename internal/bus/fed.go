@@ -207,7 +207,7 @@ func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
 	}
 	out := store.Outbound{ID: msg.ID, Peer: peer, TargetRef: target, Outcome: "queued", CreatedAt: now}
-	// The principal is the sender's badge as in a svc origin (PROTOCOL.md §7.3: "claude:alice",
+	// The principal is the sender's badge as in a svc origin (docs/protocol.md §7.3: "claude:alice",
 	// "svc:matrix", "anon:bob"), the same a service sees for mail that came over federation.
 	origin := fedOrigin(b.cfg.Host, s.fedPrincipal().badge())
 	// The envelope is kept with the mail: the leaf records the sender as the return address
@@ -285,7 +285,7 @@ func (b *Bus) LeafAck(peer, id string) error {
 		if acked, err = tx.AckMailbox(peer, id); err != nil || !acked {
 			return err
 		}
-		// The leaf acks only after its service acknowledged the message (PROTOCOL.md §7.5):
+		// The leaf acks only after its service acknowledged the message (docs/protocol.md §7.5):
 		// from now on the message and its outbound row say delivered.
 		return markDelivered(tx, peer, id)
 	})

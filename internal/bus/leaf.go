@@ -11,7 +11,7 @@ import (
 	"github.com/xmsg/xmsg/internal/store"
 )
 
-// Leaf nodes (PROTOCOL.md §7.5, §8.2-§8.4). Two sides live here, because both route and
+// Leaf nodes (docs/protocol.md §7.5, §8.2-§8.4). Two sides live here, because both route and
 // store: the hub keeps a mailbox per leaf peer and hands its rows out one at a time, and the
 // leaf puts each pulled row into its one service's queue. The wire and the pull loop are
 // elsewhere (internal/fed, internal/leaf).
@@ -26,7 +26,7 @@ type LeafIdentity struct {
 // Leaf returns the leaf identity, or nil when this bus is not a leaf's.
 func (b *Bus) Leaf() *LeafIdentity { return b.cfg.Leaf }
 
-// mailEnvelope returns the FedEnvelope of PROTOCOL.md §8.3 that the mailbox keeps with a
+// mailEnvelope returns the FedEnvelope of docs/protocol.md §8.3 that the mailbox keeps with a
 // message for a leaf (the bus does not import internal/fed; the field names are the wire's).
 func mailEnvelope(msg store.Message, p Principal, target, text string) ([]byte, error) {
 	return json.Marshal(wireEnvelope{V: 2, ID: msg.ID, To: map[string]any{"ref": target}, Body: text,

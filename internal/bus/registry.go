@@ -144,7 +144,7 @@ func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, con
 		return nil, badRequest("unknown harness '%s'", harness)
 	}
 	if b.cfg.Leaf != nil {
-		// A leaf serves exactly one service (PROTOCOL.md §7.5).
+		// A leaf serves exactly one service (docs/protocol.md §7.5).
 		return nil, errorf(http.StatusForbidden, "not_recipient", "a leaf admits only its service '%s' (leaf principal '%s')", b.cfg.Leaf.Service, b.cfg.Leaf.Principal)
 	}
 	if err := b.checkUID(cred); err != nil {

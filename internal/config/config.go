@@ -525,7 +525,7 @@ func optionDefault(name string) string {
 	return ""
 }
 
-// checkLeaf applies the startup rules of leaf mode (PROTOCOL.md §7.5, §10.1): a leaf needs
+// checkLeaf applies the startup rules of leaf mode (docs/protocol.md §7.5, §10.1): a leaf needs
 // its TCP listener and its principal, and may have no federation listener (nobody connects
 // to a leaf) and no attested services (it admits one service on uid alone).
 func (c *Config) checkLeaf() error {

@@ -52,7 +52,7 @@ func (f Facts) Lines() []string {
 		dir = "$XDG_RUNTIME_DIR/xmsg"
 	}
 	if f.Leaf != "" {
-		// PROTOCOL.md §7.5: a leaf binds its two listeners itself, with or without systemd.
+		// docs/protocol.md §7.5: a leaf binds its two listeners itself, with or without systemd.
 		l = append(l, "leaf: principal "+f.Leaf+"; only the TCP listener and the leaf register socket are served (no http.sock, agent.sock or federation listener)")
 		l = append(l, "socket activation: not used in leaf mode (the register socket is self-bound in "+dir+")")
 	} else if f.SocketActivation {

@@ -11,7 +11,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 )
 
-// The leaf's side of PROTOCOL.md §7.5: Inbox and AckInbox are the client of the hub's
+// The leaf's side of docs/protocol.md §7.5: Inbox and AckInbox are the client of the hub's
 // GET /fed/v2/inbox and POST /fed/v2/inbox/{id}/ack (server.go), and Hubs names the peers a
 // leaf pulls from.
 

@@ -266,7 +266,7 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if l := h.cfg.Bus.Leaf(); l != nil {
-		// Leaf mode (PROTOCOL.md §7.5): every send is the leaf principal's; `from` is ignored.
+		// Leaf mode (docs/protocol.md §7.5): every send is the leaf principal's; `from` is ignored.
 		from := "xmsg@" + h.cfg.Bus.Host() + " \u00b7 " + l.Principal
 		d, err := h.cfg.Bus.Send(r.Context(), bus.Send{
 			Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from, Principal: l.Principal,

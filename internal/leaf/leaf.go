@@ -1,4 +1,4 @@
-// Package leaf is the leaf side of PROTOCOL.md §7.5: an `xmsg serve --leaf` that accepts no
+// Package leaf is the leaf side of docs/protocol.md §7.5: an `xmsg serve --leaf` that accepts no
 // connection from outside, serves one local service, and pulls that service's mail from each
 // hub over the federation link. It holds the leaf principal's parsing rules and the pull
 // loop; routing and storage stay in the bus, the wire in internal/fed.
