@@ -862,3 +862,38 @@ func leafFaults(t *testing.T, s *leafSetup) {
 	}
 	settle() // every mailbox row acked: the hub says delivered for each
 }
+
+// TestLeafStartupRefusals: the leaf's startup rules (docs/protocol.md §7.5, §10.1), each one
+// line and a non-zero exit from the real binary.
+func TestLeafStartupRefusals(t *testing.T) {
+	dir := shortTemp(t)
+	c := fedtest.New(t, "leaf", nil, fedtest.Options{})
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, data, 0o600)
+		return p
+	}
+	cert, key := write("cert.pem", c.CertPEM), write("key.pem", c.KeyPEM)
+	hub := write("hub.json", []byte(`{"hub": {"address": "192.0.2.1:7443", "pin": "`+c.Pin+`"}}`))
+	leaves := write("leaves.json", []byte(`{"l": {"pin": "`+c.Pin+`", "leaf": true}}`))
+	base := []string{"--leaf", "--leaf-principal", "svc:bot", "--listen", "127.0.0.1:0"}
+	fedArgs := []string{"--peers-file", hub, "--fed-cert", cert, "--fed-key", key}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--leaf", "--leaf-principal", "svc:bot"}, "--leaf needs --listen"},
+		{[]string{"--leaf", "--listen", "127.0.0.1:0"}, "--leaf needs --leaf-principal"},
+		{append(append(base, "--fed-listen", "127.0.0.1:7443"), fedArgs...), "--leaf forbids --fed-listen"},
+		{append(append(base, "--svc-exe", "bot=/bin/true"), fedArgs...), "--leaf forbids --svc-exe"},
+		{base, "needs a peers file"},
+		{append(base, "--peers-file", leaves, "--fed-cert", cert, "--fed-key", key), "names no hub"},
+		{append([]string{"--leaf", "--leaf-principal", "svc:not a name", "--listen", "127.0.0.1:0"}, fedArgs...), "--leaf-principal"},
+	} {
+		args := append([]string{"serve", "--db-path", filepath.Join(dir, "x.db"), "--leaf-register-sock", filepath.Join(dir, "rt", "reg.sock")}, tt.args...)
+		out, err := xmsgCmd([]string{"XDG_RUNTIME_DIR=" + dir}, args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tt.want) {
+			t.Errorf("serve %v: %v\n%s\nwant a refusal naming %q", tt.args, err, out, tt.want)
+		}
+	}
+}
