@@ -102,7 +102,7 @@ func purgeFed(t *Tx, cutoff int64) (int, error) {
 	return n + m, err
 }
 
-// MailboxLen counts the mail waiting for peer (doctor, tests).
+// MailboxLen counts the mail waiting for peer.
 func (t *Tx) MailboxLen(peer string) int {
 	prefix := mailboxKey(peer, "")
 	n := 0
@@ -111,9 +111,4 @@ func (t *Tx) MailboxLen(peer string) int {
 		n++
 	}
 	return n
-}
-
-// Mailbox returns peer's mail id, if it is still there.
-func (t *Tx) Mailbox(peer, id string) (MailboxEntry, bool, error) {
-	return get[MailboxEntry](t.btx.Bucket(bucketMailbox), mailboxKey(peer, id))
 }
