@@ -62,7 +62,7 @@ func Read(name, fallbackPath string) ([]byte, Source, error) {
 		return nil, SourceNone, err
 	}
 	if dir := Dir(); dir != "" {
-		b, err := readFile(name, filepath.Join(dir, name))
+		b, err := readCredential(dir, name)
 		if err == nil {
 			return b, SourceCredentialsDirectory, nil
 		}
@@ -89,6 +89,21 @@ func checkName(name string) error {
 	return nil
 }
 
+// readCredential reads $CREDENTIALS_DIRECTORY/name: a plain file as readFile does, or the
+// kubelet's Secret layout (kube.go), whose symlinks are resolved beneath dir only.
+func readCredential(dir, name string) ([]byte, error) {
+	path := filepath.Join(dir, name)
+	if !kubeLayout(dir, name) {
+		return readFile(name, path)
+	}
+	f, err := openBeneath(dir, name)
+	if err != nil {
+		return nil, fmt.Errorf("creds: %s: open: %w", name, err)
+	}
+	defer f.Close()
+	return readOpened(name, path, f, true)
+}
+
 // readFile opens path without following a symlink, checks the opened file and reads it.
 func readFile(name, path string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
@@ -99,6 +114,12 @@ func readFile(name, path string) ([]byte, error) {
 		return nil, fmt.Errorf("creds: %s: open: %w", name, err)
 	}
 	defer f.Close()
+	return readOpened(name, path, f, false)
+}
+
+// readOpened checks the opened file and reads it; ownGroupRead lets the file's group read it
+// when that group is this process's own (the kubelet's fsGroup; kube.go).
+func readOpened(name, path string, f *os.File, ownGroupRead bool) ([]byte, error) {
 
 	fi, err := f.Stat() // fstat of the opened file: what we check is what we read
 	if err != nil {
@@ -107,7 +128,7 @@ func readFile(name, path string) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("creds: %s: %s is not a regular file (%s)", name, path, fi.Mode().Type())
 	}
-	if err := checkAccess(f, fi); err != nil {
+	if err := checkAccess(f, fi, ownGroupRead); err != nil {
 		return nil, fmt.Errorf("creds: %s: %s %w", name, path, err)
 	}
 	if fi.Size() > MaxSize {
@@ -126,7 +147,7 @@ func readFile(name, path string) ([]byte, error) {
 
 // checkAccess refuses a file that anyone but its owner and this process could read or
 // that someone else owns. The returned error reads after the path ("... is owned by ...").
-func checkAccess(f *os.File, fi os.FileInfo) error {
+func checkAccess(f *os.File, fi os.FileInfo, ownGroupRead bool) error {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return errors.New("has no ownership information (refused)")
@@ -141,6 +162,10 @@ func checkAccess(f *os.File, fi os.FileInfo) error {
 		return fmt.Errorf("acl: %w", err)
 	}
 	if acl == nil {
+		if ownGroupRead && perm&0o037 == 0 && ownGroup(st.Gid) {
+			// Read for the group, nothing else, and the group is ours (kube.go).
+			return nil
+		}
 		if perm&0o077 != 0 {
 			return fmt.Errorf("is accessible by group or others (mode %04o, want no bits in 0077)", perm)
 		}

@@ -167,3 +167,99 @@ func TestReadAsServiceUser(t *testing.T) {
 		}
 	}
 }
+
+// kubeVolume lays out a Secret volume as the kubelet's atomic writer does (kube.go): each
+// name a symlink to ..data/<name>, ..data a symlink to the timestamped directory holding the
+// files, root-owned, group gid, mode mode.
+func kubeVolume(t *testing.T, parent string, gid int, mode os.FileMode, files map[string]string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(parent, "secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	const ts = "..2026_12_01_10_00_00.123456789"
+	if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		p := filepath.Join(dir, ts, name)
+		write(t, p, []byte(content), mode)
+		if err := os.Chown(p, 0, gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("..data/"+name, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(ts, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestReadKubernetesSecret: a leaf in a pod reads its credentials from a Secret volume,
+// read through the pod's fsGroup by a non-root uid (the real user here). Only that exact
+// shape is accepted.
+func TestReadKubernetesSecret(t *testing.T) {
+	u := ostest.AddUser(t)
+	dir, bin := ostest.WorldExe(t, "creds.test")
+	read := func(credDir, name string) childResult {
+		t.Helper()
+		cmd := ostest.Command(bin, "reader")
+		cmd.Env = []string{ostest.Role("reader"), childEnv + "=" + name, "CREDENTIALS_DIRECTORY=" + credDir}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID}}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: child: %v", name, err)
+		}
+		var res childResult
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("%s: child output %q: %v", name, out, err)
+		}
+		return res
+	}
+	good := kubeVolume(t, dir, int(u.GID), 0o440, map[string]string{"fed-cert": "kube-" + secret})
+	if res := read(good, "fed-cert"); res.Err != "" || res.Content != "kube-"+secret || res.Source != SourceCredentialsDirectory {
+		t.Errorf("the kubelet's shape (0440 root:fsGroup): %+v, want it read", res)
+	}
+	for _, tt := range []struct {
+		mode    os.FileMode
+		wantErr string
+	}{{0o444, "group or others (mode 0444"}, {0o460, "group or others (mode 0460"}, {0o441, "group or others (mode 0441"}} {
+		vol := kubeVolume(t, dir, int(u.GID), tt.mode, map[string]string{"fed-key": "kube-" + secret})
+		if res := read(vol, "fed-key"); !strings.Contains(res.Err, tt.wantErr) || res.Content != "" || strings.Contains(res.Err, "SECRET") {
+			t.Errorf("mode %04o in the kubelet's shape: %+v, want a refusal containing %q", tt.mode, res, tt.wantErr)
+		}
+	}
+
+	// In this process (root, which could open anything): a group that is not ours.
+	t.Setenv("CREDENTIALS_DIRECTORY", kubeVolume(t, dir, 54321, 0o440, map[string]string{"peers": "x"}))
+	if _, _, err := Read("peers", ""); err == nil || !strings.Contains(err.Error(), "group or others") {
+		t.Errorf("group 54321 (not ours): %v, want refused", err)
+	}
+	// Links out of the volume: an absolute ..data is not the kubelet's shape (a plain
+	// symlink, refused), and a ..<x> entry that itself leaves the volume fails beneath it.
+	outside := t.TempDir()
+	write(t, filepath.Join(outside, "peers"), []byte("outside"), 0o400)
+	abs := kubeVolume(t, dir, 0, 0o400, map[string]string{"peers": "x"})
+	os.Remove(filepath.Join(abs, "..data"))
+	os.Symlink(outside, filepath.Join(abs, "..data"))
+	t.Setenv("CREDENTIALS_DIRECTORY", abs)
+	if b, _, err := Read("peers", ""); err == nil || !strings.Contains(err.Error(), "symlink (refused)") {
+		t.Errorf("..data -> %s: %q %v, want refused", outside, b, err)
+	}
+	hop := kubeVolume(t, dir, 0, 0o400, map[string]string{"peers": "x"})
+	os.Remove(filepath.Join(hop, "..data"))
+	os.Symlink("..hop", filepath.Join(hop, "..data"))
+	os.Symlink(outside, filepath.Join(hop, "..hop"))
+	t.Setenv("CREDENTIALS_DIRECTORY", hop)
+	if b, _, err := Read("peers", ""); err == nil || !strings.Contains(err.Error(), "beneath") {
+		t.Errorf("..data -> ..hop -> %s: %q %v, want refused beneath the volume", outside, b, err)
+	}
+	// The shape is accepted in $CREDENTIALS_DIRECTORY only, never through a flag's path.
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	if _, _, err := Read("fed-cert", filepath.Join(good, "fed-cert")); err == nil || !strings.Contains(err.Error(), "symlink (refused)") {
+		t.Errorf("the kubelet's shape named by a flag: %v, want refused", err)
+	}
+}
