@@ -162,17 +162,18 @@ func dialIn(ns, addr string) (net.Conn, error) {
 
 // lnode is one daemon of the test: its user, namespace, directory and process.
 type lnode struct {
-	t      *testing.T
-	name   string
-	user   ostest.User
-	ns     string
-	dir    string
-	exe    string
-	args   []string
-	cert   *fedtest.Cert
-	cmd    *exec.Cmd
-	stderr *daemontest.LogBuffer
-	past   strings.Builder // the logs of the runs before this one (restarts)
+	t        *testing.T
+	name     string
+	user     ostest.User
+	ns       string
+	dir      string
+	exe      string
+	args     []string
+	cert     *fedtest.Cert
+	cmd      *exec.Cmd
+	stderr   *daemontest.LogBuffer
+	extraEnv []string
+	past     strings.Builder // the logs of the runs before this one (restarts)
 }
 
 // userCmd runs exe as u, inside network namespace ns when it is set (nsenter and setpriv
@@ -222,7 +223,7 @@ func (nd *lnode) file(name string, data []byte) {
 }
 
 func (nd *lnode) env() []string {
-	return []string{ostest.Role("xmsg"), "HOME=" + nd.dir, "XDG_RUNTIME_DIR=" + nd.path("rt")}
+	return append([]string{ostest.Role("xmsg"), "HOME=" + nd.dir, "XDG_RUNTIME_DIR=" + nd.path("rt")}, nd.extraEnv...)
 }
 
 func (nd *lnode) start() {
@@ -462,6 +463,35 @@ type leafSetup struct {
 	hubCLI, leafCLI *lhelper
 	bot             *lhelper
 	regSock         string
+	leafCreds       string // the leaf's $CREDENTIALS_DIRECTORY
+}
+
+// leafSecretVolume lays out files as the kubelet delivers a Secret volume with fsGroup:
+// names linked to ..data/<name>, ..data linked to a timestamped directory, files root-owned,
+// group the node's gid, mode 0440.
+func leafSecretVolume(t *testing.T, nd *lnode, files map[string][]byte) string {
+	t.Helper()
+	dir := nd.path("secret")
+	const ts = "..2026_12_01_10_00_00.123456789"
+	if err := os.MkdirAll(filepath.Join(dir, ts), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	for name, data := range files {
+		p := filepath.Join(dir, ts, name)
+		if err := os.WriteFile(p, data, 0o440); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, 0o440)
+		os.Chown(p, 0, int(nd.user.GID))
+		if err := os.Symlink("..data/"+name, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(ts, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func newLeafSetup(t *testing.T) *leafSetup {
@@ -479,7 +509,10 @@ func newLeafSetup(t *testing.T) *leafSetup {
 		"leaf1": {"address": "192.0.2.2:1", "pin": %q, "leaf": true, "allow": ["send", "reply"], "from": ["192.0.2.2/32"]},
 		"leaf2": {"address": "192.0.2.3:1", "pin": %q, "leaf": true, "allow": ["send", "reply"]},
 		"plain": {"address": "192.0.2.4:1", "pin": %q, "allow": ["send"]}}`, s.leaf.cert.Pin, s.leaf2.Pin, s.plain.Pin)))
-	s.leaf.file("peers.json", []byte(fmt.Sprintf(`{"hub": {"address": "192.0.2.1:7443", "pin": %q}}`, s.hub.cert.Pin)))
+	// The leaf's credentials come as a pod gets them: a Secret volume in the kubelet's layout
+	// (root-owned, group = the leaf's gid as fsGroup, 0440), named by $CREDENTIALS_DIRECTORY.
+	s.leafCreds = leafSecretVolume(t, s.leaf, map[string][]byte{"fed-cert": s.leaf.cert.CertPEM, "fed-key": s.leaf.cert.KeyPEM,
+		"peers": []byte(fmt.Sprintf(`{"hub": {"address": "192.0.2.1:7443", "pin": %q}}`, s.hub.cert.Pin))})
 	fedArgs := func(nd *lnode) []string {
 		return []string{"--db-path", nd.path("state/xmsg.db"), "--peers-file", nd.path("peers.json"), "--fed-cert", nd.path("cert.pem"),
 			"--fed-key", nd.path("key.pem"), "--fed-reload-interval-secs", "0", "--host-label", nd.name}
@@ -487,7 +520,9 @@ func newLeafSetup(t *testing.T) *leafSetup {
 	s.hub.args = append([]string{"serve", "--sessions-dir", s.hub.path("sessions"), "--fed-listen", "192.0.2.1:7443",
 		"--fed-rate-peer", "100000", "--fed-rate-principal", "100000"}, fedArgs(s.hub)...)
 	s.regSock = s.leaf.path("rt/xmsg/register.sock")
-	s.leaf.args = append([]string{"serve", "--leaf", "--leaf-principal", "svc:bot", "--listen", "127.0.0.1:7787"}, fedArgs(s.leaf)...)
+	s.leaf.args = []string{"serve", "--leaf", "--leaf-principal", "svc:bot", "--listen", "127.0.0.1:7787",
+		"--db-path", s.leaf.path("state/xmsg.db"), "--fed-reload-interval-secs", "0", "--host-label", s.leaf.name}
+	s.leaf.extraEnv = []string{"CREDENTIALS_DIRECTORY=" + s.leafCreds}
 	s.hub.start()
 	t.Cleanup(s.hub.stop)
 	s.leaf.start()
@@ -586,7 +621,8 @@ func TestLeafNode(t *testing.T) {
 	t.Run("fallbacks reported", func(t *testing.T) {
 		status, body := s.leafCLI.http("GET", "/v1/doctor", "")
 		lines := fmt.Sprint(body["lines"])
-		for _, want := range []string{"leaf: principal svc:bot", "socket activation: not used in leaf mode", "sd_notify: no", "landlock:", "leaf: pulling from hub hub", "systemd hardening: none"} {
+		for _, want := range []string{"leaf: principal svc:bot", "socket activation: not used in leaf mode", "sd_notify: no", "landlock:", "leaf: pulling from hub hub", "systemd hardening: none",
+			"credentials: LoadCredential= ($CREDENTIALS_DIRECTORY)"} {
 			if status != 200 || !strings.Contains(lines, want) {
 				t.Errorf("leaf doctor lacks %q: %d %s", want, status, lines)
 			}

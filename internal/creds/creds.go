@@ -19,6 +19,10 @@
 //     mode 0440, user:<service uid>:r--); systemd 252 on ramfs delivers 0400 files owned
 //     by the service user instead. Both are accepted; a file readable by anyone else is not;
 //   - it must be at most MaxSize bytes, checked before and while reading.
+//
+// One shape more is accepted in $CREDENTIALS_DIRECTORY only: a Kubernetes Secret volume (the
+// kubelet's links through ..data, resolved beneath the directory; group-readable for the
+// process's own group), where a leaf in a pod finds its credentials (kube.go).
 package creds
 
 import (
