@@ -48,7 +48,7 @@ type Config struct {
 	Leaf             bool
 	LeafPrincipal    string
 	LeafRegisterSock string // "" = RegisterSock, else the default register.sock path
-	Limits                            Limits
+	Limits           Limits
 }
 
 // Limits are the fairness bounds of the sockets (README "Reliability"): how many connections
