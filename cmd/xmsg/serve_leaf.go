@@ -177,7 +177,7 @@ func (d *leafInstance) serve(ctx context.Context) error {
 	uid := uint32(os.Geteuid())
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
-		Store: d.store, Proc: proc, Log: d.log, Fed: d.fed.bus(), Leaf: &d.id,
+		Store: d.store, Proc: proc, Log: d.log, Fed: d.fed.bus(), Leaf: &d.id, MaxWaiters: cfg.Limits.HTTPMaxWaiters,
 		// A leaf has no Claude sessions: nothing is scanned.
 		Claude: &claude.Scanner{Proc: proc, UID: int(uid), Log: d.log},
 	})
@@ -199,11 +199,13 @@ func (d *leafInstance) serve(ctx context.Context) error {
 	defer stopRun()
 
 	group := servergroup.Group{Drain: drainTimeout}
-	srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: d.log, Socket: "tcp", Doctor: doctorLines})
+	// The same bounds as every daemon's sockets (serve_limits.go).
+	srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: d.log, Socket: "tcp", Doctor: doctorLines, Limits: httpLimits(cfg)})
 	srv.BaseContext = func(net.Listener) context.Context { return runCtx }
-	group.Add(servergroup.Server{Name: "tcp", Serve: func() error { return srv.Serve(d.tcp) },
+	tcp := tcpListener(d.tcp, cfg, d.log)
+	group.Add(servergroup.Server{Name: "tcp", Serve: func() error { return srv.Serve(tcp) },
 		Shutdown: func(c context.Context) error { stopRun(); return srv.Shutdown(c) }})
-	register := registersock.New(registersock.Config{Bus: b, Proc: proc, Log: d.log})
+	register := registersock.New(registerLimits(registersock.Config{Bus: b, Proc: proc, Log: d.log}, cfg))
 	l := gate.Listener(d.reg, uid, "register", d.log)
 	group.Add(servergroup.Server{Name: "register", Serve: func() error { return register.Serve(l) }, Shutdown: register.Shutdown})
 	for _, p := range pullers {
