@@ -43,19 +43,7 @@ type Presence struct {
 
 // IsAgy reports whether pid runs a trusted Antigravity executable.
 func (a *Attester) IsAgy(pid int) bool {
-	if a == nil {
-		return false
-	}
-	got, err := a.cfg.Exe(pid)
-	if err != nil {
-		return false
-	}
-	for _, t := range a.cfg.Exes {
-		if want, err := peercred.Canonical(t); err == nil && want == got {
-			return true
-		}
-	}
-	return false
+	return a != nil && peercred.RunsOneOf(a.cfg.Exe, pid, a.cfg.Exes)
 }
 
 // Attest returns the conversation whose presence lock pid (a trusted agy process) holds.

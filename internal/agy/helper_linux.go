@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/xmsg/xmsg/internal/exehelper"
 )
 
 // HelperArg is the hidden subcommand of the agentapi helper.
@@ -49,29 +49,11 @@ type Helper struct {
 
 // StartHelper runs `self HelperArg bin` with one end of a socketpair as fd 3.
 func StartHelper(self, bin string, env []string) (*Helper, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	conn, _, err := exehelper.Spawn(self, env, HelperArg, bin)
 	if err != nil {
-		return nil, fmt.Errorf("agy: socketpair: %w", err)
+		return nil, fmt.Errorf("agy: helper: %w", err)
 	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "agy-helper"), os.NewFile(uintptr(fds[1]), "agy-helper-child")
-	defer theirs.Close()
-	cmd := exec.Command(self, HelperArg, bin)
-	cmd.Env = env
-	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		ours.Close()
-		return nil, fmt.Errorf("agy: start helper: %w", err)
-	}
-	fc, err := net.FileConn(ours)
-	ours.Close()
-	if err != nil {
-		cmd.Process.Kill()
-		return nil, fmt.Errorf("agy: %w", err)
-	}
-	go cmd.Wait()
-	h := &Helper{conn: fc.(*net.UnixConn)}
+	h := &Helper{conn: conn}
 	h.r = bufio.NewReaderSize(h.conn, 4096)
 	return h, nil
 }

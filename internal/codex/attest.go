@@ -41,19 +41,7 @@ type Lease struct {
 // IsCodex reports whether pid runs one of the trusted Codex executables. Both sides are
 // canonicalized now, as for services: a re-pointed symlink or a deleted binary fails.
 func (a *Attester) IsCodex(pid int) bool {
-	if a == nil {
-		return false
-	}
-	got, err := a.cfg.Exe(pid)
-	if err != nil {
-		return false
-	}
-	for _, t := range a.cfg.Exes {
-		if want, err := peercred.Canonical(t); err == nil && want == got {
-			return true
-		}
-	}
-	return false
+	return a != nil && peercred.RunsOneOf(a.cfg.Exe, pid, a.cfg.Exes)
 }
 
 // Attest checks that pid, a trusted Codex process, writes thread: it holds the thread's

@@ -50,31 +50,43 @@ type Client struct {
 // Start runs `self Arg` with one end of a socketpair as fd 3. self should be the daemon's
 // own executable (/proc/self/exe), so the helper is the same trusted binary.
 func Start(self string, env []string) (*Client, error) {
+	conn, cmd, err := Spawn(self, env, Arg)
+	if err != nil {
+		return nil, fmt.Errorf("exehelper: %w", err)
+	}
+	c := &Client{conn: conn, cmd: cmd}
+	c.r = bufio.NewReader(c.conn)
+	return c, nil
+}
+
+// Spawn starts `self args...`, a helper that must stay outside the sandbox the daemon is
+// about to enter, with one end of a socketpair as its fd 3 (its only channel) and returns
+// the other end. The helper dies with the daemon (PDEATHSIG) and is reaped whenever it ends.
+// The agy delivery helper is started the same way.
+func Spawn(self string, env []string, args ...string) (*net.UnixConn, *exec.Cmd, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("exehelper: socketpair: %w", err)
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "exehelper"), os.NewFile(uintptr(fds[1]), "exehelper-child")
+	ours, theirs := os.NewFile(uintptr(fds[0]), "helper"), os.NewFile(uintptr(fds[1]), "helper-child")
 	defer theirs.Close()
-	cmd := exec.Command(self, Arg)
+	cmd := exec.Command(self, args...)
 	cmd.Env = env
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		ours.Close()
-		return nil, fmt.Errorf("exehelper: start: %w", err)
+		return nil, nil, fmt.Errorf("start %s: %w", args[0], err)
 	}
 	fc, err := net.FileConn(ours)
 	ours.Close()
 	if err != nil {
 		cmd.Process.Kill()
-		return nil, fmt.Errorf("exehelper: %w", err)
+		return nil, nil, err
 	}
-	c := &Client{conn: fc.(*net.UnixConn), cmd: cmd}
-	c.r = bufio.NewReader(c.conn)
 	go cmd.Wait() // reap it whenever it ends
-	return c, nil
+	return fc.(*net.UnixConn), cmd, nil
 }
 
 // Exe returns the canonical executable of pid, as peercred.Proc.Exe does.

@@ -244,3 +244,20 @@ func (p Proc) BootID() (string, error) {
 	}
 	return id, nil
 }
+
+// RunsOneOf reports whether pid runs one of the trusted executables, comparing canonical
+// paths as they are now on both sides: a re-pointed symlink, a replaced or a deleted binary
+// does not match. exe is how pid's executable is read (Proc.Exe, or the exe helper under
+// Landlock).
+func RunsOneOf(exe func(pid int) (string, error), pid int, trusted []string) bool {
+	got, err := exe(pid)
+	if err != nil {
+		return false
+	}
+	for _, t := range trusted {
+		if want, err := Canonical(t); err == nil && want == got {
+			return true
+		}
+	}
+	return false
+}
