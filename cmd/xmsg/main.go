@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/xmsg/xmsg/internal/agy"
+	"github.com/xmsg/xmsg/internal/bench"
 	"github.com/xmsg/xmsg/internal/exehelper"
 )
 
@@ -34,6 +35,7 @@ commands:
   replies    show replies to a message: xmsg replies ID [--wait S] [--after N]
   doctor     show which protections are in force
   register   register agy [--hook] [--sock P] [--url U]: the Antigravity hook helper
+  bench      measure the bus end to end (xmsg bench --help)
   version    print the version
 
 exit codes: 0 ok, 1 bus unreachable or failed, 2 usage, 3 refused by the bus (4xx), 4 bus error (5xx)
@@ -89,6 +91,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return repliesCmd(rest, stdout)
 	case "doctor":
 		return doctorCmd(rest, stdout)
+	case "bench":
+		return benchCmd(rest, stdout, stderr)
+	case bench.RoleArg:
+		// The child processes (fake sessions, services) that bench starts.
+		return bench.Role(rest)
 	case exehelper.Arg:
 		// The attestation helper that serve starts before it applies Landlock.
 		return exehelper.Serve()

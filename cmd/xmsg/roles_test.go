@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 )
 
 // worker is a service process: it registers as svc:$NAME on $REGISTER_SOCK, takes every
@@ -32,7 +33,8 @@ func worker() {
 	if got := call(map[string]any{"harness": "svc", "name": os.Getenv("NAME")}); got["status"] != "ok" {
 		fail(fmt.Errorf("register: %v", got))
 	}
-	for {
+	max, _ := strconv.Atoi(os.Getenv("MAX")) // messages to take; 0 = all
+	for n := 1; ; n++ {
 		got := call(map[string]any{"action": "poll", "waitSecs": 0})
 		if got["action"] == "timeout" {
 			return
@@ -46,6 +48,9 @@ func worker() {
 		}
 		if ack := call(map[string]any{"action": "ack", "messageId": got["messageId"]}); ack["status"] != "ok" {
 			fail(fmt.Errorf("ack: %v", ack))
+		}
+		if n == max {
+			return
 		}
 	}
 }

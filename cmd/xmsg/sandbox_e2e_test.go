@@ -31,8 +31,14 @@ func TestRunningDaemonIsConfined(t *testing.T) {
 		}
 	}
 	ok := startClaude(t, d.sess, "abababab-0000-0000-0000-000000000001", "inside", "/")
-	// The daemon created the missing directory before applying Landlock; replace it.
-	if err := os.Remove(late); err != nil {
+	// A session in the late directory is served while the directory is the one from startup.
+	before := startClaude(t, late, "abababab-0000-0000-0000-000000000003", "before", "/")
+	if status, v := d.do("GET", "/v1/sessions", ""); status != 200 || len(v.([]any)) != 2 {
+		t.Fatalf("sessions before the replacement = %d %v, want both", status, v)
+	}
+	// The daemon created the missing directory before applying Landlock; replace it. The
+	// session that was there keeps running: a stale index would go on serving it.
+	if err := os.RemoveAll(late); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(late, 0o700); err != nil {
@@ -53,6 +59,15 @@ func TestRunningDaemonIsConfined(t *testing.T) {
 	}
 	if !strings.Contains(d.stderr.String(), "permission denied") {
 		t.Errorf("no permission-denied warning for the late directory:\n%s", d.stderr)
+	}
+	// The directory is named as not served, in healthz, instead of silently serving less.
+	status, v = d.do("GET", "/healthz", "")
+	probs, _ := field(v, "sessions_dir_problems").([]any)
+	if status != 200 || len(probs) != 1 || !strings.Contains(probs[0].(string), late) {
+		t.Errorf("healthz = %d %v, want the late directory named as a problem", status, v)
+	}
+	if status, v := d.do("GET", "/v1/sessions/"+before.id, ""); status != 404 {
+		t.Errorf("the session of the replaced directory = %d %v, want 404 (not served from a stale index)", status, v)
 	}
 	// Self-bound socket files are removed at stop, also under Landlock (a remove-only rule on
 	// the socket directory; without it unlinkat fails with EACCES and the files stay).

@@ -297,13 +297,17 @@ func (d *instance) prepareSessionDirs() {
 // drain. It returns an error, and so the daemon exits non-zero, when a server fails.
 func (d *instance) serve(ctx context.Context) error {
 	cfg := d.cfg
+	tuneGC()
 	proc := peercred.Proc{}
 	uid := uint32(os.Geteuid())
+	sessions := &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: d.log}
+	defer sessions.Close()
+	reportWatchFallbacks(sessions, proc, d.log)
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
 		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log, Fed: d.fed.bus(),
 		Codex: codexAttester(cfg, proc, d.exe, d.files), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
-		Claude:     &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: d.log},
+		Claude: sessions, AckDelay: testAckDelay(),
 		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks),
 	})
 	defer b.Close()

@@ -159,6 +159,11 @@ func (s *Server) refuse(actor, request, code, reason string) {
 func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	cred, start, actor := p.Cred, p.Start, p.Actor
 	r := bufio.NewReaderSize(c, 64<<10)
+	var att *bus.Attested // the connection's caller, attested at its first send or reply
+	// The pid must still name the process that connected (lineserver.Peer.Start), checked
+	// before every frame; the guard does it with a pidfd where it can (no /proc read).
+	peer := s.cfg.Proc.Guard(cred.PID, start)
+	defer peer.Close()
 	// The idle deadline is armed here and after each answered frame, never for a blank line:
 	// a client sending only blank lines (or a line a byte at a time) is still closed when it
 	// runs out. A connection waiting for its next line is woken by Shutdown; one processing a
@@ -191,8 +196,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 			}
 			continue
 		}
-		// The pid must still name the process that connected (lineserver.Peer.Start).
-		if !s.cfg.Proc.Alive(cred.PID, start) {
+		if !peer.Alive() {
 			s.refuse(actor, "frame", "", "peer process exited or its pid was reused")
 			return
 		}
@@ -201,7 +205,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 			s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 			return
 		}
-		resp, keep := s.frame(c, cred, start, line)
+		resp, keep := s.frame(c, cred, peer, &att, line)
 		if !s.srv.Write(c, resp) || last || !keep || !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 			return
 		}
@@ -285,7 +289,11 @@ func encode(v any) []byte {
 
 // frame answers one valid-UTF-8, non-blank line; keep false means the connection ends after
 // the answer.
-func (s *Server) frame(c net.Conn, cred peercred.Cred, start string, line []byte) (resp []byte, keep bool) {
+//
+// The caller is attested once per connection (the ancestor walk) and, before each later
+// frame, only re-checked: the peer's start time (serveConn), the ancestor's start time and
+// its session (bus.Recheck). When that fails, the ancestry is walked again.
+func (s *Server) frame(c net.Conn, cred peercred.Cred, peer *peercred.Guard, att **bus.Attested, line []byte) (resp []byte, keep bool) {
 	actor := "pid:" + strconv.Itoa(cred.PID)
 	req, err := decodeRequest(line)
 	if err != nil {
@@ -298,7 +306,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, start string, line []byte
 		// agy attestation without credentials: the chain above the peer must hold a
 		// conversation's presence lock from a trusted agy executable.
 		id, err := s.cfg.Bus.MCPStart(cred.PID)
-		if err == nil && !s.cfg.Proc.Alive(cred.PID, start) {
+		if err == nil && !peer.Alive() {
 			err = &bus.Error{Code: "unattested", Detail: fmt.Sprintf("peer PID %d exited", cred.PID)}
 		}
 		if err != nil {
@@ -317,18 +325,28 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, start string, line []byte
 		s.refuse(actor, "frame", "bad_request", "unknown action")
 		return errorLine("bad_request", detail), true
 	}
-	caller, err := s.cfg.Bus.IdentifyMeta(cred.PID, req.Meta)
-	// The walk read /proc/<pid> again. If the pid was recycled between the check before this
-	// frame and the walk, the walk may have found the new process's session; re-checking the
-	// start time afterwards rules that out (a pid cannot come back with the same start time).
-	if err == nil && !s.cfg.Proc.Alive(cred.PID, start) {
-		err = &bus.Error{Code: "not_recipient", Detail: fmt.Sprintf("peer PID %d exited", cred.PID)}
+	var err2 error
+	if *att == nil || !s.cfg.Bus.Recheck(**att) {
+		*att = nil
+		a, err := s.cfg.Bus.Attest(cred.PID, req.Meta)
+		// The walk read /proc/<pid> again. If the pid was recycled between the check before
+		// this frame and the walk, the walk may have found the new process's session;
+		// re-checking the start time afterwards rules that out (a pid cannot come back with
+		// the same start time).
+		if err == nil && !peer.Alive() {
+			err = &bus.Error{Code: "not_recipient", Detail: fmt.Sprintf("peer PID %d exited", cred.PID)}
+		}
+		if err == nil {
+			*att = &a
+		}
+		err2 = err
 	}
-	if err != nil {
-		e := bus.AsError(err)
+	if err2 != nil {
+		e := bus.AsError(err2)
 		s.refuse(actor, req.Action, e.Code, e.Detail)
 		return errorLine(e.Code, e.Detail), true
 	}
+	caller := (*att).Caller
 	// Only now does the connection take an attested slot: connections that never attest stay
 	// in the unattested pool and cannot crowd sessions out.
 	if !s.srv.Attest(c) {

@@ -600,3 +600,41 @@ func TestUnattestedDoNotTakeAttestedSlots(t *testing.T) {
 		t.Fatalf("over MaxConns: got %v, want service_unavailable", got)
 	}
 }
+
+// TestAttestationRecheckedPerFrame: a connection is attested once, but every later frame
+// re-checks that its session is still there: when the session file is removed (the session
+// ended while the process lives on), the next frame is refused; when it comes back, the
+// connection acts for it again.
+func TestAttestationRecheckedPerFrame(t *testing.T) {
+	e := svcEnv(t, daemontest.Options{})
+	target := daemontest.Start(t, "")
+	inbox := e.Claude(target.PID, otherID, "target")
+	nested := daemontest.StartNested(t)
+	e.Claude(nested.PID, claudeID, "alice")
+	c := nested.Dial(e.AgentPath)
+	send := func() map[string]any {
+		return nested.Call(c, map[string]any{"action": "send", "ref": "target", "text": "hello"})
+	}
+	if got := send(); got["status"] != "ok" {
+		t.Fatalf("first send: %v", got)
+	}
+	inbox.Next(t)
+	file := filepath.Join(e.SessionsDir, claudeID+".json")
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if got := send(); got["status"] != "error" || got["error"] != "not_recipient" {
+		t.Fatalf("send after the session file was removed: %v, want not_recipient", got)
+	}
+	if err := os.WriteFile(file, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := send(); got["status"] != "ok" {
+		t.Fatalf("send after the session came back: %v", got)
+	}
+	inbox.Next(t)
+}

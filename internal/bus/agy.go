@@ -272,6 +272,9 @@ func (b *Bus) sendAgy(s Send, t Target, msg store.Message, idem *store.Idem) (De
 	if errors.Is(err, store.ErrQueueFull) {
 		return Delivery{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "agy session message queue is full")
 	}
+	if err == nil && pending != nil {
+		b.uncounted(pending.SessionID)
+	}
 	if err != nil || pending != nil {
 		return d, err
 	}

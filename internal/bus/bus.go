@@ -44,6 +44,9 @@ type Config struct {
 	// Agy attests Antigravity sessions (nil: none); AgySend runs agentapi for them.
 	Agy     *agy.Attester
 	AgySend func(c agy.Credentials, title, envelope string) (agy.Outcome, error)
+	// AckDelay holds acknowledged deletes this long before committing them (0 = ride the next
+	// commit, or make one after 5 ms). Only tests set it, to stand for a crash right after an ack.
+	AckDelay time.Duration
 	// OwnSockets are the paths of the daemon's own listening sockets. A session file whose
 	// messagingSocketPath names one of them would have the daemon deliver to itself and
 	// report it delivered; such a delivery is refused instead.
@@ -71,6 +74,9 @@ type Bus struct {
 	lim      ratelog.Limiter    // refusal log lines
 	inflight inflight           // remote sends not yet recorded
 	bg       sync.WaitGroup     // final records of remote sends, written after the answer
+	q        queueState
+	// pidfdOnce logs once that registrations fall back to /proc checks.
+	pidfdOnce sync.Once
 }
 
 // New builds a bus and starts its retention loop.
@@ -93,8 +99,10 @@ func New(cfg Config) *Bus {
 		}
 		b.locks = w
 	}
-	b.stopped.Add(1)
+	b.q.init()
+	b.stopped.Add(2)
 	go b.retention()
+	go func() { defer b.stopped.Done(); b.flushAcks() }()
 	return b
 }
 
@@ -138,6 +146,9 @@ func (b *Bus) Purge(now time.Time) {
 	if err != nil {
 		b.cfg.Log.Error("purge failed", "err", err)
 	} else if p != (store.Purged{}) {
+		if p.Queued > 0 {
+			b.forgetCounts()
+		}
 		b.cfg.Log.Info("purged", "messages", p.Messages, "replies", p.Replies, "queued", p.Queued, "idempotency_keys", p.IdempotencyKeys)
 	}
 	if n, err := b.pruneProcessSessions(); err != nil {
@@ -152,6 +163,9 @@ type Caller struct {
 	Harness   string
 	SessionID string
 	Name      string // display name; the session id when the session has none
+
+	path string        // the session file a claude caller was attributed to
+	reg  *Registration // the registration a registered caller was attributed to
 }
 
 // Actor is the caller's audit name, e.g. "claude:alice".
@@ -226,6 +240,10 @@ func (b *Bus) Sessions(cwd, status string) []SessionView {
 // SessionDirsPresent reports whether any Claude session directory exists (for /healthz).
 func (b *Bus) SessionDirsPresent() bool { return b.cfg.Claude.AnyDir() }
 
+// SessionDirProblems lists session directories that exist but are not being served, with the
+// reason (for /healthz).
+func (b *Bus) SessionDirProblems() []string { return b.cfg.Claude.Problems() }
+
 // SessionDirsReadable reports whether any Claude session directory can be listed (for
 // /healthz: under Landlock a directory replaced after start exists but is denied).
 func (b *Bus) SessionDirsReadable() bool { return b.cfg.Claude.AnyDirReadable() }
@@ -270,15 +288,18 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 	var live, dead []claude.Session
 	var incomplete error
 	if harness == "" || harness == "claude" {
+		lookupPID := 0
+		if isPID {
+			lookupPID = pid
+		}
+		// Only the files this ref can mean are looked at, and only their processes checked.
 		var sessions []claude.Session
-		sessions, incomplete = b.cfg.Claude.ScanErr()
+		sessions, incomplete = b.cfg.Claude.Lookup(bare, lookupPID)
 		for _, s := range sessions {
-			if strings.EqualFold(s.ID, bare) || (isPID && s.PID == pid) || (s.Name != nil && *s.Name == bare) {
-				if s.Live {
-					live = append(live, s)
-				} else {
-					dead = append(dead, s)
-				}
+			if s.Live {
+				live = append(live, s)
+			} else {
+				dead = append(dead, s)
 			}
 		}
 	}
@@ -329,7 +350,7 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 // it is set): by session id, by name, or by pid; case-insensitive. ok is false when nothing
 // matched.
 func (b *Bus) resolveRegistered(harness, bare string, isPID bool, pid int) (Target, error, bool) {
-	regs := b.liveRegistrations()
+	regs := b.registrations()
 	for _, svc := range []bool{false, true} {
 		var hits []*Registration
 		for _, r := range regs {
@@ -338,7 +359,8 @@ func (b *Bus) resolveRegistered(harness, bare string, isPID bool, pid int) (Targ
 			}
 			// Session ids carry their harness ("svc:x", "pi:<uuid>"); compare without it.
 			id := strings.TrimPrefix(r.SessionID, r.Harness+":")
-			if strings.EqualFold(id, bare) || strings.EqualFold(r.Name, bare) || (isPID && r.PID == pid) {
+			// Liveness only for the registrations that match (their pidfd says at once).
+			if (strings.EqualFold(id, bare) || strings.EqualFold(r.Name, bare) || (isPID && r.PID == pid)) && b.regAlive(r) {
 				hits = append(hits, r)
 			}
 		}
@@ -378,20 +400,24 @@ func (b *Bus) resolveRegistered(harness, bare string, isPID bool, pid int) (Targ
 // Identify attributes a peer pid to a session by walking its ancestors (at most 32): a live
 // Claude session whose pid and procStart match, or a registration whose pid and start time
 // match (docs/protocol.md §4.1).
-func (b *Bus) Identify(pid int) (Caller, error) { return b.identify(pid, nil) }
+func (b *Bus) Identify(pid int) (Caller, error) {
+	c, _, err := b.identify(pid, nil)
+	return c, err
+}
 
-func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, error) {
+// identify is Identify that also returns the ancestor the caller was attributed to.
+func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, peercred.Stat, error) {
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
 	if err != nil && OutOfResources(err) {
-		return Caller{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "process ancestry unreadable for lack of resources; retry later")
+		return Caller{}, peercred.Stat{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "process ancestry unreadable for lack of resources; retry later")
 	}
 	if err == nil {
-		sessions, incomplete := b.cfg.Claude.ScanErr()
-		if incomplete != nil {
-			return Caller{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "session directory unreadable for lack of resources; retry later")
-		}
-		regs := b.liveRegistrations()
+		regs := b.registrations()
 		for _, st := range chain {
+			sessions, incomplete := b.cfg.Claude.ByPID(st.PID)
+			if incomplete != nil {
+				return Caller{}, peercred.Stat{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "session directory unreadable for lack of resources; retry later")
+			}
 			for _, s := range sessions {
 				// The chain entry's own start time must match too: Live was read at scan
 				// time, and a pid reused since then is another process.
@@ -400,22 +426,75 @@ func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, error) {
 					if s.Name != nil && *s.Name != "" {
 						name = *s.Name
 					}
-					return Caller{Harness: "claude", SessionID: s.ID, Name: name}, nil
+					return Caller{Harness: "claude", SessionID: s.ID, Name: name, path: s.Path}, st, nil
 				}
 			}
 			for _, r := range regs {
 				// A Codex process may write several threads: which one a call is for is
-				// decided by its _meta below, never by the pid alone.
-				if r.Harness != "codex" && r.PID == st.PID && r.Start == st.StartTime {
-					return r.Caller(), nil
+				// decided by its _meta below, never by the pid alone. The chain entry was
+				// just read: a matching start time is the live process (an agy session
+				// must also still hold its presence lock).
+				if r.Harness != "codex" && r.PID == st.PID && r.Start == st.StartTime && (r.agy == nil || b.regAlive(r)) {
+					c := r.Caller()
+					c.reg = r
+					return c, st, nil
 				}
 			}
 			if b.cfg.Codex.IsCodex(st.PID) {
-				return b.codexCaller(st, meta)
+				// Not remembered (no reg, no path): the thread is decided per call by _meta,
+				// so Recheck always says no and every frame is attested again.
+				c, err := b.codexCaller(st, meta)
+				return c, st, err
 			}
 		}
 	}
-	return Caller{}, errorf(http.StatusForbidden, "not_recipient", "peer PID %d does not descend from an active agent session", pid)
+	return Caller{}, peercred.Stat{}, errorf(http.StatusForbidden, "not_recipient", "peer PID %d does not descend from an active agent session", pid)
+}
+
+// Attested is a connection's attested caller, made once by Attest and checked again cheaply
+// before each later frame by Recheck.
+type Attested struct {
+	Caller Caller
+	pid    int    // the ancestor the caller was attributed to
+	start  string // its start time
+}
+
+// Attest walks pid's ancestry once (IdentifyMeta) and remembers whom it found.
+func (b *Bus) Attest(pid int, meta json.RawMessage) (Attested, error) {
+	c, st, err := b.identify(pid, meta)
+	if err != nil {
+		return Attested{}, err
+	}
+	return Attested{Caller: c, pid: st.PID, start: st.StartTime}, nil
+}
+
+// Recheck reports whether a's session is still the one it was: the ancestor still runs with
+// the same start time, and its session file (or registration) is still there with the same
+// id. It costs an index lookup and a pidfd poll (or one /proc read), not an ancestor walk.
+// The connection's own process is the caller's to check (agentsock does, before every
+// frame); when Recheck says no, the caller attests again (and gets the walk's full answer,
+// including a refusal for lack of resources). A Codex caller is never remembered: its
+// thread is named per call.
+func (b *Bus) Recheck(a Attested) bool {
+	c := a.Caller
+	switch {
+	case c.reg != nil:
+		b.mu.Lock()
+		same := b.regs[c.reg.SessionID] == c.reg
+		b.mu.Unlock()
+		return same && b.regAlive(c.reg)
+	case c.path != "":
+		found, err := b.cfg.Claude.ByPID(a.pid)
+		if err != nil {
+			return false
+		}
+		for _, s := range found {
+			if s.Live && s.Path == c.path && s.ID == c.SessionID && s.Start() == a.start {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func nowUnix() int64 { return time.Now().Unix() }

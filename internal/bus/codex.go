@@ -16,7 +16,8 @@ import (
 // _meta naming a thread that process writes; without one it is refused, never attributed to
 // whatever else its ancestry would match. The _meta of any other caller is ignored.
 func (b *Bus) IdentifyMeta(pid int, meta json.RawMessage) (Caller, error) {
-	return b.identify(pid, meta)
+	c, _, err := b.identify(pid, meta)
+	return c, err
 }
 
 // codexCaller attests st as the Codex process writing the thread named by meta, renews the

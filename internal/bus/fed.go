@@ -455,6 +455,9 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 	if err != nil {
 		return Delivery{}, err
 	}
+	if pending != nil {
+		b.uncounted(t.SessionID)
+	}
 	d = Delivery{SessionID: t.SessionID, FromName: m.FromName, Bytes: len(m.Body), MessageID: m.ID, Outcome: "delivered"}
 	if pending != nil {
 		b.queues.fire(t.SessionID)

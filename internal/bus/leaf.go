@@ -184,6 +184,9 @@ func (b *Bus) DeliverPulled(p Pulled) (string, error) {
 		return "", err
 	}
 	if queued {
+		b.uncounted(session)
+	}
+	if queued {
 		b.audit("leaf", "fed:"+p.Peer, "pull", session, p.ID, nil)
 		b.queues.fire(session)
 	}

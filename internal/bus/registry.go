@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"os"
@@ -34,6 +35,10 @@ type Registration struct {
 
 	agy      *agySession   // agy only
 	replaced chan struct{} // closed when a newer registration of the same process takes over
+
+	// watch tells when the process exits (a pidfd); nil where pidfds are unavailable, and
+	// then liveness is read from /proc each time it matters.
+	watch *peercred.Pidfd
 }
 
 // Replaced is closed when a newer registration by the same process took this one's place.
@@ -103,9 +108,13 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 		cwd = "/"
 	}
 	r := &Registration{Harness: "svc", SessionID: "svc:" + name, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: time.Now().Unix()}
+	if err := b.watch(r); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if old := b.regs[r.SessionID]; old != nil && (old.PID != r.PID || old.Start != r.Start) && b.cfg.Proc.Alive(old.PID, old.Start) {
+	if old := b.regs[r.SessionID]; old != nil && (old.PID != r.PID || old.Start != r.Start) && b.regAlive(old) {
+		r.stop()
 		return nil, errorf(http.StatusConflict, "conflict", "service '%s' already has an active registration", r.SessionID)
 	}
 	// The same process registering again (or a new one after the old exited) takes over.
@@ -168,10 +177,98 @@ func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, con
 		cwd = "/"
 	}
 	r := &Registration{Harness: harness, SessionID: id, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: time.Now().Unix()}
+	if err := b.watch(r); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	b.install(r)
 	b.mu.Unlock()
 	return r, nil
+}
+
+// watch starts watching r's process for its exit. Without pidfds (old kernels, other
+// systems) r is registered unwatched and checked in /proc whenever it is used.
+func (b *Bus) watch(r *Registration) error {
+	w, err := b.cfg.Proc.OpenPidfd(r.PID, r.Start)
+	switch {
+	case err == nil:
+		r.watch = w
+		go func() {
+			if w.Wait() {
+				b.gone(r)
+			}
+		}()
+	case errors.Is(err, peercred.ErrExited):
+		return errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", r.PID)
+	default:
+		b.pidfdOnce.Do(func() {
+			b.cfg.Log.Warn("registrations cannot be watched; their processes are checked in /proc instead", "err", err)
+		})
+	}
+	return nil
+}
+
+// gone drops r once its process has exited (called by its watch).
+func (b *Bus) gone(r *Registration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.regs[r.SessionID] == r {
+		delete(b.regs, r.SessionID)
+	}
+}
+
+func (r *Registration) stop() {
+	if r.watch != nil {
+		r.watch.Close()
+	}
+}
+
+// Alive reports whether r's process is still the one that registered: one poll(2) on its
+// pidfd, or a /proc read where there is none.
+func (b *Bus) Alive(r *Registration) bool {
+	if r.watch != nil {
+		if exited, known := r.watch.Exited(); known {
+			return !exited
+		}
+	}
+	return b.cfg.Proc.Alive(r.PID, r.Start)
+}
+
+// regAlive reports whether r is live: its process is (Alive), and an agy session still holds
+// its presence lock (docs/protocol.md §3.3).
+func (b *Bus) regAlive(r *Registration) bool {
+	if r.agy != nil && !b.cfg.Agy.Held(r.agy.presence) {
+		return false
+	}
+	return b.Alive(r)
+}
+
+// registrations is a snapshot of every registration, live or not, in listing order: agy,
+// then sessions (pi, opencode, hermes, codex), then services. Liveness is the caller's to
+// check, for the registrations it uses.
+func (b *Bus) registrations() []*Registration {
+	b.mu.Lock()
+	out := make([]*Registration, 0, len(b.regs))
+	for _, r := range b.regs {
+		out = append(out, r)
+	}
+	b.mu.Unlock()
+	rank := func(r *Registration) int {
+		switch r.Harness {
+		case "agy":
+			return 0
+		case "svc":
+			return 2
+		}
+		return 1
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if rank(out[i]) != rank(out[j]) {
+			return rank(out[i]) < rank(out[j])
+		}
+		return out[i].SessionID < out[j].SessionID
+	})
+	return out
 }
 
 // processSessionID returns the durable id of the session process (harness, pid, start),
@@ -262,6 +359,14 @@ func (b *Bus) pruneProcessSessions() (int, error) {
 
 // Unregister ends r, unless a newer registration already replaced it.
 func (b *Bus) Unregister(r *Registration) {
+	r.stop()
+	if r.Harness != "svc" {
+		// Forget the queue count: it is loaded again from the store should the id register
+		// again (the same session process on a new connection).
+		b.q.mu.Lock()
+		delete(b.q.n, r.SessionID)
+		b.q.mu.Unlock()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.regs[r.SessionID] == r {
@@ -269,36 +374,18 @@ func (b *Bus) Unregister(r *Registration) {
 	}
 }
 
-// liveRegistrations returns the live registrations (svc last), pruning dead ones.
+// liveRegistrations returns the live registrations in listing order, checking each: for
+// listing and counting. Resolving a ref checks only the registrations it matches. An
+// unwatched registration found dead is pruned (a watched one is pruned by its watch).
 func (b *Bus) liveRegistrations() []*Registration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []*Registration
-	for id, r := range b.regs {
-		// An agy session lives while its presence lock is held (docs/protocol.md §3.3), not only
-		// while its process does.
-		if !b.cfg.Proc.Alive(r.PID, r.Start) || (r.agy != nil && !b.cfg.Agy.Held(r.agy.presence)) {
-			delete(b.regs, id)
-			continue
+	for _, r := range b.registrations() {
+		if b.regAlive(r) {
+			out = append(out, r)
+		} else if r.watch == nil || r.agy != nil {
+			b.gone(r)
 		}
-		out = append(out, r)
 	}
-	// Listing order: agy, then sessions (pi, opencode, hermes, codex), then services.
-	rank := func(r *Registration) int {
-		switch r.Harness {
-		case "agy":
-			return 0
-		case "svc":
-			return 2
-		}
-		return 1
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if rank(out[i]) != rank(out[j]) {
-			return rank(out[i]) < rank(out[j])
-		}
-		return out[i].SessionID < out[j].SessionID
-	})
 	return out
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/codex"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/store"
@@ -124,10 +123,22 @@ type pushPlan struct {
 // delivery, and wakes long-pollers.
 func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error) {
 	reply.PushOutcome = plan.outcome
+	var release func()
+	if plan.pending != nil {
+		// The queue bound is checked before the commit (see queueState); a full queue fails
+		// only the push, the reply is kept.
+		var err error
+		if release, err = b.reserve(plan.pending.SessionID); err != nil {
+			if !errors.Is(err, store.ErrQueueFull) {
+				return store.Reply{}, err
+			}
+			plan.pending, plan.msg, plan.out, plan.deliver, reply.PushOutcome = nil, nil, nil, nil, "push_failed"
+		}
+	}
 	err := b.cfg.Store.Update(func(tx *store.Tx) error {
 		r := reply
 		if plan.pending != nil {
-			switch err := tx.Enqueue(*plan.pending); {
+			switch err := tx.EnqueueMax(*plan.pending, store.MaxStored); {
 			case errors.Is(err, store.ErrQueueFull):
 				// The reply itself is kept; only the push failed.
 				r.PushOutcome = "push_failed"
@@ -151,6 +162,9 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 		reply = r
 		return err
 	})
+	if release != nil && (err != nil || reply.PushOutcome != "pushed") {
+		release()
+	}
 	if err != nil {
 		return store.Reply{}, err
 	}
@@ -190,14 +204,8 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 		ReturnSessionID: replier.SessionID, ReturnHost: replierHost, PushReplies: true, ThreadID: msg.ThreadID}
 	switch msg.ReturnHarness {
 	case "claude":
-		var target *claude.Session
-		for _, s := range b.cfg.Claude.Scan() {
-			if s.Live && s.ID == msg.ReturnSessionID {
-				target = &s
-				break
-			}
-		}
-		if target == nil {
+		target, ok := b.cfg.Claude.ByID(msg.ReturnSessionID)
+		if !ok {
 			return pushPlan{outcome: "sender_gone"}
 		}
 		line, err := envelope.ClaudeLine(badge, claudeBody)

@@ -151,6 +151,22 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 			pending.Origin = fmtOrigin(kind, s.Caller)
 		}
 	}
+	if pending != nil {
+		// A full queue is refused here, before the write can enter (and fail inside) a
+		// shared commit.
+		release, rerr := b.reserve(t.SessionID)
+		if errors.Is(rerr, store.ErrQueueFull) {
+			return Delivery{}, queueFull(t.Harness)
+		}
+		if rerr != nil {
+			return Delivery{}, rerr
+		}
+		defer func() { // err is Send's result
+			if err != nil {
+				release()
+			}
+		}()
+	}
 	idem := store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
 		SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: msg.CreatedAt}
 	// The record is committed BEFORE a Claude inbox sees the message: a session may reply the
@@ -159,7 +175,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	// the same key delivers again.
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		if pending != nil {
-			if err := tx.Enqueue(*pending); err != nil {
+			if err := tx.EnqueueMax(*pending, store.MaxStored); err != nil {
 				return err
 			}
 		}
@@ -172,7 +188,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		return tx.PutIdem(idem)
 	})
 	if errors.Is(err, store.ErrQueueFull) {
-		return Delivery{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "%s session message queue is full", t.Harness)
+		return Delivery{}, queueFull(t.Harness)
 	}
 	if err != nil {
 		return Delivery{}, err

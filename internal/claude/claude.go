@@ -1,10 +1,18 @@
 // Package claude discovers Claude Code sessions from their session files and delivers one
 // message line to a session's inbox socket (docs/protocol.md §5.1, §2.7).
 //
-// Session files are re-read on every call: Claude writes and removes them as sessions come and
-// go, and a cache would answer with sessions that are gone. Files are opened without following
-// symlinks and must be regular files owned by our euid, so another user (or a planted link)
-// cannot point discovery at a socket of their choosing.
+// Session files come and go as sessions start and end, and the protocol promises that a file
+// written just before a request is seen by it. Rescanning every directory on every request
+// kept that promise at a cost that grew with the number of files, so the Scanner keeps an
+// index instead: the directories are watched with inotify, and every request first drains the
+// watch (an event is queued by the kernel before the writer's system call returns, so nothing
+// written before the request is missed) and re-reads only the files the events name. Whether
+// a session's process is alive is not something a file event tells, so it is checked at
+// request time, and only for the files a ref resolves to. Where inotify is unavailable, every
+// request rescans, as before.
+//
+// Files are opened without following symlinks and must be regular files owned by our euid, so
+// another user (or a planted link) cannot point discovery at a socket of their choosing.
 package claude
 
 import (
@@ -14,7 +22,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -49,13 +56,14 @@ type Session struct {
 	// id is live in more than one directory (fork claims, docs/protocol.md §5.1).
 	ID   string
 	Path string // canonical path of the session file
-	Live bool   // pid alive and its start time equals procStart
+	Live bool   // pid alive and its start time equals procStart, as read by this call
 }
 
 // Start is the session's recorded process start time (the pid-reuse guard).
 func (s Session) Start() string { return procStart(s.ProcStart) }
 
-// Scanner reads the configured session directories. Safe for concurrent use.
+// Scanner reads the configured session directories. Safe for concurrent use. The zero value
+// with the exported fields set is ready; Close releases the watch.
 type Scanner struct {
 	Dirs []string
 	Proc peercred.Proc
@@ -63,19 +71,14 @@ type Scanner struct {
 	Log  *slog.Logger
 
 	mu     sync.Mutex
-	parsed map[string]parsedFile // by path: the last version read, to skip re-parsing it
-	warned map[string]string     // by path: the problem last logged, so each is logged once
+	idx    *index
+	warned map[string]string // by path: the problem last logged, so each is logged once
 }
 
 // fileKey identifies one version of a file; the zero key is never trusted.
 type fileKey struct {
 	dev, ino    uint64
 	size, mtime int64
-}
-
-type parsedFile struct {
-	key  fileKey
-	file File
 }
 
 // procStart accepts the start time as Claude writes it: a JSON string or a number.
@@ -113,49 +116,11 @@ func (s *Scanner) AnyDirReadable() bool {
 	return false
 }
 
-// ErrScanIncomplete wraps the error of a scan that could not read every directory or file
-// for lack of descriptors or memory (EMFILE, ENFILE, ENOMEM): a session missing from such a
-// scan may well be live, so "not found" would be a wrong answer.
+// ErrScanIncomplete wraps the error of a look at the directories that could not read every
+// directory or file for lack of descriptors or memory (EMFILE, ENFILE, ENOMEM): a session
+// missing from it may well be live, so "not found" would be a wrong answer. What could not be
+// read is tried again by the next look.
 var ErrScanIncomplete = errors.New("claude: session scan incomplete")
-
-// Scan returns every readable session, live or not, with fork claims assigned.
-func (s *Scanner) Scan() []Session {
-	out, _ := s.ScanErr()
-	return out
-}
-
-// ScanErr is Scan that also reports, wrapped in ErrScanIncomplete, whether some directory or
-// file could not be read for lack of resources; the sessions found are returned either way.
-func (s *Scanner) ScanErr() ([]Session, error) {
-	var out []Session
-	var incomplete error
-	seen := map[string]bool{}
-	for _, dir := range s.Dirs {
-		found, err := s.scanDir(dir, seen)
-		out = append(out, found...)
-		if err != nil && incomplete == nil {
-			incomplete = fmt.Errorf("%w: %w", ErrScanIncomplete, err)
-		}
-	}
-	s.forget(seen)
-	// Fork claims are deterministic: the first file by sorted canonical path keeps the id.
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	// Only live sessions take part: a stale file left by a dead session must not push the live
-	// one off its own id.
-	seen2 := map[string]int{}
-	for i := range out {
-		out[i].ID = out[i].SessionID
-		if !out[i].Live {
-			continue
-		}
-		key := strings.ToLower(out[i].SessionID)
-		seen2[key]++
-		if n := seen2[key]; n > 1 {
-			out[i].ID = fmt.Sprintf("%s~%d", out[i].SessionID, n)
-		}
-	}
-	return out, incomplete
-}
 
 // transient reports errors that say nothing about the directory or file, only about this
 // process running short (descriptors, memory).
@@ -163,110 +128,177 @@ func transient(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ENOBUFS)
 }
 
-// warn logs a problem with a session file once, not on every rescan (every request rescans).
-func (s *Scanner) warn(path, problem string, attrs ...any) {
+// Problems lists the directories that exist but cannot be read or watched as of now, each
+// with the reason (for /healthz): their sessions are not served, rather than served stale.
+func (s *Scanner) Problems() []string {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refresh()
+	var out []string
+	for _, d := range s.idx.dirs {
+		if d.problem != "" {
+			out = append(out, d.path+": "+d.problem)
+		}
+	}
+	return out
+}
+
+// Close stops watching. A closed Scanner keeps answering by rescanning.
+func (s *Scanner) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.idx != nil && s.idx.w != nil {
+		s.idx.w.close()
+		s.idx.w = nil
+		s.idx.noWatch = true
+	}
+	if s.idx != nil {
+		for _, e := range s.idx.byPath {
+			if e.pidfd != nil {
+				e.pidfd.Close()
+				e.pidfd = nil
+			}
+		}
+	}
+}
+
+// Scan returns every readable session, live or not, with fork claims assigned, ordered by
+// path. It checks the liveness of every file: it is for listing, not for resolving a ref.
+func (s *Scanner) Scan() []Session {
+	out, _ := s.ScanErr()
+	return out
+}
+
+// ScanErr is Scan that also reports, wrapped in ErrScanIncomplete, whether some directory or
+// file could not be read for lack of resources; the sessions known are returned either way.
+func (s *Scanner) ScanErr() ([]Session, error) {
+	s.mu.Lock()
+	incomplete := s.refresh()
+	all := make([]entryData, 0, len(s.idx.byPath))
+	for _, e := range s.idx.byPath {
+		all = append(all, e.data())
+	}
+	s.mu.Unlock()
+	return s.sessions(all, nil), incomplete
+}
+
+// Lookup returns the sessions a ref could mean: those whose id (with its fork claim, case
+// insensitive) is ref, whose name is ref, or, when pid > 0, whose pid is pid. Liveness is
+// checked for these and for the files that share their session ids (the fork claims depend
+// on which of those are live), and for nothing else. The error is as for ScanErr.
+func (s *Scanner) Lookup(ref string, pid int) ([]Session, error) {
+	s.mu.Lock()
+	incomplete := s.refresh()
+	groups := map[string]bool{}
+	add := func(set map[*entry]struct{}) {
+		for e := range set {
+			groups[strings.ToLower(e.file.SessionID)] = true
+		}
+	}
+	key := strings.ToLower(ref)
+	add(s.idx.byID[key])
+	if base, _, ok := strings.Cut(key, "~"); ok {
+		add(s.idx.byID[base])
+	}
+	add(s.idx.byName[ref])
+	if pid > 0 {
+		add(s.idx.byPID[pid])
+	}
+	cands := s.idx.groupData(groups)
+	s.mu.Unlock()
+	return s.sessions(cands, func(se Session) bool {
+		return strings.EqualFold(se.ID, ref) || (pid > 0 && se.PID == pid) || (se.Name != nil && *se.Name == ref)
+	}), incomplete
+}
+
+// ByPID returns the sessions whose file names pid (for attributing a caller). The error is as
+// for ScanErr.
+func (s *Scanner) ByPID(pid int) ([]Session, error) {
+	s.mu.Lock()
+	incomplete := s.refresh()
+	groups := map[string]bool{}
+	for e := range s.idx.byPID[pid] {
+		groups[strings.ToLower(e.file.SessionID)] = true
+	}
+	cands := s.idx.groupData(groups)
+	s.mu.Unlock()
+	return s.sessions(cands, func(se Session) bool { return se.PID == pid }), incomplete
+}
+
+// ByID returns the live session whose address is exactly id.
+func (s *Scanner) ByID(id string) (Session, bool) {
+	found, _ := s.Lookup(id, 0)
+	for _, se := range found {
+		if se.Live && se.ID == id {
+			return se, true
+		}
+	}
+	return Session{}, false
+}
+
+// sessions checks liveness, assigns fork claims and keeps what keep accepts (nil: all).
+// It runs without the lock: reading /proc is the slow part, and needs no index.
+func (s *Scanner) sessions(files []entryData, keep func(Session) bool) []Session {
+	// Fork claims are deterministic: the first file by sorted canonical path keeps the id.
+	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
+	out := make([]Session, 0, len(files))
+	// Only live sessions take part: a stale file left by a dead session must not push the live
+	// one off its own id.
+	claims := map[string]int{}
+	for _, f := range files {
+		se := Session{File: f.file, ID: f.file.SessionID, Path: f.path, Live: s.alive(f)}
+		if se.Live {
+			key := strings.ToLower(se.SessionID)
+			claims[key]++
+			if n := claims[key]; n > 1 {
+				se.ID = fmt.Sprintf("%s~%d", se.SessionID, n)
+			}
+		}
+		if keep == nil || keep(se) {
+			out = append(out, se)
+		}
+	}
+	return out
+}
+
+// alive checks f's process: by its pidfd when it has one, else in /proc, and then gives it
+// a pidfd for next time.
+func (s *Scanner) alive(f entryData) bool {
+	start := procStart(f.file.ProcStart)
+	if f.pidfd != nil {
+		if exited, known := f.pidfd.Exited(); known {
+			return !exited
+		}
+	}
+	if !s.Proc.Alive(f.file.PID, start) {
+		return false
+	}
+	if f.pidfd == nil {
+		if pf, err := s.Proc.OpenPidfd(f.file.PID, start); err == nil {
+			s.mu.Lock()
+			if s.idx.byPath[f.path] == f.e && f.e.pidfd == nil {
+				f.e.pidfd, pf = pf, nil
+			}
+			s.mu.Unlock()
+			if pf != nil {
+				pf.Close()
+			}
+		}
+	}
+	return true
+}
+
+// warn logs a problem with a session file once, not on every look at it. The caller holds mu.
+func (s *Scanner) warn(path, problem string, attrs ...any) {
 	if s.warned == nil {
 		s.warned = map[string]string{}
 	}
 	again := s.warned[path] == problem
 	s.warned[path] = problem
-	s.mu.Unlock()
 	if !again {
 		s.Log.Warn(problem, append([]any{"path", path}, attrs...)...)
 	}
 }
 
-// forget drops what is remembered about files that are gone or fine now.
-func (s *Scanner) forget(seen map[string]bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for p := range s.parsed {
-		if !seen[p] {
-			delete(s.parsed, p)
-		}
-	}
-	for p := range s.warned {
-		if !seen["!"+p] {
-			delete(s.warned, p)
-		}
-	}
-}
-
-func (s *Scanner) scanDir(dir string, seen map[string]bool) ([]Session, error) {
-	var incomplete error
-	names, err := listDir(dir)
-	if err != nil {
-		if transient(err) {
-			return nil, err
-		}
-		if !os.IsNotExist(err) {
-			s.warn(dir, "session dir unreadable", "err", err)
-			seen["!"+dir] = true
-		}
-		return nil, nil
-	}
-	// Fork claims order files by canonical path: resolve the directory once per scan.
-	canonDir := dir
-	if c, err := filepath.EvalSymlinks(dir); err == nil {
-		canonDir = c
-	}
-	var out []Session
-	for _, name := range names {
-		// Only *.json is ever opened; *.key files hold secrets and stay unopened.
-		if !strings.HasSuffix(name, ".json") {
-			continue
-		}
-		path := filepath.Join(dir, name)
-		var cached File
-		raw, key, err := readSessionFile(dir, name, s.UID, func(k fileKey) bool {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			p, ok := s.parsed[path]
-			cached = p.file
-			return ok && k != (fileKey{}) && p.key == k
-		})
-		if err != nil {
-			if transient(err) {
-				// Not the file's fault: remember nothing about it, and tell the caller.
-				incomplete = err
-				seen[path] = true
-				continue
-			}
-			s.warn(path, "session file skipped", "err", err)
-			seen["!"+path] = true
-			continue
-		}
-		f := cached
-		if raw != nil {
-			f = File{}
-			if err := json.Unmarshal(raw, &f); err != nil || f.SessionID == "" || f.PID <= 0 {
-				s.warn(path, "session file malformed")
-				seen["!"+path] = true
-				continue
-			}
-			if key != (fileKey{}) {
-				s.mu.Lock()
-				if s.parsed == nil {
-					s.parsed = map[string]parsedFile{}
-				}
-				s.parsed[path] = parsedFile{key: key, file: f}
-				s.mu.Unlock()
-			}
-		}
-		seen[path] = true
-		out = append(out, Session{File: f, Path: filepath.Join(canonDir, name), Live: s.Proc.Alive(f.PID, procStart(f.ProcStart))})
-	}
-	return out, incomplete
-}
-
-func listDir(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	sort.Strings(names)
-	return names, err
-}
+// fine forgets a logged problem of path, so that it is logged again if it comes back.
+func (s *Scanner) fine(path string) { delete(s.warned, path) }

@@ -166,7 +166,13 @@ func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 	case !h.cfg.Bus.SessionDirsReadable():
 		dirs = "sessions_dir_unreadable"
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "sessions_dir": dirs})
+	resp := map[string]any{"status": "ok", "sessions_dir": dirs}
+	// A directory that exists but is not served (e.g. recreated outside the sandbox's rules)
+	// is named, so that missing sessions are explained rather than silently absent.
+	if p := h.cfg.Bus.SessionDirProblems(); len(p) > 0 {
+		resp["sessions_dir_problems"] = p
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 func (h *handler) doctor(w http.ResponseWriter, r *http.Request) {

@@ -16,7 +16,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
+
+// ErrExited means the process is gone (or its pid now names another process).
+var ErrExited = errors.New("peercred: process exited")
 
 // Cred is what the kernel recorded about the peer of a Unix stream socket
 // when it connected (SO_PEERCRED). The peer cannot choose these values.
@@ -120,6 +124,33 @@ func decimal(s string) (int, error) {
 		return 0, fmt.Errorf("%q is not a decimal number", s)
 	}
 	return n, nil
+}
+
+// CPUTime returns the user plus system CPU time pid has used (fields 14 and 15 of
+// /proc/<pid>/stat, in USER_HZ, which Linux fixes at 100 per second for /proc).
+func (p Proc) CPUTime(pid int) (time.Duration, error) {
+	path, err := p.path(pid, "stat")
+	if err != nil {
+		return 0, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("peercred: read stat: %w", err)
+	}
+	closing := bytes.LastIndexByte(data, ')')
+	if closing < 0 {
+		return 0, errors.New("peercred: no comm field")
+	}
+	fields := strings.Fields(string(data[closing+1:]))
+	if len(fields) < 15-3+1 {
+		return 0, errors.New("peercred: short stat")
+	}
+	ut, err1 := strconv.ParseUint(fields[14-3], 10, 64)
+	st, err2 := strconv.ParseUint(fields[15-3], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("peercred: bad cpu time fields")
+	}
+	return time.Duration(ut+st) * (time.Second / 100), nil
 }
 
 // StartTime returns field 22 of /proc/<pid>/stat.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -291,5 +292,20 @@ func TestFromConnOtherUser(t *testing.T) {
 	}
 	if want := (Cred{PID: cmd.Process.Pid, UID: uid, GID: gid}); got != want {
 		t.Errorf("FromConn = %+v, want %+v", got, want)
+	}
+}
+
+func TestCPUTime(t *testing.T) {
+	// Burn a little CPU so the figure is above zero at 10 ms resolution.
+	deadline := time.Now().Add(30 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	d, err := Proc{}.CPUTime(os.Getpid())
+	if err != nil || d <= 0 {
+		t.Fatalf("CPUTime = %v, %v", d, err)
+	}
+	if _, err := (Proc{}).CPUTime(-1); err == nil {
+		t.Error("pid -1 accepted")
 	}
 }

@@ -438,7 +438,7 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 		}
 		// The registration is the process that registered; if it is gone (or its pid now
 		// names another process) nobody may act for it on this descriptor.
-		if !s.cfg.Proc.Alive(reg.PID, reg.Start) {
+		if !s.cfg.Bus.Alive(reg) {
 			s.refuse(actor, "frame", "registered process exited or its pid was reused")
 			return
 		}
@@ -488,7 +488,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		}
 		// A poll may wait a minute: the registered process must still be the one holding
 		// this connection when the message is handed out, not only when the poll began.
-		if !s.cfg.Proc.Alive(reg.PID, reg.Start) {
+		if !s.cfg.Bus.Alive(reg) {
 			s.refuse(actor, "poll", "registered process exited or its pid was reused")
 			return nil, false
 		}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -40,8 +41,14 @@ var (
 // allBuckets are created at open, in one transaction.
 var allBuckets = [][]byte{bucketMessages, bucketReplies, bucketReplyIndex, bucketQueue, bucketIdem, bucketProcessSessions}
 
-// MaxQueue is the number of undelivered messages one registered session may hold.
+// MaxQueue is the number of unacknowledged messages one registered session may hold.
 const MaxQueue = 100
+
+// MaxStored bounds the rows of one session's queue, acknowledged or not. The bus enforces
+// MaxQueue on unacknowledged messages before a write reaches a commit, and an acknowledged
+// row is deleted by a later commit, so rows can exceed MaxQueue for a moment; this bound is
+// the backstop should that delete be stuck (a failing disk), not the rule.
+const MaxStored = 2 * MaxQueue
 
 // ErrQueueFull is returned by Tx.Enqueue when a session already holds MaxQueue messages.
 var ErrQueueFull = errors.New("store: queue is full")
@@ -109,9 +116,14 @@ type Store struct {
 	mu      sync.Mutex
 	idle    sync.Cond // signalled when leading turns false
 	pending []*op     // writes waiting for the next commit, oldest first
+	riders  []*op     // writes that wait for a commit without asking for one (Defer)
 	leading bool      // a writer is committing (or has been handed the lead)
 	closed  bool
+	commits atomic.Uint64
 }
+
+// Commits is the number of commits made so far (for benchmarks: commits per send).
+func (s *Store) Commits() uint64 { return s.commits.Load() }
 
 type op struct {
 	fn  func(*Tx) error
@@ -170,10 +182,24 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		return nil
 	}
+	for s.leading {
+		s.idle.Wait()
+	}
+	riders := len(s.riders) > 0
+	s.mu.Unlock()
+	if riders {
+		// Writes waiting for a commit get one before the file closes.
+		s.Update(func(*Tx) error { return nil })
+	}
+	s.mu.Lock()
 	s.closed = true
 	for s.leading {
 		s.idle.Wait()
 	}
+	for _, o := range s.riders { // deferred after the last commit began
+		o.err <- ErrClosed
+	}
+	s.riders = nil
 	s.mu.Unlock()
 	return s.db.Close()
 }
@@ -202,7 +228,8 @@ func (s *Store) Update(fn func(*Tx) error) error {
 	}
 	s.mu.Lock()
 	n := min(len(s.pending), maxBatch)
-	batch := s.pending[:n:n]
+	batch := append(s.riders, s.pending[:n]...)
+	s.riders = nil
 	s.pending = s.pending[n:]
 	s.mu.Unlock()
 	s.commit(batch)
@@ -219,38 +246,65 @@ func (s *Store) Update(fn func(*Tx) error) error {
 	return <-o.err
 }
 
+// Defer queues fn to ride the next commit without starting one: it is written by the next
+// Update's transaction, whoever makes it. The channel receives its result once that commit
+// is done (as for Update, fn may run more than once). Use Update (with a no-op) to force a
+// commit when none comes.
+func (s *Store) Defer(fn func(*Tx) error) <-chan error {
+	o := &op{fn: fn, err: make(chan error, 1)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		o.err <- ErrClosed
+		return o.err
+	}
+	s.riders = append(s.riders, o)
+	return o.err
+}
+
 // View runs fn in a read-only transaction. Values returned by Tx methods are copies and stay
 // valid after View returns.
 func (s *Store) View(fn func(*Tx) error) error {
 	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{btx: btx}) })
 }
 
-// errRetryAlone aborts a shared transaction when one of its writes fails, so that the others
+// errRetryWithout aborts a shared transaction when one of its writes fails, so that the others
 // can be committed without the failed one's partial writes.
-var errRetryAlone = errors.New("store: retry alone")
+var errRetryWithout = errors.New("store: retry without the failed write")
 
-// commit writes batch in one transaction and answers each write.
+// commit writes batch in one transaction and answers each write. A write that fails is
+// answered with its error and the transaction is run again without it: a rolled-back
+// transaction costs no fsync, so one bad write costs its batch a second pass, not a commit
+// per write. (Writes that run before it in the batch run again; fn may run more than once.)
 func (s *Store) commit(batch []*op) {
 	errs := make([]error, len(batch))
-	err := s.db.Update(func(btx *bolt.Tx) error {
-		tx := &Tx{btx: btx}
-		for i, o := range batch {
-			if errs[i] = o.fn(tx); errs[i] != nil {
-				return errRetryAlone
+	failed := make([]bool, len(batch))
+	for {
+		err := s.db.Update(func(btx *bolt.Tx) error {
+			tx := &Tx{btx: btx}
+			for i, o := range batch {
+				if failed[i] {
+					continue
+				}
+				if errs[i] = o.fn(tx); errs[i] != nil {
+					failed[i] = true
+					return errRetryWithout
+				}
+			}
+			return nil
+		})
+		if errors.Is(err, errRetryWithout) {
+			continue
+		}
+		if err == nil {
+			s.commits.Add(1)
+		}
+		for i := range errs {
+			if !failed[i] {
+				errs[i] = err
 			}
 		}
-		return nil
-	})
-	if errors.Is(err, errRetryAlone) {
-		// One write failed: the whole transaction rolled back. Run each write in its own
-		// transaction so that one bad write never takes its neighbours down with it.
-		for i, o := range batch {
-			errs[i] = s.db.Update(func(btx *bolt.Tx) error { return o.fn(&Tx{btx: btx}) })
-		}
-	} else if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
+		break
 	}
 	for i, o := range batch {
 		o.err <- errs[i]
@@ -353,14 +407,17 @@ func hasPrefix(k, prefix []byte) bool {
 func queuePrefix(sessionID string) []byte { return append([]byte(sessionID), 0) }
 
 // Enqueue appends p to its session's queue, or returns ErrQueueFull when the session already
-// holds MaxQueue undelivered messages.
-func (t *Tx) Enqueue(p Pending) error {
+// holds MaxQueue rows.
+func (t *Tx) Enqueue(p Pending) error { return t.EnqueueMax(p, MaxQueue) }
+
+// EnqueueMax is Enqueue with another bound on the rows (the bus passes MaxStored).
+func (t *Tx) EnqueueMax(p Pending, limit int) error {
 	b := t.btx.Bucket(bucketQueue)
 	prefix := queuePrefix(p.SessionID)
 	n := 0
 	c := b.Cursor()
 	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
-		if n++; n >= MaxQueue {
+		if n++; n >= limit {
 			return ErrQueueFull
 		}
 	}
@@ -382,6 +439,82 @@ func (t *Tx) Head(sessionID string) (Pending, bool, error) {
 	return get[Pending](t.btx.Bucket(bucketQueue), k)
 }
 
+// pendingID returns the message id of an encoded Pending. The encoding starts with the id
+// (it is the struct's first field and a UUID needs no escaping), so the id is read without
+// decoding the rest (the text may be 64 KiB); anything else is decoded in full.
+func pendingID(v []byte) (string, error) {
+	const prefix = `{"id":"`
+	if len(v) > len(prefix) && string(v[:len(prefix)]) == prefix {
+		rest := v[len(prefix):]
+		for i, c := range rest {
+			if c == '"' {
+				return string(rest[:i]), nil
+			}
+			if c == '\\' {
+				break
+			}
+		}
+	}
+	var id struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(v, &id); err != nil {
+		return "", fmt.Errorf("store: decode queue entry: %w", err)
+	}
+	return id.ID, nil
+}
+
+// HeadSkip returns the oldest message of a session that skip does not name (acknowledged
+// messages whose delete is not committed yet).
+func (t *Tx) HeadSkip(sessionID string, skip map[string]bool) (Pending, bool, error) {
+	prefix := queuePrefix(sessionID)
+	c := t.btx.Bucket(bucketQueue).Cursor()
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+		if len(skip) > 0 {
+			id, err := pendingID(v)
+			if err != nil {
+				return Pending{}, false, err
+			}
+			if skip[id] {
+				continue
+			}
+		}
+		return get[Pending](t.btx.Bucket(bucketQueue), k)
+	}
+	return Pending{}, false, nil
+}
+
+// QueueIDs returns the ids of a session's queued messages, oldest first.
+func (t *Tx) QueueIDs(sessionID string) ([]string, error) {
+	prefix := queuePrefix(sessionID)
+	var out []string
+	c := t.btx.Bucket(bucketQueue).Cursor()
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+		id, err := pendingID(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// Queued reports whether messageID is in the session's queue.
+func (t *Tx) Queued(sessionID, messageID string) (bool, error) {
+	prefix := queuePrefix(sessionID)
+	c := t.btx.Bucket(bucketQueue).Cursor()
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+		id, err := pendingID(v)
+		if err != nil {
+			return false, err
+		}
+		if id == messageID {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // QueueLen returns how many messages wait for a session.
 func (t *Tx) QueueLen(sessionID string) int {
 	prefix := queuePrefix(sessionID)
@@ -400,11 +533,11 @@ func (t *Tx) Ack(sessionID, messageID string) (bool, error) {
 	prefix := queuePrefix(sessionID)
 	c := b.Cursor()
 	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
-		var p Pending
-		if err := json.Unmarshal(v, &p); err != nil {
-			return false, fmt.Errorf("store: decode queue entry: %w", err)
+		id, err := pendingID(v)
+		if err != nil {
+			return false, err
 		}
-		if p.ID == messageID {
+		if id == messageID {
 			return true, c.Delete()
 		}
 	}
@@ -444,20 +577,4 @@ func (t *Tx) Counts() Counts {
 		Queued:          t.btx.Bucket(bucketQueue).Stats().KeyN,
 		IdempotencyKeys: t.btx.Bucket(bucketIdem).Stats().KeyN,
 	}
-}
-
-// Queued reports whether messageID still waits (unacknowledged) in sessionID's queue.
-func (t *Tx) Queued(sessionID, messageID string) (bool, error) {
-	prefix := queuePrefix(sessionID)
-	c := t.btx.Bucket(bucketQueue).Cursor()
-	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
-		var p Pending
-		if err := json.Unmarshal(v, &p); err != nil {
-			return false, fmt.Errorf("store: decode queue entry: %w", err)
-		}
-		if p.ID == messageID {
-			return true, nil
-		}
-	}
-	return false, nil
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -294,4 +295,89 @@ func TestCloseDuringWrites(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestFailedWriteCostsNoCommitsOfItsOwn: a write that fails inside a shared commit is answered
+// with its error and the rest of its batch still shares one commit (not one commit each).
+func TestFailedWriteCostsNoCommitsOfItsOwn(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	defer s.Close()
+	hold, held := make(chan struct{}), make(chan struct{})
+	lead := make(chan error, 1)
+	// The first writer leads and is held inside its commit while the others queue up.
+	go func() {
+		lead <- s.Update(func(tx *Tx) error {
+			select {
+			case <-held:
+			default:
+				close(held)
+			}
+			<-hold
+			return tx.PutMessage(Message{ID: "lead"})
+		})
+	}()
+	<-held
+	const n = 20
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			errs <- s.Update(func(tx *Tx) error {
+				if i == 7 {
+					return errors.New("refused")
+				}
+				return tx.PutMessage(Message{ID: fmt.Sprint("m", i)})
+			})
+		}()
+	}
+	for range 1000 {
+		s.mu.Lock()
+		queued := len(s.pending)
+		s.mu.Unlock()
+		if queued == n {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	before := s.Commits()
+	close(hold)
+	if err := <-lead; err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for range n {
+		if err := <-errs; err != nil {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d writes failed, want 1", failed)
+	}
+	if got := s.Commits() - before; got != 2 {
+		t.Errorf("%d commits for the held one and a batch with one failing write, want 2", got)
+	}
+	s.View(func(tx *Tx) error {
+		for i := range n {
+			if _, ok, _ := tx.Message(fmt.Sprint("m", i)); ok == (i == 7) {
+				t.Errorf("message m%d stored = %v", i, ok)
+			}
+		}
+		return nil
+	})
+}
+
+// TestPendingID: the id is read from the start of the encoding, and anything unusual is
+// decoded in full, so Ack and Queued agree with json.Unmarshal.
+func TestPendingID(t *testing.T) {
+	for _, id := range []string{newID(t), `we"ird\id`, "", "ünï"} {
+		raw, _ := json.Marshal(Pending{ID: id, SessionID: "s", Text: strings.Repeat("x", 1000)})
+		if got, err := pendingID(raw); err != nil || got != id {
+			t.Errorf("pendingID(%q) = %q, %v", id, got, err)
+		}
+	}
+	if got, err := pendingID([]byte(`{"sessionId":"s","id":"late"}`)); err != nil || got != "late" {
+		t.Errorf("id not first: %q, %v", got, err)
+	}
+	if _, err := pendingID([]byte(`{"id":`)); err == nil {
+		t.Error("truncated entry decoded")
+	}
 }

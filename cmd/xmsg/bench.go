@@ -1,0 +1,75 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/xmsg/xmsg/internal/bench"
+)
+
+const benchUsage = `usage: xmsg bench [flags]
+
+Measures xmsg end to end: by default it starts a daemon of its own on temporary paths (in its
+own process), real child processes as Claude sessions and services, and clients on the real
+sockets. Every latency comes with the same run's fsync and bbolt-commit baselines and the
+ratio to them. A progress line is kept on stderr; the result goes to stdout.
+
+With --sock it measures a running daemon instead: the Claude paths need --sessions-dir (that
+daemon's session directory; the fake sessions remove their files when they end), the service
+paths --svc (a service whose trusted executable is this xmsg); the growth paths are skipped.
+The baselines are measured in $TMPDIR: point it at the daemon's filesystem to compare like
+with like. Daemon CPU per operation is reported only for a daemon of its own.
+
+flags:
+`
+
+func benchCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
+	var o bench.Options
+	fs.StringVar(&o.Sock, "sock", "", "http.sock of a running daemon (default: start one on temporary paths)")
+	fs.StringVar(&o.AgentSock, "agent-sock", "", "with --sock: its agent.sock (default: next to --sock)")
+	fs.StringVar(&o.RegisterSock, "register-sock", "", "with --sock: its register.sock (default: next to --sock)")
+	fs.StringVar(&o.SessionsDir, "sessions-dir", "", "with --sock: its Claude session directory")
+	fs.StringVar(&o.Service, "svc", "", "with --sock: a service name whose trusted executable is this xmsg")
+	fs.IntVar(&o.Count, "count", 2000, "sends per latency path (throughput paths send 4x this)")
+	fs.IntVar(&o.Clients, "clients", 64, "concurrent clients")
+	fs.IntVar(&o.Services, "services", 64, "registered services, each with its consumer")
+	fs.IntVar(&o.Stale, "stale", 10000, "stale session files for the growth path")
+	fs.IntVar(&o.Runs, "runs", 3, "runs (figures are medians with the range over the runs)")
+	fs.IntVar(&o.Size, "size", 200, "message text bytes")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	quiet := fs.Bool("quiet", false, "no progress line")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{"bench takes no arguments"}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	o.Self, o.Env = self, os.Environ()
+	if !*quiet {
+		o.Progress = stderr
+	}
+	res, err := bench.RunBench(o)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	res.Text(stdout)
+	return nil
+}

@@ -1,0 +1,745 @@
+// Package bench measures xmsg end to end, the way `nats bench` and `redis-benchmark` do for
+// their servers: a daemon in its own process (started on temporary paths, or one already
+// running), real child processes as Claude sessions and services, clients on the real
+// sockets, and with every figure the same run's baselines (one fsync, one bbolt commit) and
+// the ratio to them, since absolute numbers depend on the machine and its load.
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/xmsg/xmsg/internal/peercred"
+)
+
+// Options of one benchmark.
+type Options struct {
+	Self string   // executable started as daemon and children (xmsg itself)
+	Env  []string // their environment
+
+	// A running daemon: its http.sock; "" starts one on temporary paths. Then AgentSock and
+	// RegisterSock default to the sibling sockets, SessionsDir must be the daemon's session
+	// directory for the Claude paths, and Service a service whose trusted executable is Self
+	// for the service paths; the growth paths are not run (they would fill its directories).
+	Sock, AgentSock, RegisterSock string
+	SessionsDir                   string
+	Service                       string
+
+	Count    int // sends per latency path
+	Clients  int // concurrent clients
+	Services int // registered services (and consumers)
+	Stale    int // stale session files for the growth path
+	Runs     int
+	Size     int // message text bytes
+
+	Progress io.Writer // a progress line ("" = none)
+}
+
+// Figure is one measured path.
+type Figure struct {
+	Path    string  `json:"path"`
+	N       int     `json:"n"`
+	P50us   float64 `json:"p50_us,omitempty"`
+	P99us   float64 `json:"p99_us,omitempty"`
+	PerSec  float64 `json:"per_sec"`
+	CPUus   float64 `json:"daemon_cpu_us_per_op,omitempty"` // daemon CPU per op (own daemon only)
+	XCommit float64 `json:"x_commit,omitempty"`             // p50 / commit p50
+	XFsync  float64 `json:"x_fsync,omitempty"`              // p50 / fsync p50
+	Refused int     `json:"refused,omitempty"`              // 503s (full queues), retried
+	Note    string  `json:"note,omitempty"`
+}
+
+// Run is one pass over every path.
+type Run struct {
+	FsyncP50us  float64 `json:"fsync_p50_us"`
+	CommitP50us float64 `json:"commit_p50_us"`
+	// RTTP50us is a round trip to another process over a Unix socket: what every exchange
+	// pays at least once, and what a loaded machine makes slow (it waits for a CPU).
+	RTTP50us float64  `json:"process_rtt_p50_us"`
+	Figures  []Figure `json:"figures"`
+	Growth   []Growth `json:"growth,omitempty"`
+}
+
+// Growth compares a path's p50 with more state against less.
+type Growth struct {
+	Name  string  `json:"name"`
+	Small float64 `json:"small_p50_us"`
+	Large float64 `json:"large_p50_us"`
+	Ratio float64 `json:"ratio"`
+}
+
+// Result is every run, plus how they were made.
+type Result struct {
+	DaemonPID int    `json:"daemon_pid,omitempty"`
+	Daemon    string `json:"daemon"` // "own process on temporary paths" or the socket
+	Size      int    `json:"size"`
+	Runs      []Run  `json:"runs"`
+}
+
+type env struct {
+	o        Options
+	dir      string
+	http     string
+	agent    string
+	register string
+	sessions string
+	daemon   *exec.Cmd
+	pid      int
+	children []*child
+	target   *child // the Claude session that 1-client and agent sends go to
+	sender   *child // the Claude session that sends over agent.sock
+	targets  []*child
+	svcs     []*child
+	echo     string // socket of the echo child (the process round-trip baseline)
+	prog     *progress
+	text     string
+}
+
+type child struct {
+	id    string
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Reader
+	count int64 // messages a service has been told to expect so far
+}
+
+// Run runs the benchmark.
+func RunBench(o Options) (*Result, error) {
+	if o.Count <= 0 || o.Clients <= 0 || o.Runs <= 0 || o.Size <= 0 {
+		return nil, errors.New("bench: counts must be positive")
+	}
+	if o.Services <= 0 {
+		o.Services = 1
+	}
+	dir, err := os.MkdirTemp("", "xmsg-bench")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	e := &env{o: o, dir: dir, prog: newProgress(o.Progress), text: strings.Repeat("x", o.Size)}
+	defer e.prog.done()
+	defer e.stop()
+	res := &Result{Size: o.Size}
+	if o.Sock == "" {
+		if err := e.startDaemon(); err != nil {
+			return nil, err
+		}
+		res.DaemonPID, res.Daemon = e.pid, "own process on temporary paths"
+	} else {
+		e.http = o.Sock
+		e.agent, e.register, e.sessions = o.AgentSock, o.RegisterSock, o.SessionsDir
+		if e.agent == "" {
+			e.agent = filepath.Join(filepath.Dir(o.Sock), "agent.sock")
+		}
+		if e.register == "" {
+			e.register = filepath.Join(filepath.Dir(o.Sock), "register.sock")
+		}
+		res.Daemon = o.Sock
+	}
+	if err := e.startChildren(); err != nil {
+		return nil, err
+	}
+	for i := range o.Runs {
+		e.prog.run = fmt.Sprintf("run %d/%d", i+1, o.Runs)
+		r, err := e.run()
+		if err != nil {
+			return nil, err
+		}
+		res.Runs = append(res.Runs, *r)
+	}
+	return res, nil
+}
+
+func (e *env) own() bool { return e.o.Sock == "" }
+
+func (e *env) svcName(i int) string {
+	if !e.own() {
+		return e.o.Service
+	}
+	return fmt.Sprintf("bench%d", i)
+}
+
+func (e *env) startDaemon() error {
+	rt := filepath.Join(e.dir, "rt")
+	e.sessions = filepath.Join(e.dir, "sessions")
+	for _, d := range []string{rt, e.sessions} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return err
+		}
+	}
+	e.http, e.agent, e.register = filepath.Join(rt, "http.sock"), filepath.Join(rt, "agent.sock"), filepath.Join(rt, "register.sock")
+	self, err := peercred.Canonical(e.o.Self)
+	if err != nil {
+		return err
+	}
+	var svcs []string
+	for i := range e.o.Services {
+		svcs = append(svcs, e.svcName(i)+"="+self)
+	}
+	args := []string{"serve", "--db-path", filepath.Join(e.dir, "state", "xmsg.db"), "--sessions-dir", e.sessions,
+		"--http-sock", e.http, "--agent-sock", e.agent, "--register-sock", e.register, "--host-label", "bench",
+		"--svc-exe", strings.Join(svcs, ","), "--agent-max-conns", "128"}
+	log, err := os.Create(filepath.Join(e.dir, "daemon.log"))
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	e.daemon = exec.Command(e.o.Self, args...)
+	e.daemon.Env = append(append([]string{}, e.o.Env...), "XDG_RUNTIME_DIR="+rt)
+	e.daemon.Stderr = log
+	if err := e.daemon.Start(); err != nil {
+		return fmt.Errorf("bench: start daemon: %w", err)
+	}
+	e.pid = e.daemon.Process.Pid
+	for range 1000 {
+		if c, err := dialHTTP(e.http); err == nil {
+			st, _, err := c.do("GET", "/healthz", nil)
+			c.close()
+			if err == nil && st == 200 {
+				return nil
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	raw, _ := os.ReadFile(filepath.Join(e.dir, "daemon.log"))
+	return fmt.Errorf("bench: daemon did not start:\n%s", raw)
+}
+
+func (e *env) stop() {
+	for _, c := range e.children {
+		c.in.Close()
+	}
+	for _, c := range e.children {
+		done := make(chan struct{})
+		go func() { c.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			c.cmd.Process.Kill()
+			<-done
+		}
+	}
+	if e.daemon != nil {
+		e.daemon.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { e.daemon.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			e.daemon.Process.Kill()
+			<-done
+		}
+	}
+}
+
+func (e *env) spawn(args ...string) (*child, error) {
+	c := &child{cmd: exec.Command(e.o.Self, append([]string{RoleArg}, args...)...)}
+	c.cmd.Env = e.o.Env
+	c.cmd.Stderr = os.Stderr
+	var err error
+	if c.in, err = c.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	c.out = bufio.NewReader(out)
+	if err := c.cmd.Start(); err != nil {
+		return nil, err
+	}
+	e.children = append(e.children, c)
+	if line, err := c.line(); err != nil || line != "ready" {
+		return nil, fmt.Errorf("bench: child %v did not start: %q %v", args, line, err)
+	}
+	return c, nil
+}
+
+func (c *child) line() (string, error) {
+	s, err := c.out.ReadString('\n')
+	return strings.TrimSpace(s), err
+}
+
+func (c *child) cmdLine(format string, a ...any) (string, error) {
+	if _, err := fmt.Fprintf(c.in, format+"\n", a...); err != nil {
+		return "", err
+	}
+	return c.line()
+}
+
+// rtt measures n round trips of a size-byte line to the echo child.
+func (e *env) rtt(n int) ([]float64, error) {
+	c, err := net.Dial("unix", e.echo)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	line := append([]byte(e.text), '\n')
+	var out []float64
+	for range max(n, 1) {
+		t0 := time.Now()
+		if _, err := c.Write(line); err != nil {
+			return nil, err
+		}
+		if _, err := r.ReadBytes('\n'); err != nil {
+			return nil, err
+		}
+		out = append(out, us(time.Since(t0)))
+	}
+	return out, nil
+}
+
+// startChildren starts the Claude sessions (targets for the concurrent clients, one of them
+// the 1-client target, and an agent.sock sender) and the first service consumer.
+func (e *env) startChildren() error {
+	e.echo = filepath.Join(e.dir, "echo.sock")
+	if _, err := e.spawn("echo", e.echo); err != nil {
+		return err
+	}
+	if e.sessions != "" {
+		inboxes := filepath.Join(e.dir, "inbox")
+		if err := os.Mkdir(inboxes, 0o700); err != nil {
+			return err
+		}
+		n := min(8, e.o.Clients) + 1
+		for i := range n {
+			id := uuid.NewString()
+			c, err := e.spawn("claude", e.sessions, id, filepath.Join(inboxes, strconv.Itoa(i)+".sock"))
+			if err != nil {
+				return err
+			}
+			c.id = id
+			if i == n-1 {
+				e.sender = c
+			} else {
+				e.targets = append(e.targets, c)
+			}
+		}
+		e.target = e.targets[0]
+	}
+	if e.own() || e.o.Service != "" {
+		c, err := e.spawn("svc", e.svcName(0), e.register)
+		if err != nil {
+			return err
+		}
+		c.id = "svc:" + e.svcName(0)
+		e.svcs = append(e.svcs, c)
+	}
+	return nil
+}
+
+// run is one pass: baselines, then every path.
+func (e *env) run() (*Run, error) {
+	r := &Run{}
+	fsync1, commit1, err := e.baselines(e.o.Count / 2)
+	if err != nil {
+		return nil, err
+	}
+	rtt1, err := e.rtt(e.o.Count / 2)
+	if err != nil {
+		return nil, err
+	}
+	add := func(f Figure, err error) error {
+		if err == nil {
+			r.Figures = append(r.Figures, f)
+		}
+		return err
+	}
+	var small, large Figure
+	if e.target != nil {
+		stale := min(10, e.o.Stale)
+		if e.own() {
+			if err := e.writeStale(0, stale); err != nil {
+				return nil, err
+			}
+		}
+		if small, err = e.latency("1 client -> claude (http)", "/v1/sessions/"+e.target.id+"/messages"); err != nil {
+			return nil, err
+		}
+		r.Figures = append(r.Figures, small)
+		if err := add(e.agentLatency()); err != nil {
+			return nil, err
+		}
+		if err := add(e.concurrentClaude()); err != nil {
+			return nil, err
+		}
+		if e.own() && e.o.Stale > stale {
+			if err := e.writeStale(stale, e.o.Stale); err != nil {
+				return nil, err
+			}
+			if large, err = e.latency(fmt.Sprintf("1 client -> claude, %d stale files", e.o.Stale), "/v1/sessions/"+e.target.id+"/messages"); err != nil {
+				return nil, err
+			}
+			r.Figures = append(r.Figures, large)
+			r.Growth = append(r.Growth, Growth{Name: fmt.Sprintf("%d vs %d stale session files", e.o.Stale, stale), Small: small.P50us, Large: large.P50us, Ratio: large.P50us / small.P50us})
+			if err := e.removeStale(stale, e.o.Stale); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(e.svcs) > 0 {
+		if small, err = e.svcLatency("1 client -> svc (http), 1 registered"); err != nil {
+			return nil, err
+		}
+		r.Figures = append(r.Figures, small)
+		for _, n := range []int{min(8, e.o.Clients), e.o.Clients} {
+			if err := add(e.drain(n)); err != nil {
+				return nil, err
+			}
+			if n == e.o.Clients {
+				break
+			}
+		}
+		if e.own() && e.o.Services > 1 {
+			for i := len(e.svcs); i < e.o.Services; i++ {
+				c, err := e.spawn("svc", e.svcName(i), e.register)
+				if err != nil {
+					return nil, err
+				}
+				c.id = "svc:" + e.svcName(i)
+				e.svcs = append(e.svcs, c)
+			}
+			if large, err = e.svcLatency(fmt.Sprintf("1 client -> svc (http), %d registered", e.o.Services)); err != nil {
+				return nil, err
+			}
+			r.Figures = append(r.Figures, large)
+			r.Growth = append(r.Growth, Growth{Name: fmt.Sprintf("%d vs 1 registered services", e.o.Services), Small: small.P50us, Large: large.P50us, Ratio: large.P50us / small.P50us})
+			if err := add(e.manyServices()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	fsync2, commit2, err := e.baselines(e.o.Count - e.o.Count/2)
+	if err != nil {
+		return nil, err
+	}
+	rtt2, err := e.rtt(e.o.Count - e.o.Count/2)
+	if err != nil {
+		return nil, err
+	}
+	r.RTTP50us = percentile(append(rtt1, rtt2...), 50)
+	r.FsyncP50us = percentile(append(fsync1, fsync2...), 50)
+	r.CommitP50us = percentile(append(commit1, commit2...), 50)
+	for i := range r.Figures {
+		f := &r.Figures[i]
+		if f.P50us > 0 {
+			f.XCommit, f.XFsync = f.P50us/r.CommitP50us, f.P50us/r.FsyncP50us
+		}
+	}
+	return r, nil
+}
+
+// baselines measures n fsyncs of a 200-byte write and n bbolt commits of one put, on the
+// same filesystem as the daemon's database.
+func (e *env) baselines(n int) (fsync, commit []float64, err error) {
+	n = max(n, 1)
+	e.prog.set("baselines", n*2)
+	f, err := os.Create(filepath.Join(e.dir, "fsync.bin"))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, e.o.Size)
+	for range n {
+		t0 := time.Now()
+		if _, err := f.Write(buf); err != nil {
+			return nil, nil, err
+		}
+		if err := f.Sync(); err != nil {
+			return nil, nil, err
+		}
+		fsync = append(fsync, us(time.Since(t0)))
+		e.prog.tick(1)
+	}
+	db, err := bolt.Open(filepath.Join(e.dir, "baseline.db"), 0o600, &bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer db.Close()
+	for i := range n {
+		t0 := time.Now()
+		err := db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("b"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte(uuid.NewString()+strconv.Itoa(i)), buf)
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		commit = append(commit, us(time.Since(t0)))
+		e.prog.tick(1)
+	}
+	return fsync, commit, nil
+}
+
+func (e *env) body() []byte {
+	return []byte(`{"from":"bench","text":"` + e.text + `"}`)
+}
+
+// latency: one client, sequential sends over one keep-alive HTTP connection.
+func (e *env) latency(name, path string) (Figure, error) {
+	c, err := dialHTTP(e.http)
+	if err != nil {
+		return Figure{}, err
+	}
+	defer c.close()
+	body := e.body()
+	warm := max(e.o.Count/10, 1)
+	e.prog.set(name, e.o.Count+warm)
+	for range warm {
+		if st, raw, err := c.do("POST", path, body); err != nil || st != 202 {
+			return Figure{}, fmt.Errorf("bench: %s: %d %s %v", name, st, raw, err)
+		}
+		e.prog.tick(1)
+	}
+	cpu0 := e.cpu()
+	lat := make([]float64, 0, e.o.Count)
+	t0 := time.Now()
+	for range e.o.Count {
+		t := time.Now()
+		if st, raw, err := c.do("POST", path, body); err != nil || st != 202 {
+			return Figure{}, fmt.Errorf("bench: %s: %d %s %v", name, st, raw, err)
+		}
+		lat = append(lat, us(time.Since(t)))
+		e.prog.tick(1)
+	}
+	return e.figure(name, lat, time.Since(t0), cpu0, e.o.Count), nil
+}
+
+// svcLatency is latency to the first service while its consumer drains.
+func (e *env) svcLatency(name string) (Figure, error) {
+	s := e.svcs[0]
+	f, err := e.latency(name, "/v1/sessions/"+s.id+"/messages")
+	if err != nil {
+		return f, err
+	}
+	s.count += int64(e.o.Count + max(e.o.Count/10, 1))
+	return f, e.await(s)
+}
+
+func (e *env) await(s *child) error {
+	if line, err := s.cmdLine("wait %d", s.count); err != nil || line != "reached" {
+		return fmt.Errorf("bench: consumer %s: %q %v", s.id, line, err)
+	}
+	return nil
+}
+
+// agentLatency: the sender session sends to the target session over agent.sock, timed in
+// the sender (the attested process).
+func (e *env) agentLatency() (Figure, error) {
+	name := "1 client -> claude (agent.sock)"
+	e.prog.set(name, 0)
+	warm := max(e.o.Count/10, 1)
+	if _, err := e.sender.cmdLine("agent %s %s %d %d", e.agent, e.target.id, warm, e.o.Size); err != nil {
+		return Figure{}, err
+	}
+	cpu0 := e.cpu()
+	t0 := time.Now()
+	line, err := e.sender.cmdLine("agent %s %s %d %d", e.agent, e.target.id, e.o.Count, e.o.Size)
+	wall := time.Since(t0)
+	if err != nil {
+		return Figure{}, err
+	}
+	var ns []int64
+	if err := json.Unmarshal([]byte(line), &ns); err != nil {
+		return Figure{}, fmt.Errorf("bench: agent sender: %s", line)
+	}
+	lat := make([]float64, len(ns))
+	for i, v := range ns {
+		lat[i] = float64(v) / 1e3
+	}
+	return e.figure(name, lat, wall, cpu0, len(ns)), nil
+}
+
+// concurrent runs total sends from clients connections, each client sending to
+// path(client); a 503 (full queue) is retried after a pause and counted.
+func (e *env) concurrent(name string, total int, path func(i int) string) (Figure, error) {
+	return e.concurrentN(name, e.o.Clients, total, path)
+}
+
+// concurrentN is concurrent with clients connections.
+func (e *env) concurrentN(name string, clients, total int, path func(i int) string) (Figure, error) {
+	e.prog.set(name, total)
+	per := max(total/clients, 1)
+	var refused atomic.Int64
+	var firstErr error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	body := e.body()
+	conns := make([]*httpConn, clients)
+	for i := range conns {
+		c, err := dialHTTP(e.http)
+		if err != nil {
+			return Figure{}, err
+		}
+		defer c.close()
+		conns[i] = c
+	}
+	cpu0 := e.cpu()
+	t0 := time.Now()
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := path(i)
+			backoff := time.Millisecond
+			for n := 0; n < per; {
+				st, raw, err := c.do("POST", p, body)
+				switch {
+				case err == nil && st == 202:
+					n++
+					backoff = time.Millisecond
+					e.prog.tick(1)
+				case err == nil && st == 503:
+					// A full queue: back off as a real client would (doubling, to 32 ms).
+					refused.Add(1)
+					time.Sleep(backoff)
+					backoff = min(2*backoff, 32*time.Millisecond)
+				default:
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("bench: %s: %d %s %v", name, st, raw, err)
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return Figure{}, firstErr
+	}
+	f := e.figure(name, nil, time.Since(t0), cpu0, per*clients)
+	f.Refused = int(refused.Load())
+	return f, nil
+}
+
+func (e *env) concurrentClaude() (Figure, error) {
+	return e.concurrent(fmt.Sprintf("%d clients -> claude (http)", e.o.Clients), e.o.Count*4, func(i int) string {
+		return "/v1/sessions/" + e.targets[i%len(e.targets)].id + "/messages"
+	})
+}
+
+// drain: senders keep the first service's queue supplied while its one consumer drains it;
+// the rate is messages received by the consumer per second, until it has them all. With few
+// senders the queue rarely fills; with all clients it is full most of the time and most
+// attempts are refused (a 503 storm), which the consumer has to drain through.
+func (e *env) drain(senders int) (Figure, error) {
+	s := e.svcs[0]
+	total := e.o.Count * 4
+	t0 := time.Now()
+	f, err := e.concurrentN(fmt.Sprintf("1 consumer drains, %d senders", senders), senders, total, func(int) string { return "/v1/sessions/" + s.id + "/messages" })
+	if err != nil {
+		return f, err
+	}
+	s.count += int64(f.N)
+	if err := e.await(s); err != nil {
+		return f, err
+	}
+	f.PerSec = float64(f.N) / time.Since(t0).Seconds()
+	f.Note = "received by the consumer per second"
+	return f, nil
+}
+
+// manyServices: client i sends to service i mod Services, each drained by its own consumer.
+func (e *env) manyServices() (Figure, error) {
+	name := fmt.Sprintf("%d clients -> %d services, %d consumers", e.o.Clients, len(e.svcs), len(e.svcs))
+	t0 := time.Now()
+	f, err := e.concurrent(name, e.o.Count*4, func(i int) string { return "/v1/sessions/" + e.svcs[i%len(e.svcs)].id + "/messages" })
+	if err != nil {
+		return f, err
+	}
+	per := f.N / e.o.Clients
+	for i := range e.o.Clients {
+		e.svcs[i%len(e.svcs)].count += int64(per)
+	}
+	for _, s := range e.svcs {
+		if err := e.await(s); err != nil {
+			return f, err
+		}
+	}
+	f.PerSec = float64(f.N) / time.Since(t0).Seconds()
+	f.Note = "until every consumer has its messages"
+	return f, nil
+}
+
+func (e *env) figure(name string, lat []float64, wall time.Duration, cpu0 float64, n int) Figure {
+	f := Figure{Path: name, N: n, PerSec: float64(n) / wall.Seconds()}
+	if len(lat) > 0 {
+		f.P50us, f.P99us = percentile(lat, 50), percentile(lat, 99)
+	}
+	if cpu0 >= 0 {
+		if cpu1 := e.cpu(); cpu1 >= 0 {
+			f.CPUus = (cpu1 - cpu0) / float64(n)
+		}
+	}
+	return f
+}
+
+// cpu is the daemon's user+system CPU time in µs, or -1 when it is not ours.
+func (e *env) cpu() float64 {
+	if e.pid == 0 {
+		return -1
+	}
+	d, err := peercred.Proc{}.CPUTime(e.pid)
+	if err != nil {
+		return -1
+	}
+	return us(d)
+}
+
+// writeStale writes session files [from, to) of processes that are gone (pids above any
+// pid_max), as Claude leaves them behind after a crash.
+func (e *env) writeStale(from, to int) error {
+	e.prog.set("stale session files", to-from)
+	for i := from; i < to; i++ {
+		raw, _ := json.Marshal(map[string]any{"pid": 5000000 + i, "sessionId": uuid.NewString(), "name": fmt.Sprintf("stale-%d", i),
+			"cwd": "/", "status": "idle", "procStart": "1", "messagingSocketPath": "/nonexistent"})
+		if err := os.WriteFile(filepath.Join(e.sessions, fmt.Sprintf("stale-%05d.json", i)), raw, 0o600); err != nil {
+			return err
+		}
+		e.prog.tick(1)
+	}
+	return nil
+}
+
+func (e *env) removeStale(from, to int) error {
+	for i := from; i < to; i++ {
+		if err := os.Remove(filepath.Join(e.sessions, fmt.Sprintf("stale-%05d.json", i))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+func percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	i := int(float64(len(s)-1) * p / 100)
+	return s[i]
+}

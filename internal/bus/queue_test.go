@@ -1,0 +1,177 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+func self() peercred.Cred { return peercred.Cred{PID: os.Getpid(), UID: uint32(os.Geteuid())} }
+
+// TestQueueBoundBeforeCommit: the 100-message bound counts unacknowledged messages and is
+// enforced before the commit; an ack frees a place at once (its delete is committed later),
+// a second ack of the same message frees nothing, and polls skip acknowledged messages.
+func TestQueueBoundBeforeCommit(t *testing.T) {
+	b, _ := newBus(t)
+	ctx := context.Background()
+	r, err := b.RegisterSession("pi", "q", "/", self(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(i int) error {
+		_, err := b.Send(ctx, Send{Ref: r.SessionID, Text: fmt.Sprint("m", i), Bytes: 2, FromName: "a", Principal: "p"})
+		return err
+	}
+	for i := range store.MaxQueue {
+		if err := send(i); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	commits := b.cfg.Store.Commits()
+	if err := send(100); AsError(err).Code != "service_unavailable" {
+		t.Fatalf("send to a full queue = %v, want service_unavailable", err)
+	}
+	if got := b.cfg.Store.Commits(); got != commits {
+		t.Errorf("a refused send made %d commits, want none", got-commits)
+	}
+	p, err := b.Poll(ctx, r, 0)
+	if err != nil || p == nil || p.Text != "m0" {
+		t.Fatalf("poll = %+v, %v", p, err)
+	}
+	for range 2 { // the second ack of m0 changes nothing
+		if err := b.Ack(r, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Ack(r, "not-queued"); err != nil {
+		t.Fatal(err)
+	}
+	if p2, _ := b.Poll(ctx, r, 0); p2 == nil || p2.Text != "m1" {
+		t.Fatalf("poll after the ack = %+v, want m1 (the acked m0 skipped)", p2)
+	}
+	if err := send(101); err != nil {
+		t.Fatalf("send after one ack: %v", err)
+	}
+	if err := send(102); AsError(err).Code != "service_unavailable" {
+		t.Fatalf("second send after one ack = %v, want service_unavailable", err)
+	}
+	// Once committed (Close flushes), the store agrees: m0 is gone, 100 remain.
+	b.Close()
+	var n int
+	b.cfg.Store.View(func(tx *store.Tx) error { n = tx.QueueLen(r.SessionID); return nil })
+	if n != store.MaxQueue {
+		t.Errorf("%d rows after the flush, want %d", n, store.MaxQueue)
+	}
+	b.stop = make(chan struct{}) // newBus's cleanup closes it again
+}
+
+// TestDeadRegistrationIsGoneAtOnce: a registered process killed just before a request is not
+// resolved by it, and its registration is dropped by its watch without any request.
+func TestDeadRegistrationIsGoneAtOnce(t *testing.T) {
+	b, _ := newBus(t)
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	r, err := b.RegisterSession("pi", "child", "/", peercred.Cred{PID: child.Process.Pid, UID: uint32(os.Geteuid())}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Resolve(r.SessionID); err != nil {
+		t.Fatalf("resolve while alive: %v", err)
+	}
+	if r.watch == nil {
+		t.Log("no pidfd here: the registration is checked in /proc instead")
+	}
+	child.Process.Kill()
+	child.Wait()
+	if _, err := b.Resolve(r.SessionID); err == nil {
+		t.Fatal("a dead registration still resolves")
+	}
+	if r.watch != nil {
+		for i := 0; ; i++ {
+			b.mu.Lock()
+			left := len(b.regs)
+			b.mu.Unlock()
+			if left == 0 {
+				break
+			}
+			if i == 2000 {
+				t.Fatal("the watch never dropped the registration")
+			}
+			waitABit()
+		}
+	}
+}
+
+func waitABit() { time.Sleep(5 * time.Millisecond) }
+
+// TestDeadRegistrationWithoutPidfd: where no pidfd can be had (here: a procfs path other than
+// /proc itself, which OpenPidfd refuses), a registration is checked in /proc when it is used,
+// and a dead one is neither resolved nor listed.
+func TestDeadRegistrationWithoutPidfd(t *testing.T) {
+	b0, _ := newBus(t)
+	cfg := b0.cfg
+	cfg.Proc = peercred.Proc{Root: "/proc/."}
+	b := New(cfg) // on the same store; its retention loop reads cfg.Proc, so no change after New
+	t.Cleanup(b.Close)
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	r, err := b.RegisterSession("pi", "child", "/", peercred.Cred{PID: child.Process.Pid, UID: uint32(os.Geteuid())}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.watch != nil {
+		t.Fatal("a pidfd was opened for a procfs that is not /proc")
+	}
+	if _, err := b.Resolve(r.SessionID); err != nil {
+		t.Fatalf("resolve while alive: %v", err)
+	}
+	child.Process.Kill()
+	child.Wait()
+	if _, err := b.Resolve(r.SessionID); err == nil {
+		t.Fatal("a dead registration still resolves")
+	}
+	if n := b.Registrations(); n != 0 {
+		t.Errorf("%d registrations listed, want 0", n)
+	}
+}
+
+// TestDeadClaudeSessionIsGone: a Claude session whose process exits just before a request is
+// answered `gone` by it, with no wait in between (liveness is checked at request time).
+func TestDeadClaudeSessionIsGone(t *testing.T) {
+	b, dir := newBus(t)
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	start, err := peercred.Proc{}.StartTime(child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := fmt.Sprintf(`{"pid":%d,"sessionId":"22222222-aaaa-bbbb-cccc-000000000009","name":"carol","procStart":%q,"messagingSocketPath":"/nonexistent"}`, child.Process.Pid, start)
+	if err := os.WriteFile(filepath.Join(dir, "s", "carol.json"), []byte(raw), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Resolve("carol"); err != nil {
+		t.Fatalf("resolve while alive: %v", err)
+	}
+	child.Process.Kill()
+	child.Wait()
+	_, err = b.Resolve("carol")
+	if e := AsError(err); e.Code != "gone" || e.Status != 410 {
+		t.Fatalf("resolve after the process exited = %v, want 410 gone", err)
+	}
+}
