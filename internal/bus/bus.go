@@ -333,8 +333,13 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 	}
 	if len(dead) > 0 {
 		d := dead[0]
-		if _, err := b.cfg.Proc.StartTime(d.PID); err == nil {
+		_, err := b.cfg.Proc.StartTime(d.PID)
+		if err == nil {
 			return Target{}, unregistered(d.PID)
+		}
+		if OutOfResources(err) {
+			// /proc could not be read: the process may be alive, so "gone" could be wrong.
+			return Target{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "process state unreadable for lack of resources; retry later")
 		}
 		return Target{}, errorf(http.StatusGone, "gone", "session %s process %d exited", d.ID, d.PID)
 	}

@@ -179,7 +179,17 @@ func (s *Scanner) ScanErr() ([]Session, error) {
 		all = append(all, e.data())
 	}
 	s.mu.Unlock()
-	return s.sessions(all, nil), incomplete
+	out, unknown := s.sessions(all, nil)
+	return out, firstErr(incomplete, unknown)
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Lookup returns the sessions a ref could mean: those whose id (with its fork claim, case
@@ -206,9 +216,10 @@ func (s *Scanner) Lookup(ref string, pid int) ([]Session, error) {
 	}
 	cands := s.idx.groupData(groups)
 	s.mu.Unlock()
-	return s.sessions(cands, func(se Session) bool {
+	out, unknown := s.sessions(cands, func(se Session) bool {
 		return strings.EqualFold(se.ID, ref) || (pid > 0 && se.PID == pid) || (se.Name != nil && *se.Name == ref)
-	}), incomplete
+	})
+	return out, firstErr(incomplete, unknown)
 }
 
 // ByPID returns the sessions whose file names pid (for attributing a caller). The error is as
@@ -222,7 +233,8 @@ func (s *Scanner) ByPID(pid int) ([]Session, error) {
 	}
 	cands := s.idx.groupData(groups)
 	s.mu.Unlock()
-	return s.sessions(cands, func(se Session) bool { return se.PID == pid }), incomplete
+	out, unknown := s.sessions(cands, func(se Session) bool { return se.PID == pid })
+	return out, firstErr(incomplete, unknown)
 }
 
 // ByID returns the live session whose address is exactly id.
@@ -238,15 +250,20 @@ func (s *Scanner) ByID(id string) (Session, bool) {
 
 // sessions checks liveness, assigns fork claims and keeps what keep accepts (nil: all).
 // It runs without the lock: reading /proc is the slow part, and needs no index.
-func (s *Scanner) sessions(files []entryData, keep func(Session) bool) []Session {
+func (s *Scanner) sessions(files []entryData, keep func(Session) bool) ([]Session, error) {
 	// Fork claims are deterministic: the first file by sorted canonical path keeps the id.
 	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
 	out := make([]Session, 0, len(files))
 	// Only live sessions take part: a stale file left by a dead session must not push the live
 	// one off its own id.
 	claims := map[string]int{}
+	var unknown error
 	for _, f := range files {
-		se := Session{File: f.file, ID: f.file.SessionID, Path: f.path, Live: s.alive(f)}
+		live, err := s.alive(f)
+		if err != nil && unknown == nil {
+			unknown = fmt.Errorf("%w: %w", ErrScanIncomplete, err)
+		}
+		se := Session{File: f.file, ID: f.file.SessionID, Path: f.path, Live: live}
 		if se.Live {
 			key := strings.ToLower(se.SessionID)
 			claims[key]++
@@ -258,20 +275,30 @@ func (s *Scanner) sessions(files []entryData, keep func(Session) bool) []Session
 			out = append(out, se)
 		}
 	}
-	return out
+	return out, unknown
 }
 
 // alive checks f's process: by its pidfd when it has one, else in /proc, and then gives it
 // a pidfd for next time.
-func (s *Scanner) alive(f entryData) bool {
+//
+// An error means liveness could not be told for lack of resources (EMFILE, ...): the process
+// may well be alive, so the caller must not answer as if it were gone.
+func (s *Scanner) alive(f entryData) (bool, error) {
 	start := procStart(f.file.ProcStart)
 	if f.pidfd != nil {
 		if exited, known := f.pidfd.Exited(); known {
-			return !exited
+			return !exited, nil
 		}
 	}
-	if !s.Proc.Alive(f.file.PID, start) {
-		return false
+	if start == "" {
+		return false, nil
+	}
+	st, err := s.Proc.Stat(f.file.PID)
+	if err != nil && transient(err) {
+		return false, err
+	}
+	if err != nil || st.StartTime != start {
+		return false, nil
 	}
 	if f.pidfd == nil {
 		if pf, err := s.Proc.OpenPidfd(f.file.PID, start); err == nil {
@@ -285,7 +312,7 @@ func (s *Scanner) alive(f entryData) bool {
 			}
 		}
 	}
-	return true
+	return true, nil
 }
 
 // warn logs a problem with a session file once, not on every look at it. The caller holds mu.
