@@ -194,7 +194,11 @@ func (e *env) startDaemon() error {
 	}
 	args := []string{"serve", "--db-path", filepath.Join(e.dir, "state", "xmsg.db"), "--sessions-dir", e.sessions,
 		"--http-sock", e.http, "--agent-sock", e.agent, "--register-sock", e.register, "--host-label", "bench",
-		"--svc-exe", strings.Join(svcs, ","), "--agent-max-conns", "128"}
+		"--svc-exe", strings.Join(svcs, ","),
+		// The bench's clients are goroutines of one process: its share of each socket must
+		// hold them all (the defaults are sized for many processes with a few each).
+		"--http-max-conns", strconv.Itoa(2*e.o.Clients + 64), "--http-max-per-pid", strconv.Itoa(2*e.o.Clients + 8),
+		"--agent-max-conns", "128", "--register-max-conns", strconv.Itoa(e.o.Services + 16)}
 	log, err := os.Create(filepath.Join(e.dir, "daemon.log"))
 	if err != nil {
 		return err
