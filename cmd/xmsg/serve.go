@@ -98,10 +98,7 @@ func serve(args []string, stdout io.Writer) error {
 	d.facts = doctor.Facts{Daemon: true, PeerGate: true, TCPListen: cfg.Listen, Systemd: os.Getenv("INVOCATION_ID") != ""}
 	defer d.close()
 
-	steps := []struct {
-		name string
-		run  func() error
-	}{
+	started, err := d.start(ctx, []step{
 		{"credentials", d.loadCredentials}, // 1. configuration (above) and credentials
 		{"store", d.openStore},             // 2.
 		{"sockets", d.acquireSockets},      // 3.
@@ -109,20 +106,37 @@ func serve(args []string, stdout io.Writer) error {
 		{"exe helper", d.startExeHelper},   // 4b.
 		{"agy helper", d.startAgyHelper},   // 4c.
 		{"sandbox", d.applySandbox},        // 5.
+	})
+	if !started {
+		return err
 	}
-	for _, step := range steps {
-		if err := step.run(); err != nil {
-			return err
+	return d.serve(ctx) // 6. and 7.
+}
+
+// step is one startup step of docs/design.md §2.
+type step struct {
+	name string
+	run  func() error
+}
+
+// start runs the startup steps in order. It stops at the first error, or between two steps
+// when ctx is done (a SIGTERM during startup): then nothing more is opened, STOPPING=1 is
+// said if the notify socket is open, and the daemon exits 0. started is true when every step
+// ran and the daemon should serve.
+func (d *instance) start(ctx context.Context, steps []step) (started bool, err error) {
+	for _, s := range steps {
+		if err := s.run(); err != nil {
+			return false, err
 		}
 		if ctx.Err() != nil {
-			d.log.Info("stopped during startup", "after", step.name)
+			d.log.Info("stopped during startup", "after", s.name)
 			if d.notify != nil {
 				d.notify.Stopping()
 			}
-			return nil
+			return false, nil
 		}
 	}
-	return d.serve(ctx) // 6. and 7.
+	return true, nil
 }
 
 // onClose queues fn for close, which runs the queue in reverse order.
@@ -251,17 +265,24 @@ func (d *instance) applySandbox() error {
 		policy.ReadOnly = append(policy.ReadOnly, dir) // credential reload reads them again
 	}
 	d.fed.restrict(&policy)
+	_, err := d.sandbox(policy)
+	return err
+}
+
+// sandbox applies policy, logs what is enforced, proves it from inside (the self-check: a
+// report that says "enforced" is trusted only once a denied access was seen), and logs every
+// protection line. With --require-landlock a failed self-check is a failed start.
+func (d *instance) sandbox(policy sandbox.Policy) (sandbox.Report, error) {
 	report, err := sandbox.Apply(policy, d.log)
 	if err != nil {
-		return err
+		return report, err
 	}
 	d.facts.LandlockABI = report.ABI
 	d.facts.Landlock = report.String()
 	d.log.Info(report.String())
-	check, err := sandbox.SelfCheck(report, policy)
-	if err != nil {
-		if cfg.RequireLandlock {
-			return err
+	if check, err := sandbox.SelfCheck(report, policy); err != nil {
+		if d.cfg.RequireLandlock {
+			return report, err
 		}
 		d.log.Warn("landlock self-check failed", "err", err)
 	} else {
@@ -270,7 +291,7 @@ func (d *instance) applySandbox() error {
 	for _, line := range d.facts.Lines() {
 		d.log.Info("protection", "status", line)
 	}
-	return nil
+	return report, nil
 }
 
 // prepareSessionDirs creates missing session directories before the sandbox: a Landlock
@@ -358,6 +379,13 @@ func (d *instance) serve(ctx context.Context) error {
 		}
 		d.notify.Status(fmt.Sprintf("serving: %d registrations, %d connections, %d messages, %d queued", b.Registrations(), n, c.Messages, c.Queued))
 	}
+	return d.run(ctx, &group, status, "serving", "db", cfg.DBPath, "host_label", cfg.HostLabel, "services", cfg.SvcNames())
+}
+
+// run serves group until ctx is done or a server fails: once every server runs it logs the
+// serving line (msg and args), sends READY=1 and starts the STATUS=/watchdog ticker; when
+// the stop begins it says STOPPING=1, before the drain. Its error is the daemon's exit.
+func (d *instance) run(ctx context.Context, group *servergroup.Group, status func(), msg string, args ...any) error {
 	// The status ticker stops with the group, whichever way it stops.
 	tickCtx, stopTicks := context.WithCancel(ctx)
 	defer stopTicks()
@@ -365,7 +393,7 @@ func (d *instance) serve(ctx context.Context) error {
 	group.Started = func() error {
 		// Every listener was listening before this point (bound or inherited), so each
 		// socket accepts now: connections queue in the kernel backlog until Serve runs.
-		d.log.Info("serving", "db", cfg.DBPath, "host_label", cfg.HostLabel, "services", cfg.SvcNames())
+		d.log.Info(msg, args...)
 		// systemd waits for READY=1 (Type=notify); one that does not arrive would leave the
 		// unit "activating" until it times out, so a failed send is a failed start.
 		if err := d.notify.Ready(); err != nil {

@@ -42,27 +42,15 @@ type leafInstance struct {
 func serveLeaf(ctx context.Context, cfg *config.Config) error {
 	d := &leafInstance{instance: &instance{cfg: cfg, log: newLogger(cfg.LogLevel, os.Stderr)}}
 	defer d.close()
-	steps := []struct {
-		name string
-		run  func() error
-	}{
+	started, err := d.start(ctx, []step{
 		{"credentials", d.loadCredentials}, // 1. the principal, the federation node (the hubs)
 		{"store", d.openStore},             // 2.
 		{"sockets", d.bindSockets},         // 3. TCP and the leaf register socket only
 		{"notify", d.openNotify},           // 4. silent without NOTIFY_SOCKET
 		{"sandbox", d.applySandbox},        // 5. best effort (no exe helper: nothing to attest)
-	}
-	for _, step := range steps {
-		if err := step.run(); err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
-			d.log.Info("stopped during startup", "after", step.name)
-			if d.notify != nil {
-				d.notify.Stopping()
-			}
-			return nil
-		}
+	})
+	if !started {
+		return err
 	}
 	return d.serve(ctx) // 6. and 7.
 }
@@ -145,26 +133,13 @@ func (d *leafInstance) applySandbox() error {
 		policy.ReadOnly = append(policy.ReadOnly, dir)
 	}
 	d.fed.restrict(&policy)
-	report, err := sandbox.Apply(policy, d.log)
+	report, err := d.sandbox(policy)
 	if err != nil {
 		return err
 	}
-	d.facts.LandlockABI, d.facts.Landlock = report.ABI, report.String()
-	d.log.Info(report.String())
 	if named := d.fed.node.NamedHubs(); len(named) > 0 && report.Net != sandbox.Unavailable {
 		// Landlock's network rules leave no way to a DNS server: name the hub by IP.
 		d.log.Warn("hub address is a host name, which cannot be resolved under Landlock; give an IP in the peers file", "peers", named)
-	}
-	if check, err := sandbox.SelfCheck(report, policy); err != nil {
-		if d.cfg.RequireLandlock {
-			return err
-		}
-		d.log.Warn("landlock self-check failed", "err", err)
-	} else {
-		d.log.Info(check)
-	}
-	for _, line := range d.facts.Lines() {
-		d.log.Info("protection", "status", line)
 	}
 	return nil
 }
@@ -228,33 +203,6 @@ func (d *leafInstance) serve(ctx context.Context) error {
 		c, _ := b.Counts()
 		d.notify.Status(fmt.Sprintf("leaf serving: %d registrations, %d connections, %d messages, %d queued", b.Registrations(), register.Conns(), c.Messages, c.Queued))
 	}
-	tickCtx, stopTicks := context.WithCancel(ctx)
-	defer stopTicks()
-	readyFailed := false
-	group.Started = func() error {
-		d.log.Info("serving", "mode", "leaf", "principal", d.id.Principal, "service", "svc:"+d.id.Service, "hubs", d.hubs,
-			"db", cfg.DBPath, "host_label", cfg.HostLabel)
-		if err := d.notify.Ready(); err != nil {
-			readyFailed = true
-			return fmt.Errorf("serve: %w", err)
-		}
-		status()
-		go d.tick(tickCtx, status)
-		return nil
-	}
-	group.Stopping = func() {
-		stopTicks()
-		if ctx.Err() != nil {
-			d.log.Info("stopping", "reason", "signal")
-		}
-		if !readyFailed {
-			d.notify.Stopping()
-		}
-	}
-	if err := group.Run(ctx); err != nil {
-		d.log.Error("stopped with an error", "err", err)
-		return err
-	}
-	d.log.Info("stopped")
-	return nil
+	return d.run(ctx, &group, status, "serving", "mode", "leaf", "principal", d.id.Principal, "service", "svc:"+d.id.Service,
+		"hubs", d.hubs, "db", cfg.DBPath, "host_label", cfg.HostLabel)
 }
