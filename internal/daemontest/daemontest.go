@@ -612,27 +612,7 @@ func StartMCPAt(t testing.TB, exe, agent, http string, env ...string) (parent *e
 // bridge.
 func StartMCP(t testing.TB, e *Env, replyOnly bool) (parent *exec.Cmd, in io.WriteCloser, out *bufio.Reader) {
 	t.Helper()
-	cmd := ostest.Command("", "parent")
-	cmd.Env = append(cmd.Env, childEnv+"=mcp", "XMSG_AGENT_SOCK="+e.AgentPath,
-		"XMSG_HTTP_SOCK="+e.HTTPPath, "XMSG_REPLY_ONLY="+strconv.FormatBool(replyOnly))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		in.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return cmd, in, bufio.NewReader(stdout)
+	return StartMCPAt(t, "", e.AgentPath, e.HTTPPath, "XMSG_REPLY_ONLY="+strconv.FormatBool(replyOnly))
 }
 
 // Inbox is a Claude session's inbox socket, listening in the test process. The daemon
