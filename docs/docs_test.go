@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/xmsg/xmsg/internal/config"
 )
 
 // root is the repository root: this package is docs/.
@@ -267,5 +269,100 @@ func TestUnitDocumentation(t *testing.T) {
 	}
 	if !strings.Contains(string(pkg), `share/doc/xmsg" README.md docs/*.md`) {
 		t.Error("nix/package.nix does not install docs/*.md into share/doc/xmsg")
+	}
+}
+
+// flagTable returns the rows of a markdown table whose first cell starts with a `--flag`,
+// in the part of doc between the headings start and end: flag name → {env, default}. A
+// default cell is compared without its backticks.
+func flagTable(t *testing.T, doc, start, end string) map[string][2]string {
+	t.Helper()
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, start)
+	if i < 0 {
+		t.Fatalf("%s has no %q", doc, start)
+	}
+	s = s[i:]
+	if j := strings.Index(s, end); j >= 0 {
+		s = s[:j]
+	}
+	flagRe := regexp.MustCompile("^`--([a-z0-9-]+)")
+	envRe := regexp.MustCompile("^`(XMSG_[A-Z0-9_]+)`")
+	rows := map[string][2]string{}
+	for _, line := range strings.Split(s, "\n") {
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		if len(cells) < 3 {
+			continue
+		}
+		m := flagRe.FindStringSubmatch(strings.TrimSpace(cells[0]))
+		if m == nil {
+			continue
+		}
+		e := envRe.FindStringSubmatch(strings.TrimSpace(cells[1]))
+		if e == nil {
+			t.Errorf("%s: --%s: env cell %q does not start with `XMSG_...`", doc, m[1], cells[1])
+			continue
+		}
+		if _, dup := rows[m[1]]; dup {
+			t.Errorf("%s: --%s is listed twice", doc, m[1])
+		}
+		rows[m[1]] = [2]string{e[1], strings.ReplaceAll(strings.TrimSpace(cells[2]), "`", "")}
+	}
+	return rows
+}
+
+// usageFlags parses config.Usage (what `xmsg serve --help` prints): flag name → {env, default}.
+func usageFlags(t *testing.T) map[string][2]string {
+	t.Helper()
+	var buf strings.Builder
+	config.Usage(&buf)
+	lines := strings.Split(buf.String(), "\n")
+	flags := map[string][2]string{}
+	for i, line := range lines {
+		name, ok := strings.CutPrefix(line, "  --")
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, " ")
+		if i+1 >= len(lines) {
+			t.Fatalf("--help: --%s has no env line", name)
+		}
+		env, def, ok := strings.Cut(strings.TrimSpace(lines[i+1]), ", default ")
+		env, ok2 := strings.CutPrefix(env, "env ")
+		if !ok || !ok2 {
+			t.Fatalf("--help: --%s: env line %q is not \"env X, default D\"", name, lines[i+1])
+		}
+		flags[name] = [2]string{env, def}
+	}
+	if len(flags) < 40 {
+		t.Fatalf("parsed %d flags from --help; want every flag (is the parser broken?)", len(flags))
+	}
+	return flags
+}
+
+// TestServeFlagTable: docs/protocol.md §10.1 lists exactly the flags `xmsg serve --help`
+// prints, each with the same environment variable and default, so an added, renamed or
+// re-defaulted flag cannot leave the reference behind (deleting a row of the table, or
+// changing a default in config, turns this red).
+func TestServeFlagTable(t *testing.T) {
+	help := usageFlags(t)
+	doc := flagTable(t, "protocol.md", "### 10.1 ", "### 10.2 ")
+	for name, h := range help {
+		d, ok := doc[name]
+		switch {
+		case !ok:
+			t.Errorf("protocol.md §10.1 does not list --%s (env %s, default %s)", name, h[0], h[1])
+		case d != h:
+			t.Errorf("protocol.md §10.1: --%s is documented with env %s, default %q; --help says env %s, default %q", name, d[0], d[1], h[0], h[1])
+		}
+	}
+	for name := range doc {
+		if _, ok := help[name]; !ok {
+			t.Errorf("protocol.md §10.1 lists --%s, which xmsg serve --help does not have", name)
+		}
 	}
 }
