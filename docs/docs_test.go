@@ -366,3 +366,60 @@ func TestServeFlagTable(t *testing.T) {
 		}
 	}
 }
+
+// TestNixOptionNames: every module option the NixOS parts of the docs name exists in
+// nix/module.nix, and every `settings.<key>` is a flag of `xmsg serve`, so a renamed option
+// (requireLandlock became settings.require-landlock) cannot stay in the docs.
+func TestNixOptionNames(t *testing.T) {
+	mod, err := os.ReadFile(filepath.Join(root, "nix", "module.nix"))
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Log("no nix/module.nix in this tree: option names are not checked")
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*([A-Za-z][A-Za-z0-9-]*) = (?:mkOption|mkEnableOption)\b`).FindAllStringSubmatch(string(mod), -1) {
+		declared[m[1]] = true
+	}
+	for _, m := range regexp.MustCompile(`option = "([A-Za-z]+)";`).FindAllStringSubmatch(string(mod), -1) {
+		declared[m[1]] = true // the credential options, built from a list
+	}
+	for _, want := range []string{"svcExecutables", "sessionDirs", "listenAddress", "certFile", "require-landlock"} {
+		if !declared[want] {
+			t.Fatalf("found no declaration of %s in nix/module.nix (is the pattern broken?)", want)
+		}
+	}
+	flags := usageFlags(t)
+	// Names of NixOS itself or of the flake, not of this module.
+	notOurs := map[string]bool{"nixosModules": true, "specialArgs": true, "serviceConfig": true, "allowedTCPPorts": true}
+	camel := regexp.MustCompile(`\b(?:federation\.)?([a-z]+[A-Z][A-Za-z]*)\b`)
+	setting := regexp.MustCompile(`settings\.("?)([a-z][a-z0-9-]*)"?`)
+	for _, part := range []struct{ file, start, end string }{
+		{"operations.md", "## 4. NixOS", "## 5. "},
+		{filepath.Join(root, "README.md"), "## NixOS", "### Tests of the Nix side"},
+	} {
+		b, err := os.ReadFile(part.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		i := strings.Index(s, part.start)
+		j := strings.Index(s, part.end)
+		if i < 0 || j < i {
+			t.Fatalf("%s: no section %q..%q", part.file, part.start, part.end)
+		}
+		s = s[i:j]
+		for _, m := range camel.FindAllStringSubmatch(s, -1) {
+			if !declared[m[1]] && !notOurs[m[1]] {
+				t.Errorf("%s names option %s, which nix/module.nix does not declare", part.file, m[1])
+			}
+		}
+		for _, m := range setting.FindAllStringSubmatch(s, -1) {
+			if _, ok := flags[m[2]]; !ok {
+				t.Errorf("%s names settings.%s, which is not a flag of xmsg serve", part.file, m[2])
+			}
+		}
+	}
+}
