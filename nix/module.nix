@@ -213,6 +213,15 @@ let
   ];
   underHome = dir: lib.any (prefix: lib.hasPrefix prefix (dir + "/")) homeTrees;
 
+  # What harness attestation reads (settings: codex-home, a string or a list, and
+  # agy-presence-dir): the daemon only reads there, so under a hidden home tree these are
+  # bound back read-only like the session directories; without that the daemon would find
+  # them missing and attest no Codex or Antigravity session.
+  attestationDirs =
+    tier:
+    lib.toList (tier.settings.codex-home or [ ])
+    ++ lib.optional ((tier.settings.agy-presence-dir or null) != null) tier.settings.agy-presence-dir;
+
   # ---- units -------------------------------------------------------------------------------
 
   # The same keys and values as systemd/xmsg@.service. Every value is the strictest one unless
@@ -289,7 +298,7 @@ let
       sockets = map (sock: "${socketUnit name sock}.socket") socketNames;
       creds = credentials name tier;
       listen = if tier.federation.listenAddress == null then null else splitListen tier.federation.listenAddress;
-      homeDirs = lib.filter underHome tier.sessionDirs;
+      homeDirs = lib.filter underHome (tier.sessionDirs ++ attestationDirs tier);
     in
     {
       description = "xmsg message bus, tier ${name}";
@@ -357,9 +366,10 @@ let
             );
         }
         // lib.optionalAttrs (homeDirs != [ ]) {
-          # Relaxed for sessionDirs: the home trees become empty read-only tmpfs instead of
-          # inaccessible, and only the configured Claude session directories are bound back,
-          # read-only ("-": a missing one is skipped; the daemon reports it as sessions_dir_missing).
+          # Relaxed for sessionDirs (and the Codex homes / agy presence dir of `settings`): the
+          # home trees become empty read-only tmpfs instead of inaccessible, and only those
+          # directories are bound back, read-only ("-": a missing one is skipped; the daemon
+          # reports it: sessions_dir_missing, or "codex home or agy presence dir missing").
           ProtectHome = "tmpfs";
           BindReadOnlyPaths = map (dir: "-${dir}") homeDirs;
         }

@@ -328,6 +328,15 @@ lib.runTests {
     };
   };
 
+  testAttestationDirsUnderHomeAreBoundReadOnly = {
+    expr =
+      (svc (withPublic {
+        settings.codex-home = [ "/home/agent/.codex" "/srv/codex" ];
+        settings.agy-presence-dir = "/run/user/1000/agy";
+      }) "public").BindReadOnlyPaths;
+    expected = [ "-/home/agent/.codex" "-/run/user/1000/agy" ];
+  };
+
   testMissingSessionDirsAreCreatedAsTheTierUser = {
     expr = {
       pre =
