@@ -187,6 +187,34 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// FuzzDecodeFast: Decode's one-call path accepts exactly what the decoder accepts, with the
+// same fields, and a refusal carries the decoder's reason.
+func FuzzDecodeFast(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `{}`, `{"a":1} {}`, `{"a":1}x`, "{}\v", "{} \t", `{"a":`, `{"a":1,"a":2}`,
+		`{"a":"\ud800"}`, `{"a":[1,{"b":null}]}`, `{"a":1e400}`, `{"a":01}`, `{"a":1}]`, `{"a" :1 , "b":"x"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		tr := trim(line)
+		if !utf8.Valid(line) || len(tr) == 0 || tr[0] != '{' {
+			return
+		}
+		got, err := Decode(line)
+		want, werr := decodeStream(tr)
+		if (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) {
+			t.Fatalf("Decode(%q): %v, the decoder: %v", line, err, werr)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("Decode(%q): %d fields, the decoder %d", line, len(got), len(want))
+		}
+		for k, v := range want {
+			if !bytes.Equal(got[k], v) {
+				t.Fatalf("Decode(%q): field %q is %s, the decoder's %s", line, k, got[k], v)
+			}
+		}
+	})
+}
+
 // FuzzEncode: any string encodes to exactly one line that decodes back to the same string,
 // with '<', '>' and '&' unescaped.
 func FuzzEncode(f *testing.F) {
