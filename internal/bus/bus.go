@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +78,8 @@ type Bus struct {
 	q        queueState
 	// pidfdOnce logs once that registrations fall back to /proc checks.
 	pidfdOnce sync.Once
+	ownMu     sync.Mutex
+	ownFiles  []os.FileInfo // the daemon's sockets once found (see ownSocket)
 }
 
 // New builds a bus and starts its retention loop.
@@ -355,17 +358,19 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 // it is set): by session id, by name, or by pid; case-insensitive. ok is false when nothing
 // matched.
 func (b *Bus) resolveRegistered(harness, bare string, isPID bool, pid int) (Target, error, bool) {
-	regs := b.registrations()
+	regs := b.matchingRegistrations(func(r *Registration) bool {
+		if r.Harness == "agy" || (harness != "" && r.Harness != harness) {
+			return false
+		}
+		// Session ids carry their harness ("svc:x", "pi:<uuid>"); compare without it.
+		id := strings.TrimPrefix(r.SessionID, r.Harness+":")
+		return strings.EqualFold(id, bare) || strings.EqualFold(r.Name, bare) || (isPID && r.PID == pid)
+	})
 	for _, svc := range []bool{false, true} {
 		var hits []*Registration
 		for _, r := range regs {
-			if r.Harness == "agy" || (r.Harness == "svc") != svc || (harness != "" && r.Harness != harness) {
-				continue
-			}
-			// Session ids carry their harness ("svc:x", "pi:<uuid>"); compare without it.
-			id := strings.TrimPrefix(r.SessionID, r.Harness+":")
 			// Liveness only for the registrations that match (their pidfd says at once).
-			if (strings.EqualFold(id, bare) || strings.EqualFold(r.Name, bare) || (isPID && r.PID == pid)) && b.regAlive(r) {
+			if (r.Harness == "svc") == svc && b.regAlive(r) {
 				hits = append(hits, r)
 			}
 		}

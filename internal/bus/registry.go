@@ -247,10 +247,22 @@ func (b *Bus) regAlive(r *Registration) bool {
 // then sessions (pi, opencode, hermes, codex), then services. Liveness is the caller's to
 // check, for the registrations it uses.
 func (b *Bus) registrations() []*Registration {
+	return b.matchingRegistrations(nil)
+}
+
+// matchingRegistrations is registrations, keeping only those match accepts (all with a nil
+// match): a send resolves one name among all registrations, and filtering before the copy
+// and sort keeps that from costing a sort of every registration per send.
+func (b *Bus) matchingRegistrations(match func(*Registration) bool) []*Registration {
 	b.mu.Lock()
-	out := make([]*Registration, 0, len(b.regs))
+	var out []*Registration
+	if match == nil {
+		out = make([]*Registration, 0, len(b.regs))
+	}
 	for _, r := range b.regs {
-		out = append(out, r)
+		if match == nil || match(r) {
+			out = append(out, r)
+		}
 	}
 	b.mu.Unlock()
 	rank := func(r *Registration) int {
