@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -213,7 +214,9 @@ func (b *Bus) Ack(r *Registration, messageID string) error {
 	case q.wake <- struct{}{}:
 	default:
 	}
-	b.cfg.Log.Info("accepted", "socket", "register", "actor", r.Caller().Actor(), "request", "ack", "message_id", messageID)
+	// LogAttrs: the same line as Info with these pairs, without boxing each value.
+	b.cfg.Log.LogAttrs(context.Background(), slog.LevelInfo, "accepted", slog.String("socket", "register"), slog.String("actor", r.Caller().Actor()),
+		slog.String("request", "ack"), slog.String("message_id", messageID))
 	return nil
 }
 

@@ -253,8 +253,22 @@ func (b *Bus) ownSocket(path string) bool {
 	if err != nil {
 		return false
 	}
-	for _, own := range b.cfg.OwnSockets {
-		if ofi, err := os.Stat(own); err == nil && os.SameFile(fi, ofi) {
+	// The sockets' identities are kept once found, so that a delivery stats one path, not
+	// every socket too: each is the socket the daemon listens on for its whole life, and
+	// still that socket (so still refused under another name) if its path is later removed
+	// or replaced. One not found yet is looked for again at the next delivery.
+	b.ownMu.Lock()
+	defer b.ownMu.Unlock()
+	if b.ownFiles == nil {
+		b.ownFiles = make([]os.FileInfo, len(b.cfg.OwnSockets))
+	}
+	for i, own := range b.cfg.OwnSockets {
+		if b.ownFiles[i] == nil {
+			if ofi, err := os.Stat(own); err == nil {
+				b.ownFiles[i] = ofi
+			}
+		}
+		if b.ownFiles[i] != nil && os.SameFile(fi, b.ownFiles[i]) {
 			return true
 		}
 	}
@@ -300,5 +314,7 @@ func (b *Bus) audit(socket, actor, kind, target, messageID string, err error) {
 		b.lim.Log(b.cfg.Log, lvl, key, "refused", "socket", socket, "actor", actor, "request", kind, "target", target, "code", e.Code, "reason", e.Detail)
 		return
 	}
-	b.cfg.Log.Info("accepted", "socket", socket, "actor", actor, "request", kind, "target", target, "message_id", messageID)
+	// LogAttrs: the same line as Info with these pairs, without boxing each value.
+	b.cfg.Log.LogAttrs(context.Background(), slog.LevelInfo, "accepted", slog.String("socket", socket), slog.String("actor", actor),
+		slog.String("request", kind), slog.String("target", target), slog.String("message_id", messageID))
 }
