@@ -245,3 +245,14 @@ func FuzzEncode(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecode: a poll frame and an ack frame, the frames a consumer sends per message.
+func BenchmarkDecode(b *testing.B) {
+	frames := [][]byte{[]byte(`{"action":"poll","waitSecs":30}`), []byte(`{"action":"ack","messageId":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"}`)}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := Decode(frames[i%2]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
