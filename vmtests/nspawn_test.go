@@ -11,15 +11,6 @@ package vmtests
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/hex"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/fed/fedtest"
 	"github.com/xmsg/xmsg/internal/ostest"
 )
 
@@ -206,30 +198,6 @@ func nspawnWrite(t *testing.T, path string, b []byte, mode os.FileMode) {
 // it: "sha256:" + hex(SHA-256(SubjectPublicKeyInfo)).
 func nspawnCert(t *testing.T, cn string) (cert, key []byte, pin string) {
 	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkcs8, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parsed, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(parsed.RawSubjectPublicKeyInfo)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}),
-		"sha256:" + hex.EncodeToString(sum[:])
+	c := fedtest.New(t, cn, nil, fedtest.Options{})
+	return c.CertPEM, c.KeyPEM, c.Pin
 }
