@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/xmsg/xmsg/internal/bench"
 )
@@ -61,6 +63,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if !*quiet {
 		o.Progress = stderr
 	}
+	interrupt := make(chan os.Signal, 1)
+	signal.Notify(interrupt, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(interrupt)
+	o.Interrupt = interrupt
 	res, err := bench.RunBench(o)
 	if err != nil {
 		return err

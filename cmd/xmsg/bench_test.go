@@ -3,9 +3,16 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestBenchSmoke runs `xmsg bench` with tiny counts: every path runs against a real daemon
@@ -60,4 +67,81 @@ func TestBenchSmoke(t *testing.T) {
 	if !strings.Contains(stderr.String(), "run 1/1: ") {
 		t.Errorf("no progress on stderr: %q", stderr.String())
 	}
+}
+
+// TestBenchInterruptLeavesNothing stops a running `xmsg bench` with SIGTERM: its daemon and
+// its child sessions end with it, and its temporary directory is removed (an interrupted
+// bench used to leave its daemon running).
+func TestBenchInterruptLeavesNothing(t *testing.T) {
+	tmp := shortTemp(t)
+	cmd := xmsgCmd([]string{"TMPDIR=" + tmp}, "bench", "--count", "1000000", "--clients", "2", "--services", "2", "--stale", "20", "--runs", "1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// The first progress line of the run: the daemon and every child are running.
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() && !strings.Contains(sc.Text(), "run 1/1: baselines") {
+	}
+	kids := childPIDs(t, cmd.Process.Pid)
+	t.Cleanup(func() { // should the test fail, leave no process of its bench behind
+		for _, pid := range kids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if len(kids) < 3 {
+		t.Fatalf("bench has %d child processes, want the daemon and its sessions", len(kids))
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	go io.Copy(io.Discard, stderr)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil {
+			t.Error("an interrupted bench exited 0")
+		}
+	case <-time.After(time.Minute): // a hang guard, not a timing: stopping takes well under a second
+		cmd.Process.Kill()
+		t.Fatal("bench did not end after SIGTERM")
+	}
+	for _, pid := range kids {
+		if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+			raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			t.Errorf("child %d (%q) survived the bench: %v", pid, raw, err)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("bench left %v in its TMPDIR", left)
+	}
+}
+
+// childPIDs lists the processes whose parent is pid.
+func childPIDs(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []int
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The fields after the command (which may hold spaces) start after the last ')'.
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, n)
+		}
+	}
+	return kids
 }

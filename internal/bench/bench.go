@@ -49,7 +49,15 @@ type Options struct {
 	Size     int // message text bytes
 
 	Progress io.Writer // a progress line ("" = none)
+
+	// Interrupt, when it yields, stops the daemon and the children and removes the temporary
+	// directory before RunBench returns ErrInterrupted: a bench stopped by Ctrl-C or SIGTERM
+	// leaves no daemon and no files behind.
+	Interrupt <-chan os.Signal
 }
+
+// ErrInterrupted is RunBench's error after Options.Interrupt yielded.
+var ErrInterrupted = errors.New("bench: interrupted")
 
 // Figure is one measured path.
 type Figure struct {
@@ -109,6 +117,13 @@ type env struct {
 	echo     string // socket of the echo child (the process round-trip baseline)
 	prog     *progress
 	text     string
+
+	// stopOnce makes stop safe to call from the interrupt and from RunBench's defer; mu
+	// guards daemon and children, which the interrupt may stop while they are being started.
+	stopOnce    sync.Once
+	mu          sync.Mutex
+	stopped     bool
+	interrupted atomic.Bool
 }
 
 type child struct {
@@ -135,6 +150,29 @@ func RunBench(o Options) (*Result, error) {
 	e := &env{o: o, dir: dir, prog: newProgress(o.Progress), text: strings.Repeat("x", o.Size)}
 	defer e.prog.done()
 	defer e.stop()
+	if o.Interrupt != nil {
+		// The paths block in socket and pipe reads: stopping the processes under them is what
+		// makes them return (with errors, which the interrupt then explains).
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-o.Interrupt:
+				e.interrupted.Store(true)
+				e.stop()
+			case <-done:
+			}
+		}()
+	}
+	res, err := e.runAll()
+	if e.interrupted.Load() {
+		return nil, ErrInterrupted
+	}
+	return res, err
+}
+
+func (e *env) runAll() (*Result, error) {
+	o := e.o
 	res := &Result{Size: o.Size}
 	if o.Sock == "" {
 		if err := e.startDaemon(); err != nil {
@@ -204,13 +242,13 @@ func (e *env) startDaemon() error {
 		return err
 	}
 	defer log.Close()
-	e.daemon = exec.Command(e.o.Self, args...)
-	e.daemon.Env = append(append([]string{}, e.o.Env...), "XDG_RUNTIME_DIR="+rt)
-	e.daemon.Stderr = log
-	if err := e.daemon.Start(); err != nil {
+	daemon := exec.Command(e.o.Self, args...)
+	daemon.Env = append(append([]string{}, e.o.Env...), "XDG_RUNTIME_DIR="+rt)
+	daemon.Stderr = log
+	if err := e.track(daemon, func() { e.daemon = daemon }); err != nil {
 		return fmt.Errorf("bench: start daemon: %w", err)
 	}
-	e.pid = e.daemon.Process.Pid
+	e.pid = daemon.Process.Pid
 	for range 1000 {
 		if c, err := dialHTTP(e.http); err == nil {
 			st, _, err := c.do("GET", "/healthz", nil)
@@ -225,7 +263,33 @@ func (e *env) startDaemon() error {
 	return fmt.Errorf("bench: daemon did not start:\n%s", raw)
 }
 
+// track starts cmd and records it (with add) for stop, unless stop has already run: then the
+// process is killed at once, so an interrupt during start-up leaves nothing behind.
+func (e *env) track(cmd *exec.Cmd, add func()) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return ErrInterrupted
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	add()
+	return nil
+}
+
+// stop ends the children (their stdin closes), then the daemon (SIGINT, a clean stop), each
+// killed if it does not end in time. It runs once, from RunBench's defer or the interrupt.
 func (e *env) stop() {
+	e.stopOnce.Do(func() {
+		e.mu.Lock()
+		e.stopped = true
+		e.mu.Unlock()
+		e.stopAll()
+	})
+}
+
+func (e *env) stopAll() {
 	for _, c := range e.children {
 		c.in.Close()
 	}
@@ -265,10 +329,9 @@ func (e *env) spawn(args ...string) (*child, error) {
 		return nil, err
 	}
 	c.out = bufio.NewReader(out)
-	if err := c.cmd.Start(); err != nil {
+	if err := e.track(c.cmd, func() { e.children = append(e.children, c) }); err != nil {
 		return nil, err
 	}
-	e.children = append(e.children, c)
 	if line, err := c.line(); err != nil || line != "ready" {
 		return nil, fmt.Errorf("bench: child %v did not start: %q %v", args, line, err)
 	}
@@ -462,6 +525,9 @@ func (e *env) baselines(n int) (fsync, commit []float64, err error) {
 	defer f.Close()
 	buf := make([]byte, e.o.Size)
 	for range n {
+		if e.interrupted.Load() { // the baselines use no process an interrupt could stop
+			return nil, nil, ErrInterrupted
+		}
 		t0 := time.Now()
 		if _, err := f.Write(buf); err != nil {
 			return nil, nil, err
@@ -478,6 +544,9 @@ func (e *env) baselines(n int) (fsync, commit []float64, err error) {
 	}
 	defer db.Close()
 	for i := range n {
+		if e.interrupted.Load() {
+			return nil, nil, ErrInterrupted
+		}
 		t0 := time.Now()
 		err := db.Update(func(tx *bolt.Tx) error {
 			b, err := tx.CreateBucketIfNotExists([]byte("b"))
