@@ -110,7 +110,11 @@ func Decode(line []byte) (Object, error) {
 	if len(t) == 0 || t[0] != '{' {
 		return nil, &SyntaxError{Reason: "frame must be a JSON object", NotObject: len(t) > 0 && json.Valid(t)}
 	}
-	// The common case, one well-formed object, in one call: json.Unmarshal accepts exactly
+	// The common case, a frame as clients write it, in one pass of our own (scanObject).
+	if obj, ok := scanObject(t); ok {
+		return obj, nil
+	}
+	// Next, one well-formed object in one call: json.Unmarshal accepts exactly
 	// the inputs that the decoder below accepts (one value, then only white space), and costs
 	// no decoder, reader or token. The decoder is kept for the rest: its errors are the
 	// detail lines clients see.
@@ -157,6 +161,9 @@ func (o Object) OptString(names ...string) (s string, present bool, err error) {
 	if !ok {
 		return "", false, nil
 	}
+	if p, ok := plainString(raw); ok {
+		return p, true, nil
+	}
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", true, &FieldError{Field: n, Canonical: names[0], Want: "string"}
 	}
@@ -169,6 +176,12 @@ func (o Object) Bool(names ...string) (v, present bool, err error) {
 	raw, n, ok := o.Raw(names...)
 	if !ok {
 		return false, false, nil
+	}
+	switch string(raw) {
+	case "true":
+		return true, true, nil
+	case "false":
+		return false, true, nil
 	}
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return false, true, &FieldError{Field: n, Canonical: names[0], Want: "boolean"}

@@ -191,7 +191,13 @@ func FuzzDecode(f *testing.F) {
 // same fields, and a refusal carries the decoder's reason.
 func FuzzDecodeFast(f *testing.F) {
 	for _, s := range []string{`{"a":1}`, `{}`, `{"a":1} {}`, `{"a":1}x`, "{}\v", "{} \t", `{"a":`, `{"a":1,"a":2}`,
-		`{"a":"\ud800"}`, `{"a":[1,{"b":null}]}`, `{"a":1e400}`, `{"a":01}`, `{"a":1}]`, `{"a" :1 , "b":"x"}`} {
+		`{"a":"\ud800"}`, `{"a":[1,{"b":null}]}`, `{"a":1e400}`, `{"a":01}`, `{"a":1}]`, `{"a" :1 , "b":"x"}`,
+		// scanObject's edges: escaped keys, bad escapes, raw control characters, numbers
+		// and literals cut short, trailing commas, deep nesting.
+		`{"a\u0062":1}`, `{"a\"":1}`, `{"a":"\u12"}`, `{"a":"\x"}`, "{\"a\":\"\t\"}", `{"a":-}`, `{"a":1.}`,
+		`{"a":1e}`, `{"a":-0.5E+3}`, `{"a":tru}`, `{"a":nul}`, `{,}`, `{"a":1,}`, `{"a"}`, `{"a":[1,]}`, `{"a":[]}`,
+		`{"a":{}}`, `{"a":{"b":[{"c":"\u00e9\n"}]}}`, `{"a":"é"}`, `{"a":1}{`, `{"":""}`,
+		"{\"a\":" + strings.Repeat("[", 70) + strings.Repeat("]", 70) + "}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
@@ -204,13 +210,37 @@ func FuzzDecodeFast(f *testing.F) {
 		if (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) {
 			t.Fatalf("Decode(%q): %v, the decoder: %v", line, err, werr)
 		}
-		if len(got) != len(want) {
+		if (got == nil) != (want == nil) || len(got) != len(want) {
 			t.Fatalf("Decode(%q): %d fields, the decoder %d", line, len(got), len(want))
 		}
 		for k, v := range want {
 			if !bytes.Equal(got[k], v) {
 				t.Fatalf("Decode(%q): field %q is %s, the decoder's %s", line, k, got[k], v)
 			}
+		}
+	})
+}
+
+// FuzzFields: the fields' own fast paths (a plain string, a boolean literal) give what
+// json.Unmarshal of the same raw value gives, error or not.
+func FuzzFields(f *testing.F) {
+	for _, s := range []string{`"x"`, `""`, `"a\"b"`, `"\u00e9"`, "\"\t\"", `"é"`, "\"\xff\"", `true`, `false`, `tru`, `"true"`, `1`, `"`, `"x`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if string(raw) == "null" {
+			return // absent, by the package rules
+		}
+		o := Object{"f": raw}
+		got, _, err := o.OptString("f")
+		var want string
+		if werr := json.Unmarshal(raw, &want); (err == nil) != (werr == nil) || got != want {
+			t.Fatalf("OptString(%q) = %q, %v; json.Unmarshal: %q, %v", raw, got, err, want, werr)
+		}
+		gb, _, err := o.Bool("f")
+		var wb bool
+		if werr := json.Unmarshal(raw, &wb); (err == nil) != (werr == nil) || gb != wb {
+			t.Fatalf("Bool(%q) = %v, %v; json.Unmarshal: %v, %v", raw, gb, err, wb, werr)
 		}
 	})
 }
