@@ -58,3 +58,14 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeRequest: the send frame xmsg bench sends (200 bytes of text).
+func BenchmarkDecodeRequest(b *testing.B) {
+	line := []byte(`{"action":"send","ref":"11111111-2222-3333-4444-555555555555","text":"` + string(bytes.Repeat([]byte("x"), 200)) + `","push_replies":false}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeRequest(line); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -164,10 +164,21 @@ func (o Object) OptString(names ...string) (s string, present bool, err error) {
 	if p, ok := plainString(raw); ok {
 		return p, true, nil
 	}
-	if err := json.Unmarshal(raw, &s); err != nil {
+	if s, ok = unmarshal[string](raw); !ok {
 		return "", true, &FieldError{Field: n, Canonical: names[0], Want: "string"}
 	}
 	return s, true, nil
+}
+
+// unmarshal is json.Unmarshal of raw into a new T. A function of its own so that the
+// variable it decodes into, which escapes, is allocated only on this slow path, not on
+// every call of the field getters.
+func unmarshal[T any](raw []byte) (v T, ok bool) {
+	p := new(T)
+	if json.Unmarshal(raw, p) != nil {
+		return v, false
+	}
+	return *p, true
 }
 
 // Bool returns the boolean field under the first present name of names; present is false
@@ -183,7 +194,7 @@ func (o Object) Bool(names ...string) (v, present bool, err error) {
 	case "false":
 		return false, true, nil
 	}
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if v, ok = unmarshal[bool](raw); !ok {
 		return false, true, &FieldError{Field: n, Canonical: names[0], Want: "boolean"}
 	}
 	return v, true, nil
@@ -196,7 +207,7 @@ func (o Object) Number(names ...string) (v float64, present bool, err error) {
 	if !ok {
 		return 0, false, nil
 	}
-	if err := json.Unmarshal(raw, &v); err != nil || math.IsNaN(v) {
+	if v, ok = unmarshal[float64](raw); !ok || math.IsNaN(v) {
 		return 0, true, &FieldError{Field: n, Canonical: names[0], Want: "number"}
 	}
 	return v, true, nil
