@@ -30,7 +30,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -205,7 +204,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 			s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 			return
 		}
-		resp, keep := s.frame(c, cred, peer, &att, line)
+		resp, keep := s.frame(c, cred, actor, peer, &att, line)
 		if !s.srv.Write(c, resp) || last || !keep || !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 			return
 		}
@@ -293,8 +292,7 @@ func encode(v any) []byte {
 // The caller is attested once per connection (the ancestor walk) and, before each later
 // frame, only re-checked: the peer's start time (serveConn), the ancestor's start time and
 // its session (bus.Recheck). When that fails, the ancestry is walked again.
-func (s *Server) frame(c net.Conn, cred peercred.Cred, peer *peercred.Guard, att **bus.Attested, line []byte) (resp []byte, keep bool) {
-	actor := "pid:" + strconv.Itoa(cred.PID)
+func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peercred.Guard, att **bus.Attested, line []byte) (resp []byte, keep bool) {
 	req, err := decodeRequest(line)
 	if err != nil {
 		s.refuse(actor, "frame", "bad_request", "invalid json")
