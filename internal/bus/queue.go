@@ -1,28 +1,38 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/store"
 )
 
-// queueState is what the bus knows about the queues of registered sessions beyond the store:
+// queueState is what the bus knows about the queues of registered sessions beyond the store,
+// which stays the durable truth (loaded again at start, and whenever a write bypassed the
+// bus's bookkeeping):
 //
-//   - how many unacknowledged messages each holds, so that a send to a full queue is refused
-//     before its write enters a shared commit (a write failing inside a commit costs its whole
-//     batch a second pass);
+//   - each loaded session's queue in memory (sessionQueue): the key and id of every
+//     unacknowledged row, and the message itself for as many as a byte budget allows, so that
+//     a poll hands out the head without a read transaction or a decode, an ack finds its row
+//     without a scan, and a send to a full queue is refused before its write enters a shared
+//     commit (a write failing inside a commit costs its whole batch a second pass);
 //   - which messages were acknowledged but whose delete is not committed yet. An ack is
 //     answered at once and its delete rides the next shared commit: delivery is at-least-once,
-//     so an ack lost in a crash only means the message is delivered again. Polls skip these.
+//     so an ack lost in a crash only means the message is delivered again.
+//
+// No store transaction's function ever takes mu: a read under mu (load) would otherwise
+// deadlock with a commit waiting to remap the file.
 type queueState struct {
 	mu    sync.Mutex
-	n     map[string]int             // per session: unacknowledged + reserved, once loaded
-	acked map[string]map[string]bool // per session: acknowledged, delete not committed
+	s     map[string]*sessionQueue   // per session, once loaded
+	acked map[string]map[string]ackOp // per session, by message id: acknowledged, delete not committed
 	// failing is set while committing acks fails (a full disk): acks are then committed
 	// before they are answered, so that an ack that cannot be stored is answered an error.
 	failing bool
@@ -31,66 +41,178 @@ type queueState struct {
 	done    chan struct{} // the flusher has exited
 }
 
-type ackOp struct{ session, id string }
-
-func (q *queueState) init() {
-	q.n, q.acked, q.wake, q.done = map[string]int{}, map[string]map[string]bool{}, make(chan struct{}, 1), make(chan struct{})
+// sessionQueue is one session's unacknowledged rows, in queue (key) order, plus the places
+// reserved by writes not committed yet. rows holds at most MaxStored entries (what the store
+// can hold for the session), and the messages kept in them at most cacheBudget bytes, so
+// memory per session stays bounded whatever its senders do.
+type sessionQueue struct {
+	rows     []queueRow
+	reserved int
+	cached   int // bytes of the messages held in rows
 }
 
-// reserve takes a place in session's queue for a write about to be committed. release gives
-// it back if that write is not committed.
-func (b *Bus) reserve(session string) (release func(), err error) {
+type queueRow struct {
+	key []byte
+	id  string
+	m   *queuedMsg // nil: not kept in memory, read from the store when it is polled
+}
+
+type queuedMsg struct {
+	Queued
+	createdAt int64
+}
+
+// cacheBudget bounds the bytes of messages one session's queue keeps in memory; rows past it
+// are read from the store when they reach the head. 100 messages of a few KiB fit.
+const cacheBudget = 512 << 10
+
+func (m *queuedMsg) size() int {
+	return len(m.ID) + len(m.FromName) + len(m.Text) + len(m.Envelope) + len(m.Origin) + 96
+}
+
+type ackOp struct {
+	session, id string
+	key         []byte
+}
+
+func (q *queueState) init() {
+	q.s, q.acked, q.wake, q.done = map[string]*sessionQueue{}, map[string]map[string]ackOp{}, make(chan struct{}, 1), make(chan struct{})
+}
+
+// load returns session's queue, reading its rows from the store if it is not loaded. The
+// caller holds q.mu, which keeps the flusher from forgetting an ack between the read and
+// the install (the row would come back as unacknowledged).
+func (b *Bus) load(session string) (*sessionQueue, error) {
+	q := &b.q
+	if sq := q.s[session]; sq != nil {
+		return sq, nil
+	}
+	var keys []store.QueueKey
+	if err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+		keys, err = tx.QueueKeys(session)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	sq := &sessionQueue{rows: make([]queueRow, 0, len(keys))}
+	for _, k := range keys {
+		if _, acked := q.acked[session][k.ID]; !acked {
+			sq.rows = append(sq.rows, queueRow{key: k.Key, id: k.ID})
+		}
+	}
+	q.s[session] = sq
+	return sq, nil
+}
+
+// index returns the position of key in rows, and whether it is there.
+func (sq *sessionQueue) index(key []byte) (int, bool) {
+	return sort.Find(len(sq.rows), func(i int) int { return bytes.Compare(key, sq.rows[i].key) })
+}
+
+// remove drops rows[i].
+func (sq *sessionQueue) remove(i int) {
+	if m := sq.rows[i].m; m != nil {
+		sq.cached -= m.size()
+	}
+	sq.rows = slices.Delete(sq.rows, i, i+1)
+}
+
+// queueSlot is a place reserved in a session's queue for one write about to be committed
+// (see reserve). Its methods may be called on a nil slot (no queued write), and do nothing.
+type queueSlot struct {
+	b       *Bus
+	session string
+	sq      *sessionQueue // the queue the place was taken in
+	key     []byte        // set by enqueue, in the transaction
+	p       *store.Pending
+	settled bool
+}
+
+// reserve takes a place in session's queue for a write about to be committed: enqueue writes
+// it in that commit's transaction, then committed (after the commit) or release (the write
+// was not committed) settles it. A full queue is refused here, before any commit.
+func (b *Bus) reserve(session string) (*queueSlot, error) {
 	q := &b.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n, ok := q.n[session]
-	if !ok {
-		if n, err = b.loadCount(session); err != nil {
-			return nil, err
-		}
+	sq, err := b.load(session)
+	if err != nil {
+		return nil, err
 	}
-	if n >= store.MaxQueue {
-		q.n[session] = n
+	// Acknowledged rows not yet deleted still take room in the store (MaxStored).
+	if n := len(sq.rows) + sq.reserved; n >= store.MaxQueue || n+len(q.acked[session]) >= store.MaxStored {
 		return nil, store.ErrQueueFull
 	}
-	q.n[session] = n + 1
-	return func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		if _, ok := q.n[session]; ok {
-			q.n[session]--
-		}
-	}, nil
+	sq.reserved++
+	return &queueSlot{b: b, session: session, sq: sq}, nil
 }
 
-// loadCount counts session's unacknowledged messages in the store. The caller holds q.mu.
-func (b *Bus) loadCount(session string) (int, error) {
-	var ids []string
-	err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
-		ids, err = tx.QueueIDs(session)
-		return err
-	})
-	n := 0
-	for _, id := range ids {
-		if !b.q.acked[session][id] {
-			n++
-		}
+// enqueue writes p in tx (under the store's own bound, MaxStored, as a backstop) and
+// remembers its key. It runs inside a transaction's function, which may run more than once:
+// the last run is the one committed.
+func (s *queueSlot) enqueue(tx *store.Tx, p store.Pending) error {
+	key, err := tx.EnqueueKey(p, store.MaxStored)
+	s.key, s.p = key, &p
+	return err
+}
+
+// committed settles s after its write was committed: the row joins the queue in memory (in
+// key order: concurrent writers settle in any order), unless the queue was loaded again
+// since, from a store that already holds it.
+func (s *queueSlot) committed() {
+	if s == nil || s.settled {
+		return
 	}
-	return n, err
+	s.settled = true
+	q := &s.b.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if s.sq.reserved > 0 {
+		s.sq.reserved--
+	}
+	sq := q.s[s.session]
+	if sq == nil || s.key == nil {
+		return // forgotten: the next load reads the row from the store
+	}
+	i, found := sq.index(s.key)
+	if found {
+		return
+	}
+	row := queueRow{key: s.key, id: s.p.ID}
+	m := &queuedMsg{Queued: Queued{ID: s.p.ID, FromName: s.p.FromName, Text: s.p.Text, Envelope: s.p.Envelope, Origin: s.p.Origin}, createdAt: s.p.CreatedAt}
+	if sq.cached+m.size() <= cacheBudget {
+		row.m = m
+		sq.cached += m.size()
+	}
+	sq.rows = slices.Insert(sq.rows, i, row)
 }
 
-// uncounted drops session's count after a write that enqueued without a reservation (the
+// release gives s's place back: its write was not committed (or not queued). After
+// committed it does nothing.
+func (s *queueSlot) release() {
+	if s == nil || s.settled {
+		return
+	}
+	s.settled = true
+	s.b.q.mu.Lock()
+	if s.sq.reserved > 0 {
+		s.sq.reserved--
+	}
+	s.b.q.mu.Unlock()
+}
+
+// uncounted forgets session's queue after a write that enqueued without a reservation (the
 // federation and agy paths, bounded by Tx.Enqueue): it is loaded again from the store.
 func (b *Bus) uncounted(session string) {
 	b.q.mu.Lock()
-	delete(b.q.n, session)
+	delete(b.q.s, session)
 	b.q.mu.Unlock()
 }
 
-// forgetCounts drops the counts after rows were deleted behind the bus's back (retention).
+// forgetCounts forgets every queue after rows were deleted behind the bus's back (retention).
 func (b *Bus) forgetCounts() {
 	b.q.mu.Lock()
-	clear(b.q.n)
+	clear(b.q.s)
 	b.q.mu.Unlock()
 }
 
@@ -110,45 +232,46 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 	if wait > MaxWait {
 		wait = MaxWait
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	var timer *time.Timer // made only if the poll has to wait
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		ch, cancel := b.queues.subscribe(r.SessionID)
-		// A copy, taken before the read transaction: no lock is held inside one.
-		b.q.mu.Lock()
-		var skip map[string]bool
-		if a := b.q.acked[r.SessionID]; len(a) > 0 {
-			skip = make(map[string]bool, len(a))
-			for id := range a {
-				skip[id] = true
-			}
-		}
-		b.q.mu.Unlock()
-		var p store.Pending
-		var found bool
-		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
-			p, found, err = tx.HeadSkip(r.SessionID, skip)
-			return err
-		})
-		if err == nil && found && b.expired(p.CreatedAt) {
+		m, key, err := b.head(r.SessionID)
+		if err == nil && m != nil && b.expired(m.createdAt) {
 			// Past the TTL: it must not be delivered. Drop it now rather than wait for the
 			// purge, and look at the next one.
 			cancel()
-			if err := b.cfg.Store.Update(func(tx *store.Tx) error { _, err := tx.Ack(r.SessionID, p.ID); return err }); err != nil {
+			if err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.Unqueue(key) }); err != nil {
 				return nil, err
 			}
+			b.q.mu.Lock()
+			if sq := b.q.s[r.SessionID]; sq != nil {
+				if i, found := sq.index(key); found {
+					sq.remove(i)
+				}
+			}
+			b.q.mu.Unlock()
+			b.acks.fire(m.ID) // no longer queued: WaitAcked may go on
 			continue
 		}
-		if err != nil || found {
+		if err != nil || m != nil {
 			cancel()
-			if found {
-				return &Queued{ID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope, Origin: p.Origin}, nil
+			if m != nil {
+				q := m.Queued
+				return &q, nil
 			}
 			return nil, err
 		}
 		if wait <= 0 {
 			cancel()
 			return nil, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
 		}
 		select {
 		case <-ch:
@@ -163,53 +286,77 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 	}
 }
 
+// head returns the oldest unacknowledged message of session and its key, or nil. A message
+// not kept in memory is read from the store, outside q.mu.
+func (b *Bus) head(session string) (*queuedMsg, []byte, error) {
+	for {
+		b.q.mu.Lock()
+		sq, err := b.load(session)
+		if err != nil || len(sq.rows) == 0 {
+			b.q.mu.Unlock()
+			return nil, nil, err
+		}
+		row := sq.rows[0]
+		b.q.mu.Unlock()
+		if row.m != nil {
+			return row.m, row.key, nil
+		}
+		var p store.Pending
+		var found bool
+		if err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+			p, found, err = tx.QueueRow(row.key)
+			return err
+		}); err != nil {
+			return nil, nil, err
+		}
+		if found {
+			return &queuedMsg{Queued: Queued{ID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope, Origin: p.Origin}, createdAt: p.CreatedAt}, row.key, nil
+		}
+		// Deleted behind the bus's back (retention, before it forgot the queues): read the
+		// queue again.
+		b.uncounted(session)
+	}
+}
+
 // Ack removes messageID from r's queue if it is there; acking anything else changes nothing.
 // It returns before the delete is committed (see queueState).
 func (b *Bus) Ack(r *Registration, messageID string) error {
 	q := &b.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.acked[r.SessionID][messageID] {
+	if _, ok := q.acked[r.SessionID][messageID]; ok {
 		return nil
 	}
 	// Under q.mu, so two acks of one message count once; the flusher forgets an ack only
 	// after its delete is committed, so the message is either in acked or (if at all) queued.
-	var queued bool
-	if err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
-		queued, err = tx.Queued(r.SessionID, messageID)
-		return err
-	}); err != nil {
+	sq, err := b.load(r.SessionID)
+	if err != nil {
 		return err
 	}
-	if !queued {
+	i := slices.IndexFunc(sq.rows, func(row queueRow) bool { return row.id == messageID }) // the head, mostly
+	if i < 0 {
 		return nil
 	}
+	op := ackOp{session: r.SessionID, id: messageID, key: sq.rows[i].key}
+	if b.cfg.Store.Closed() {
+		return store.ErrClosed // it could never be committed: the client must not believe it was
+	}
 	if q.failing {
-		var acked bool
-		if err := b.cfg.Store.Update(func(tx *store.Tx) (err error) {
-			acked, err = tx.Ack(r.SessionID, messageID)
-			return err
-		}); err != nil {
+		if err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.Unqueue(op.key) }); err != nil {
 			return err
 		}
-		if _, ok := q.n[r.SessionID]; ok && acked {
-			q.n[r.SessionID]--
-		}
+		sq.remove(i)
 		q.failing = false // this commit worked: back to acks that ride the next commit
-		if acked {
-			b.acks.fire(messageID)
-		}
+		b.acks.fire(messageID)
 		b.cfg.Log.Info("accepted", "socket", "register", "actor", r.Caller().Actor(), "request", "ack", "message_id", messageID)
 		return nil
 	}
+	sq.remove(i)
 	if q.acked[r.SessionID] == nil {
-		q.acked[r.SessionID] = map[string]bool{}
+		q.acked[r.SessionID] = map[string]ackOp{}
 	}
-	q.acked[r.SessionID][messageID] = true
-	if _, ok := q.n[r.SessionID]; ok {
-		q.n[r.SessionID]--
-	}
-	q.todo = append(q.todo, ackOp{r.SessionID, messageID})
+	q.acked[r.SessionID][messageID] = op
+	q.todo = append(q.todo, op)
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -252,7 +399,7 @@ func (b *Bus) flushOnce() {
 	}
 	done := b.cfg.Store.Defer(func(tx *store.Tx) error {
 		for _, o := range ops {
-			if _, err := tx.Ack(o.session, o.id); err != nil {
+			if err := tx.Unqueue(o.key); err != nil {
 				return err
 			}
 		}

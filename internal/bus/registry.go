@@ -373,11 +373,10 @@ func (b *Bus) pruneProcessSessions() (int, error) {
 func (b *Bus) Unregister(r *Registration) {
 	r.stop()
 	if r.Harness != "svc" {
-		// Forget the queue count: it is loaded again from the store should the id register
-		// again (the same session process on a new connection).
-		b.q.mu.Lock()
-		delete(b.q.n, r.SessionID)
-		b.q.mu.Unlock()
+		// Forget the queue: it is loaded again from the store should the id register again
+		// (the same session process on a new connection). Ids of uid-admitted sessions are
+		// minted per process, so keeping their queues would grow memory without bound.
+		b.uncounted(r.SessionID)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

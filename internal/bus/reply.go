@@ -123,12 +123,12 @@ type pushPlan struct {
 // delivery, and wakes long-pollers.
 func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error) {
 	reply.PushOutcome = plan.outcome
-	var release func()
+	var slot *queueSlot
 	if plan.pending != nil {
 		// The queue bound is checked before the commit (see queueState); a full queue fails
 		// only the push, the reply is kept.
 		var err error
-		if release, err = b.reserve(plan.pending.SessionID); err != nil {
+		if slot, err = b.reserve(plan.pending.SessionID); err != nil {
 			if !errors.Is(err, store.ErrQueueFull) {
 				return store.Reply{}, err
 			}
@@ -138,7 +138,7 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 	err := b.cfg.Store.Update(func(tx *store.Tx) error {
 		r := reply
 		if plan.pending != nil {
-			switch err := tx.EnqueueMax(*plan.pending, store.MaxStored); {
+			switch err := slot.enqueue(tx, *plan.pending); {
 			case errors.Is(err, store.ErrQueueFull):
 				// The reply itself is kept; only the push failed.
 				r.PushOutcome = "push_failed"
@@ -162,9 +162,10 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 		reply = r
 		return err
 	})
-	if release != nil && (err != nil || reply.PushOutcome != "pushed") {
-		release()
+	if err == nil && reply.PushOutcome == "pushed" {
+		slot.committed()
 	}
+	slot.release() // the place, unless the write was committed
 	if err != nil {
 		return store.Reply{}, err
 	}

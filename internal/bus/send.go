@@ -151,21 +151,19 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 			pending.Origin = fmtOrigin(kind, s.Caller)
 		}
 	}
+	var slot *queueSlot
 	if pending != nil {
 		// A full queue is refused here, before the write can enter (and fail inside) a
 		// shared commit.
-		release, rerr := b.reserve(t.SessionID)
+		var rerr error
+		slot, rerr = b.reserve(t.SessionID)
 		if errors.Is(rerr, store.ErrQueueFull) {
 			return Delivery{}, queueFull(t.Harness)
 		}
 		if rerr != nil {
 			return Delivery{}, rerr
 		}
-		defer func() { // err is Send's result
-			if err != nil {
-				release()
-			}
-		}()
+		defer slot.release() // the place, unless the write was committed
 	}
 	idem := store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
 		SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: msg.CreatedAt}
@@ -175,7 +173,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	// the same key delivers again.
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		if pending != nil {
-			if err := tx.EnqueueMax(*pending, store.MaxStored); err != nil {
+			if err := slot.enqueue(tx, *pending); err != nil {
 				return err
 			}
 		}
@@ -193,6 +191,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	if err != nil {
 		return Delivery{}, err
 	}
+	slot.committed()
 	if t.Harness == "claude" {
 		line, err := envelope.ClaudeLine(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
 		if err == nil {

@@ -119,8 +119,12 @@ type Store struct {
 	riders  []*op     // writes that wait for a commit without asking for one (Defer)
 	leading bool      // a writer is committing (or has been handed the lead)
 	closed  bool
+	shut    atomic.Bool // closed, readable without mu
 	commits atomic.Uint64
 }
+
+// Closed reports whether Close was called: no write can be stored any more.
+func (s *Store) Closed() bool { return s.shut.Load() }
 
 // Commits is the number of commits made so far (for benchmarks: commits per send).
 func (s *Store) Commits() uint64 { return s.commits.Load() }
@@ -193,6 +197,7 @@ func (s *Store) Close() error {
 	}
 	s.mu.Lock()
 	s.closed = true
+	s.shut.Store(true)
 	for s.leading {
 		s.idle.Wait()
 	}
@@ -410,22 +415,61 @@ func queuePrefix(sessionID string) []byte { return append([]byte(sessionID), 0) 
 // holds MaxQueue rows.
 func (t *Tx) Enqueue(p Pending) error { return t.EnqueueMax(p, MaxQueue) }
 
-// EnqueueMax is Enqueue with another bound on the rows (the bus passes MaxStored).
+// EnqueueMax is Enqueue with another bound on the rows.
 func (t *Tx) EnqueueMax(p Pending, limit int) error {
+	_, err := t.EnqueueKey(p, limit)
+	return err
+}
+
+// EnqueueKey is EnqueueMax returning the row's key, which names it for QueueRow and Unqueue.
+// Keys of one session sort in queue order (bytes.Compare) and are never reused.
+func (t *Tx) EnqueueKey(p Pending, limit int) ([]byte, error) {
 	b := t.btx.Bucket(bucketQueue)
 	prefix := queuePrefix(p.SessionID)
 	n := 0
 	c := b.Cursor()
 	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
 		if n++; n >= limit {
-			return ErrQueueFull
+			return nil, ErrQueueFull
 		}
 	}
 	seq, err := b.NextSequence()
 	if err != nil {
-		return fmt.Errorf("store: queue sequence: %w", err)
+		return nil, fmt.Errorf("store: queue sequence: %w", err)
 	}
-	return put(b, append(prefix, u64(seq)...), p)
+	key := append(prefix, u64(seq)...)
+	return key, put(b, key, p)
+}
+
+// QueueKey is one row of a session's queue: its key and its message id.
+type QueueKey struct {
+	Key []byte
+	ID  string
+}
+
+// QueueKeys returns the rows of a session's queue, oldest first, without decoding them.
+func (t *Tx) QueueKeys(sessionID string) ([]QueueKey, error) {
+	prefix := queuePrefix(sessionID)
+	var out []QueueKey
+	c := t.btx.Bucket(bucketQueue).Cursor()
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+		id, err := pendingID(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, QueueKey{Key: append([]byte(nil), k...), ID: id})
+	}
+	return out, nil
+}
+
+// QueueRow returns the queued message stored under key (from EnqueueKey or QueueKeys).
+func (t *Tx) QueueRow(key []byte) (Pending, bool, error) {
+	return get[Pending](t.btx.Bucket(bucketQueue), key)
+}
+
+// Unqueue deletes the queue row stored under key; a key that is not there changes nothing.
+func (t *Tx) Unqueue(key []byte) error {
+	return t.btx.Bucket(bucketQueue).Delete(key)
 }
 
 // Head returns the oldest unacknowledged message of a session.
