@@ -31,7 +31,7 @@ import (
 // deadlock with a commit waiting to remap the file.
 type queueState struct {
 	mu    sync.Mutex
-	s     map[string]*sessionQueue   // per session, once loaded
+	s     map[string]*sessionQueue    // per session, once loaded
 	acked map[string]map[string]ackOp // per session, by message id: acknowledged, delete not committed
 	// failing is set while committing acks fails (a full disk): acks are then committed
 	// before they are answered, so that an ack that cannot be stored is answered an error.

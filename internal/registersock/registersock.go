@@ -464,10 +464,13 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 // (a poll interrupted by hang-up or shutdown).
 func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, line []byte) (resp []byte, ok bool) {
 	actor := reg.Caller().Actor()
-	req, err := decodeLoop(line)
-	if err != nil {
-		s.refuse(actor, "frame", "invalid json")
-		return errorLine("bad_request", err.Error()), true
+	req, quick := quickLoop(line)
+	if !quick {
+		var err error
+		if req, err = decodeLoop(line); err != nil {
+			s.refuse(actor, "frame", "invalid json")
+			return errorLine("bad_request", err.Error()), true
+		}
 	}
 	switch {
 	case req.Action == "poll":
@@ -475,7 +478,14 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		if !s.srv.ArmRead(c, wait+s.cfg.IdleTimeout) {
 			return nil, false
 		}
-		p, err := s.cfg.Bus.Poll(ctx, reg, time.Duration(req.WaitSecs)*time.Second)
+		// A message already queued is handed out at once: the frame's liveness check (in
+		// loop) still holds. Only a poll that waits checks again below.
+		p, err := s.cfg.Bus.Poll(ctx, reg, 0)
+		waited := false
+		if err == nil && p == nil && wait > 0 {
+			waited = true
+			p, err = s.cfg.Bus.Poll(ctx, reg, wait)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, false
@@ -488,14 +498,14 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		}
 		// A poll may wait a minute: the registered process must still be the one holding
 		// this connection when the message is handed out, not only when the poll began.
-		if !s.cfg.Bus.Alive(reg) {
+		if waited && !s.cfg.Bus.Alive(reg) {
 			s.refuse(actor, "poll", "registered process exited or its pid was reused")
 			return nil, false
 		}
-		if !s.cfg.Bus.Current(reg) {
+		if waited && !s.cfg.Bus.Current(reg) {
 			return nil, false // taken over while waiting: the new connection gets it
 		}
-		return encode(deliverFrame(reg, p)), true
+		return encodeDeliver(deliverFrame(reg, p)), true
 	case req.Action == "ack":
 		// ok, as in the original xmsg (docs/protocol.md §4.2), for an id that is not this session's pending message: that
 		// changes nothing (the bus scopes it to reg) and says nothing about it. But an ack
@@ -506,7 +516,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 			e := bus.AsError(err)
 			return errorLine(e.Code, e.Detail), true
 		}
-		return encode(okResp{Status: "ok"}), true
+		return okLine, true
 	case req.Action == "reply" && reg.Harness == "svc":
 		if req.MessageID == "" || req.Text == "" {
 			s.refuse(actor, "reply", "messageId and text are required")
@@ -545,6 +555,18 @@ func deliverFrame(reg *bus.Registration, p *bus.Queued) deliverResp {
 		}
 	}
 	return d
+}
+
+// okLine is encode(okResp{Status: "ok"}), the answer to every ack: written, never changed.
+var okLine = encode(okResp{Status: "ok"})
+
+// encodeDeliver is encode(d), without reflection (appendDeliver).
+func encodeDeliver(d deliverResp) []byte {
+	line, ok := appendDeliver(make([]byte, 0, 128+len(d.Text)+len(d.Envelope)+len(d.Origin)), d)
+	if !ok {
+		return encode(d)
+	}
+	return line
 }
 
 type (
