@@ -175,3 +175,36 @@ func TestDeadClaudeSessionIsGone(t *testing.T) {
 		t.Fatalf("resolve after the process exited = %v, want 410 gone", err)
 	}
 }
+
+// BenchmarkRefusedSend: a send to a full queue, the 503 storm of a consumer that cannot keep
+// up. It must be refused without a commit and cheaply.
+func BenchmarkRefusedSend(b *testing.B) {
+	bus, _ := newBus(b)
+	ctx := context.Background()
+	r, err := bus.RegisterSession("pi", "q", "/", self(), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := "a message of the storm"
+	send := func() error {
+		_, err := bus.Send(ctx, Send{Ref: r.SessionID, Text: text, Bytes: len(text), FromName: "a", Principal: "p"})
+		return err
+	}
+	for range store.MaxQueue {
+		if err := send(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	commits := bus.cfg.Store.Commits()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := send(); AsError(err).Code != "service_unavailable" {
+			b.Fatalf("send to a full queue = %v", err)
+		}
+	}
+	b.StopTimer()
+	if n := bus.cfg.Store.Commits() - commits; n != 0 {
+		b.Fatalf("%d commits for refused sends", n)
+	}
+}
