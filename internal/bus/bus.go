@@ -103,6 +103,7 @@ func New(cfg Config) *Bus {
 		b.locks = w
 	}
 	b.q.init()
+	cfg.Store.SetRider(b.rideAcks)
 	b.stopped.Add(2)
 	go b.retention()
 	go func() { defer b.stopped.Done(); b.flushAcks() }()

@@ -36,9 +36,12 @@ type queueState struct {
 	// failing is set while committing acks fails (a full disk): acks are then committed
 	// before they are answered, so that an ack that cannot be stored is answered an error.
 	failing bool
-	todo    []ackOp       // acks for the flusher
-	wake    chan struct{} // buffered(1): there is todo
-	done    chan struct{} // the flusher has exited
+	// todo are the acks whose deletes wait for a commit (rideAcks). todoMu guards it alone:
+	// it is taken under the store's lock, so nothing holding it may call the store.
+	todoMu sync.Mutex
+	todo   []ackOp
+	wake   chan struct{} // buffered(1): todo was empty and is not
+	done   chan struct{} // the flusher has exited
 }
 
 // sessionQueue is one session's unacknowledged rows, in queue (key) order, plus the places
@@ -64,7 +67,7 @@ type queuedMsg struct {
 
 // cacheBudget bounds the bytes of messages one session's queue keeps in memory; rows past it
 // are read from the store when they reach the head. 100 messages of a few KiB fit.
-const cacheBudget = 512 << 10
+var cacheBudget = 512 << 10 // a variable for tests
 
 func (m *queuedMsg) size() int {
 	return len(m.ID) + len(m.FromName) + len(m.Text) + len(m.Envelope) + len(m.Origin) + 96
@@ -73,6 +76,7 @@ func (m *queuedMsg) size() int {
 type ackOp struct {
 	session, id string
 	key         []byte
+	at          time.Time // when acknowledged; only with AckDelay
 }
 
 func (q *queueState) init() {
@@ -319,47 +323,77 @@ func (b *Bus) head(session string) (*queuedMsg, []byte, error) {
 }
 
 // Ack removes messageID from r's queue if it is there; acking anything else changes nothing.
-// It returns before the delete is committed (see queueState).
+// It returns before the delete is committed (see queueState), unless committing acks is
+// failing: then the ack is committed first, and answered an error if that fails too.
 func (b *Bus) Ack(r *Registration, messageID string) error {
 	q := &b.q
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if _, ok := q.acked[r.SessionID][messageID]; ok {
+		q.mu.Unlock()
 		return nil
 	}
 	// Under q.mu, so two acks of one message count once; the flusher forgets an ack only
 	// after its delete is committed, so the message is either in acked or (if at all) queued.
 	sq, err := b.load(r.SessionID)
 	if err != nil {
+		q.mu.Unlock()
 		return err
 	}
 	i := slices.IndexFunc(sq.rows, func(row queueRow) bool { return row.id == messageID }) // the head, mostly
 	if i < 0 {
+		q.mu.Unlock()
 		return nil
 	}
-	op := ackOp{session: r.SessionID, id: messageID, key: sq.rows[i].key}
 	if b.cfg.Store.Closed() {
+		q.mu.Unlock()
 		return store.ErrClosed // it could never be committed: the client must not believe it was
 	}
-	if q.failing {
-		if err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.Unqueue(op.key) }); err != nil {
-			return err
-		}
-		sq.remove(i)
-		q.failing = false // this commit worked: back to acks that ride the next commit
-		b.acks.fire(messageID)
-		b.cfg.Log.Info("accepted", "socket", "register", "actor", r.Caller().Actor(), "request", "ack", "message_id", messageID)
-		return nil
-	}
+	row := sq.rows[i]
+	op := ackOp{session: r.SessionID, id: messageID, key: row.key}
 	sq.remove(i)
 	if q.acked[r.SessionID] == nil {
 		q.acked[r.SessionID] = map[string]ackOp{}
 	}
 	q.acked[r.SessionID][messageID] = op
-	q.todo = append(q.todo, op)
-	select {
-	case q.wake <- struct{}{}:
-	default:
+	failing := q.failing
+	if !failing {
+		if b.cfg.AckDelay > 0 {
+			op.at = time.Now()
+		}
+		q.todoMu.Lock()
+		first := len(q.todo) == 0
+		q.todo = append(q.todo, op)
+		q.todoMu.Unlock()
+		if first {
+			b.wakeFlusher() // to make a commit should none come
+		}
+	}
+	q.mu.Unlock()
+	if failing {
+		// Committed before the answer, outside q.mu: a commit's rider takes q.mu when done.
+		err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.Unqueue(op.key) })
+		q.mu.Lock()
+		if err != nil {
+			// Queued again, as if never acknowledged: it comes again.
+			delete(q.acked[r.SessionID], messageID)
+			if sq := q.s[r.SessionID]; sq != nil {
+				if j, found := sq.index(row.key); !found {
+					row.m = nil // read from the store again: the budget is not rechecked here
+					sq.rows = slices.Insert(sq.rows, j, row)
+				}
+			}
+			q.mu.Unlock()
+			return err
+		}
+		delete(q.acked[r.SessionID], messageID)
+		if len(q.acked[r.SessionID]) == 0 {
+			delete(q.acked, r.SessionID)
+		}
+		q.failing = false // this commit worked: back to acks that ride the next commit
+		q.mu.Unlock()
+		b.acks.fire(messageID)
+		b.cfg.Log.Info("accepted", "socket", "register", "actor", r.Caller().Actor(), "request", "ack", "message_id", messageID)
+		return nil
 	}
 	// LogAttrs: the same line as Info with these pairs, without boxing each value.
 	b.cfg.Log.LogAttrs(context.Background(), slog.LevelInfo, "accepted", slog.String("socket", "register"), slog.String("actor", r.Caller().Actor()),
@@ -371,61 +405,63 @@ func (b *Bus) Ack(r *Registration, messageID string) error {
 // before the flusher asks for one of their own.
 const ackRide = 5 * time.Millisecond
 
-// flushAcks commits acknowledged deletes: each batch rides the store's next commit, whoever
-// makes it, and only if none comes within ackRide does it get a commit of its own. It runs
-// until Close, then commits what is left.
-func (b *Bus) flushAcks() {
-	q := &b.q
-	defer close(q.done)
-	for {
-		select {
-		case <-q.wake:
-		case <-b.stop:
-			b.flushOnce()
-			return
-		}
-		b.flushOnce()
-	}
-}
-
-func (b *Bus) flushOnce() {
-	q := &b.q
-	q.mu.Lock()
-	ops := q.todo
-	q.todo = nil
-	q.mu.Unlock()
+// rideAcks is the store's Rider: every commit, whoever makes it, takes the acknowledged
+// deletes waiting then (with AckDelay, those older than it). It runs under the store's lock
+// and takes only q.todoMu.
+func (b *Bus) rideAcks() (func(*store.Tx) error, func(error)) {
+	ops := b.takeAcks(false)
 	if len(ops) == 0 {
-		return
+		return nil, nil
 	}
-	done := b.cfg.Store.Defer(func(tx *store.Tx) error {
+	return func(tx *store.Tx) error {
 		for _, o := range ops {
 			if err := tx.Unqueue(o.key); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
-	wait := ackRide
-	if b.cfg.AckDelay > 0 {
-		wait = b.cfg.AckDelay // test knob: stands for a crash right after the ack
+	}, func(err error) { b.acksCommitted(ops, err) }
+}
+
+// takeAcks takes the acks waiting for a commit: all of them, or (without all) those past
+// AckDelay.
+func (b *Bus) takeAcks(all bool) []ackOp {
+	q := &b.q
+	q.todoMu.Lock()
+	defer q.todoMu.Unlock()
+	if len(q.todo) == 0 {
+		return nil
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	var err error
-	select {
-	case err = <-done:
-	case <-t.C:
-		err = b.forceCommit(done)
-	case <-b.stop:
-		err = b.forceCommit(done)
+	n := len(q.todo)
+	if d := b.cfg.AckDelay; d > 0 && !all {
+		// The test knob: stands for a crash right after the ack.
+		cutoff := time.Now().Add(-d)
+		n = 0
+		for n < len(q.todo) && !q.todo[n].at.After(cutoff) {
+			n++
+		}
 	}
+	ops := q.todo[:n:n]
+	q.todo = q.todo[n:]
+	if len(q.todo) == 0 {
+		q.todo = nil
+	}
+	return ops
+}
+
+// acksCommitted records the outcome of the commit that carried ops.
+func (b *Bus) acksCommitted(ops []ackOp, err error) {
+	q := &b.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if err != nil {
 		// Still acknowledged in memory (not delivered again while the daemon runs); retried
-		// with the next ack or at Close.
+		// with the next commit (or at Close), and meanwhile acks are committed before they
+		// are answered.
 		b.cfg.Log.Error("committing acks failed", "acks", len(ops), "err", err)
+		q.todoMu.Lock()
 		q.todo = append(ops, q.todo...)
+		q.todoMu.Unlock()
 		q.failing = true
 		return
 	}
@@ -441,18 +477,69 @@ func (b *Bus) flushOnce() {
 	}
 }
 
-// forceCommit makes a commit for deferred writes that no other commit carried, and returns
-// their result.
-func (b *Bus) forceCommit(done <-chan error) error {
+func (b *Bus) wakeFlusher() {
 	select {
-	case err := <-done:
-		return err
+	case b.q.wake <- struct{}{}:
 	default:
 	}
+}
+
+// flushAcks makes a commit for acknowledged deletes that no other commit carried within
+// ackRide (or AckDelay) of being woken. It runs until Close, then commits what is left.
+func (b *Bus) flushAcks() {
+	q := &b.q
+	defer close(q.done)
+	wait := ackRide
+	if b.cfg.AckDelay > 0 {
+		wait = b.cfg.AckDelay
+	}
+	t := time.NewTimer(0)
+	<-t.C
+	for {
+		select {
+		case <-q.wake:
+		case <-b.stop:
+			b.forceAcks(true)
+			return
+		}
+		t.Reset(wait)
+		select {
+		case <-t.C:
+		case <-b.stop:
+			t.Stop()
+			b.forceAcks(true)
+			return
+		}
+		b.forceAcks(false)
+	}
+}
+
+// forceAcks makes a commit if acks are waiting (all: every one, whatever AckDelay says).
+func (b *Bus) forceAcks(all bool) {
+	q := &b.q
+	q.todoMu.Lock()
+	waiting := len(q.todo) > 0
+	q.todoMu.Unlock()
+	if !waiting {
+		return
+	}
+	if all {
+		ops := b.takeAcks(true)
+		err := b.cfg.Store.Update(func(tx *store.Tx) error {
+			for _, o := range ops {
+				if err := tx.Unqueue(o.key); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		b.acksCommitted(ops, err)
+		return
+	}
+	// The commit takes them (rideAcks).
 	if err := b.cfg.Store.Update(func(*store.Tx) error { return nil }); err != nil {
 		b.cfg.Log.Error("commit for acks failed", "err", err)
 	}
-	return <-done
 }
 
 // queueFull is the refusal of a send to a full queue.

@@ -208,3 +208,51 @@ func BenchmarkRefusedSend(b *testing.B) {
 		b.Fatalf("%d commits for refused sends", n)
 	}
 }
+
+// TestQueueInMemory: the queue a poll reads is kept in memory, within a byte budget: messages
+// past it are read from the store when they reach the head, in order; an acknowledged message
+// whose delete is not committed yet stays skipped when the queue is read again from the store
+// (here: forgotten, as after a write that bypassed the bus).
+func TestQueueInMemory(t *testing.T) {
+	b, _ := newBus(t)
+	b.cfg.AckDelay = time.Hour // no ack is committed during the test
+	defer func(old int) { cacheBudget = old }(cacheBudget)
+	cacheBudget = 300 // about two of these messages
+	ctx := context.Background()
+	r, err := b.RegisterSession("pi", "q", "/", self(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		if _, err := b.Send(ctx, Send{Ref: r.SessionID, Text: fmt.Sprint("m", i), Bytes: 2, FromName: "a", Principal: "p"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.q.mu.Lock()
+	sq := b.q.s[r.SessionID]
+	kept := 0
+	for _, row := range sq.rows {
+		if row.m != nil {
+			kept++
+		}
+	}
+	b.q.mu.Unlock()
+	if kept == 0 || kept == 6 || sq.cached > cacheBudget {
+		t.Fatalf("%d of 6 messages kept in memory (%d bytes), want some within %d bytes", kept, sq.cached, cacheBudget)
+	}
+	for i := range 6 {
+		if i == 3 {
+			b.forgetCounts() // read again from the store: m0..m2 are acked, not yet deleted
+		}
+		p, err := b.Poll(ctx, r, 0)
+		if err != nil || p == nil || p.Text != fmt.Sprint("m", i) {
+			t.Fatalf("poll %d = %+v, %v; want m%d", i, p, err, i)
+		}
+		if err := b.Ack(r, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, err := b.Poll(ctx, r, 0); p != nil || err != nil {
+		t.Fatalf("poll of the drained queue = %+v, %v", p, err)
+	}
+}

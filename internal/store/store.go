@@ -117,6 +117,7 @@ type Store struct {
 	idle    sync.Cond // signalled when leading turns false
 	pending []*op     // writes waiting for the next commit, oldest first
 	riders  []*op     // writes that wait for a commit without asking for one (Defer)
+	rider   Rider     // asked for more such writes as each commit's batch is formed
 	leading bool      // a writer is committing (or has been handed the lead)
 	closed  bool
 	shut    atomic.Bool // closed, readable without mu
@@ -130,8 +131,24 @@ func (s *Store) Closed() bool { return s.shut.Load() }
 func (s *Store) Commits() uint64 { return s.commits.Load() }
 
 type op struct {
-	fn  func(*Tx) error
-	err chan error // buffered: the result, or errLead
+	fn   func(*Tx) error
+	err  chan error  // buffered: the result, or errLead
+	done func(error) // instead of err: called with the result (a Rider's writes)
+}
+
+// Rider supplies writes that ride every commit without asking for one, for a writer with a
+// steady trickle of them (the bus's acknowledged deletes): it is called as each commit's batch
+// is formed, under the store's lock, so it must be quick and take no lock that is held while
+// calling the store. It returns the writes for this commit (nil: none) and done, which is
+// called once with the commit's result, on the committing goroutine. As for Update, fn may
+// run more than once.
+type Rider func() (fn func(*Tx) error, done func(error))
+
+// SetRider installs r (nil: none). Set it before the first write.
+func (s *Store) SetRider(r Rider) {
+	s.mu.Lock()
+	s.rider = r
+	s.mu.Unlock()
 }
 
 // maxBatch bounds one group commit so a flood of writers cannot make one transaction huge.
@@ -235,6 +252,11 @@ func (s *Store) Update(fn func(*Tx) error) error {
 	n := min(len(s.pending), maxBatch)
 	batch := append(s.riders, s.pending[:n]...)
 	s.riders = nil
+	if s.rider != nil {
+		if fn, done := s.rider(); fn != nil {
+			batch = append(batch, &op{fn: fn, done: done})
+		}
+	}
 	s.pending = s.pending[n:]
 	s.mu.Unlock()
 	s.commit(batch)
@@ -312,6 +334,10 @@ func (s *Store) commit(batch []*op) {
 		break
 	}
 	for i, o := range batch {
+		if o.done != nil {
+			o.done(errs[i])
+			continue
+		}
 		o.err <- errs[i]
 	}
 }

@@ -381,3 +381,45 @@ func TestPendingID(t *testing.T) {
 		t.Error("truncated entry decoded")
 	}
 }
+
+// TestRider: a Rider's writes ride every commit (and only commits), in its transaction, and
+// learn its result; a rider with nothing to write adds nothing.
+func TestRider(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	defer s.Close()
+	var rides, dones int
+	var lastErr error
+	give := true
+	s.SetRider(func() (func(*Tx) error, func(error)) {
+		if !give {
+			return nil, nil
+		}
+		return func(tx *Tx) error {
+				rides++
+				return tx.PutIdem(Idem{Principal: "rider", Key: fmt.Sprint(dones)})
+			}, func(err error) {
+				dones++
+				lastErr = err
+			}
+	})
+	if err := s.Update(func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if rides != 1 || dones != 1 || lastErr != nil {
+		t.Fatalf("after one commit: %d rides, %d dones (%v), want 1, 1", rides, dones, lastErr)
+	}
+	s.View(func(tx *Tx) error {
+		if _, ok, _ := tx.Idem("rider", "0"); !ok {
+			t.Error("the rider's write was not committed")
+		}
+		return nil
+	})
+	s.View(func(*Tx) error { return nil })
+	give = false
+	if err := s.Update(func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if dones != 1 {
+		t.Fatalf("a read or an empty rider added a ride: %d dones", dones)
+	}
+}
