@@ -76,7 +76,7 @@ func (m *queuedMsg) size() int {
 type ackOp struct {
 	session, id string
 	key         []byte
-	at          time.Time // when acknowledged; only with AckDelay
+	at          time.Time // when acknowledged
 }
 
 func (q *queueState) init() {
@@ -357,9 +357,7 @@ func (b *Bus) Ack(r *Registration, messageID string) error {
 	q.acked[r.SessionID][messageID] = op
 	failing := q.failing
 	if !failing {
-		if b.cfg.AckDelay > 0 {
-			op.at = time.Now()
-		}
+		op.at = time.Now() // the flusher makes a commit for it if none comes in time
 		q.todoMu.Lock()
 		first := len(q.todo) == 0
 		q.todo = append(q.todo, op)
@@ -485,7 +483,7 @@ func (b *Bus) wakeFlusher() {
 }
 
 // flushAcks makes a commit for acknowledged deletes that no other commit carried within
-// ackRide (or AckDelay) of being woken. It runs until Close, then commits what is left.
+// ackRide (or AckDelay) of their ack. It runs until Close, then commits what is left.
 func (b *Bus) flushAcks() {
 	q := &b.q
 	defer close(q.done)
@@ -493,8 +491,8 @@ func (b *Bus) flushAcks() {
 	if b.cfg.AckDelay > 0 {
 		wait = b.cfg.AckDelay
 	}
-	t := time.NewTimer(0)
-	<-t.C
+	t := time.NewTimer(time.Hour)
+	t.Stop()
 	for {
 		select {
 		case <-q.wake:
@@ -502,26 +500,43 @@ func (b *Bus) flushAcks() {
 			b.forceAcks(true)
 			return
 		}
-		t.Reset(wait)
-		select {
-		case <-t.C:
-		case <-b.stop:
-			t.Stop()
-			b.forceAcks(true)
-			return
+		for {
+			q.todoMu.Lock()
+			var oldest time.Time
+			waiting := len(q.todo) > 0
+			if waiting {
+				oldest = q.todo[0].at
+			}
+			q.todoMu.Unlock()
+			if !waiting {
+				break // every ack rode a commit
+			}
+			if d := time.Until(oldest.Add(wait)); d > 0 {
+				t.Reset(d)
+				select {
+				case <-t.C:
+				case <-b.stop:
+					t.Stop()
+					b.forceAcks(true)
+					return
+				}
+				continue
+			}
+			if err := b.forceAcks(false); err != nil {
+				break // retried with the next commit, the next ack, or at Close
+			}
 		}
-		b.forceAcks(false)
 	}
 }
 
 // forceAcks makes a commit if acks are waiting (all: every one, whatever AckDelay says).
-func (b *Bus) forceAcks(all bool) {
+func (b *Bus) forceAcks(all bool) error {
 	q := &b.q
 	q.todoMu.Lock()
 	waiting := len(q.todo) > 0
 	q.todoMu.Unlock()
 	if !waiting {
-		return
+		return nil
 	}
 	if all {
 		ops := b.takeAcks(true)
@@ -534,12 +549,14 @@ func (b *Bus) forceAcks(all bool) {
 			return nil
 		})
 		b.acksCommitted(ops, err)
-		return
+		return err
 	}
 	// The commit takes them (rideAcks).
-	if err := b.cfg.Store.Update(func(*store.Tx) error { return nil }); err != nil {
+	err := b.cfg.Store.Update(func(*store.Tx) error { return nil })
+	if err != nil {
 		b.cfg.Log.Error("commit for acks failed", "err", err)
 	}
+	return err
 }
 
 // queueFull is the refusal of a send to a full queue.

@@ -256,3 +256,35 @@ func TestQueueInMemory(t *testing.T) {
 		t.Fatalf("poll of the drained queue = %+v, %v", p, err)
 	}
 }
+
+// TestLoneAckIsCommitted: an ack that no other commit carries gets a commit of its own from
+// the flusher (soon after ackRide), without Close.
+func TestLoneAckIsCommitted(t *testing.T) {
+	b, _ := newBus(t)
+	ctx := context.Background()
+	r, err := b.RegisterSession("pi", "q", "/", self(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Send(ctx, Send{Ref: r.SessionID, Text: "m", Bytes: 1, FromName: "a", Principal: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Poll(ctx, r, 0)
+	if err != nil || p == nil {
+		t.Fatalf("poll = %+v, %v", p, err)
+	}
+	if err := b.Ack(r, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		var n int
+		b.cfg.Store.View(func(tx *store.Tx) error { n = tx.QueueLen(r.SessionID); return nil })
+		if n == 0 {
+			break
+		}
+		if i == 2000 {
+			t.Fatal("the acknowledged row was never deleted")
+		}
+		waitABit()
+	}
+}
