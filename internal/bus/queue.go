@@ -30,9 +30,11 @@ import (
 // No store transaction's function ever takes mu: a read under mu (load) would otherwise
 // deadlock with a commit waiting to remap the file.
 type queueState struct {
-	mu    sync.Mutex
-	s     map[string]*sessionQueue    // per session, once loaded
-	acked map[string]map[string]ackOp // per session, by message id: acknowledged, delete not committed
+	mu sync.Mutex
+	s  map[string]*sessionQueue // per session, once loaded
+	// cached is the bytes of messages held by the queues in s (at most totalBudget).
+	cached int
+	acked  map[string]map[string]ackOp // per session, by message id: acknowledged, delete not committed
 	// failing is set while committing acks fails (a full disk): acks are then committed
 	// before they are answered, so that an ack that cannot be stored is answered an error.
 	failing bool
@@ -52,6 +54,7 @@ type sessionQueue struct {
 	rows     []queueRow
 	reserved int
 	cached   int // bytes of the messages held in rows
+	q        *queueState
 }
 
 type queueRow struct {
@@ -65,9 +68,14 @@ type queuedMsg struct {
 	createdAt int64
 }
 
-// cacheBudget bounds the bytes of messages one session's queue keeps in memory; rows past it
-// are read from the store when they reach the head. 100 messages of a few KiB fit.
-var cacheBudget = 512 << 10 // a variable for tests
+// cacheBudget bounds the bytes of messages one session's queue keeps in memory, and
+// totalBudget those of all queues together (sessions whose registration ended without an
+// Unregister, such as Codex leases, keep theirs until the purge); rows past either are read
+// from the store when they reach the head. 100 messages of a few KiB fit.
+var (
+	cacheBudget = 512 << 10 // variables for tests
+	totalBudget = 32 << 20
+)
 
 func (m *queuedMsg) size() int {
 	return len(m.ID) + len(m.FromName) + len(m.Text) + len(m.Envelope) + len(m.Origin) + 96
@@ -98,7 +106,7 @@ func (b *Bus) load(session string) (*sessionQueue, error) {
 	}); err != nil {
 		return nil, err
 	}
-	sq := &sessionQueue{rows: make([]queueRow, 0, len(keys))}
+	sq := &sessionQueue{rows: make([]queueRow, 0, len(keys)), q: q}
 	for _, k := range keys {
 		if _, acked := q.acked[session][k.ID]; !acked {
 			sq.rows = append(sq.rows, queueRow{key: k.Key, id: k.ID})
@@ -117,6 +125,7 @@ func (sq *sessionQueue) index(key []byte) (int, bool) {
 func (sq *sessionQueue) remove(i int) {
 	if m := sq.rows[i].m; m != nil {
 		sq.cached -= m.size()
+		sq.q.cached -= m.size()
 	}
 	sq.rows = slices.Delete(sq.rows, i, i+1)
 }
@@ -184,9 +193,10 @@ func (s *queueSlot) committed() {
 	}
 	row := queueRow{key: s.key, id: s.p.ID}
 	m := &queuedMsg{Queued: Queued{ID: s.p.ID, FromName: s.p.FromName, Text: s.p.Text, Envelope: s.p.Envelope, Origin: s.p.Origin}, createdAt: s.p.CreatedAt}
-	if sq.cached+m.size() <= cacheBudget {
+	if sz := m.size(); sq.cached+sz <= cacheBudget && q.cached+sz <= totalBudget {
 		row.m = m
-		sq.cached += m.size()
+		sq.cached += sz
+		q.cached += sz
 	}
 	sq.rows = slices.Insert(sq.rows, i, row)
 }
@@ -209,7 +219,10 @@ func (s *queueSlot) release() {
 // federation and agy paths, bounded by Tx.Enqueue): it is loaded again from the store.
 func (b *Bus) uncounted(session string) {
 	b.q.mu.Lock()
-	delete(b.q.s, session)
+	if sq := b.q.s[session]; sq != nil {
+		b.q.cached -= sq.cached
+		delete(b.q.s, session)
+	}
 	b.q.mu.Unlock()
 }
 
@@ -217,6 +230,7 @@ func (b *Bus) uncounted(session string) {
 func (b *Bus) forgetCounts() {
 	b.q.mu.Lock()
 	clear(b.q.s)
+	b.q.cached = 0
 	b.q.mu.Unlock()
 }
 

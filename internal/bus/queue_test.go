@@ -242,6 +242,12 @@ func TestQueueInMemory(t *testing.T) {
 	}
 	for i := range 6 {
 		if i == 3 {
+			b.q.mu.Lock()
+			total, own := b.q.cached, b.q.s[r.SessionID].cached
+			b.q.mu.Unlock()
+			if total != own {
+				t.Fatalf("the queues hold %d bytes in all, the only queue %d", total, own)
+			}
 			b.forgetCounts() // read again from the store: m0..m2 are acked, not yet deleted
 		}
 		p, err := b.Poll(ctx, r, 0)
@@ -254,6 +260,20 @@ func TestQueueInMemory(t *testing.T) {
 	}
 	if p, err := b.Poll(ctx, r, 0); p != nil || err != nil {
 		t.Fatalf("poll of the drained queue = %+v, %v", p, err)
+	}
+	if b.q.cached != 0 {
+		t.Errorf("%d bytes held by the queues after the drain, want 0", b.q.cached)
+	}
+	// All queues together stay within totalBudget too.
+	defer func(old int) { totalBudget = old }(totalBudget)
+	cacheBudget, totalBudget = 1<<20, 400 // one or two of the four
+	for i := range 4 {
+		if _, err := b.Send(ctx, Send{Ref: r.SessionID, Text: fmt.Sprint("n", i), Bytes: 2, FromName: "a", Principal: "p"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.q.cached > totalBudget || b.q.cached == 0 {
+		t.Errorf("%d bytes held by the queues, want some within %d", b.q.cached, totalBudget)
 	}
 }
 
