@@ -109,6 +109,8 @@ type statusWriter struct {
 	status int
 }
 
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func (w *statusWriter) WriteHeader(status int) {
 	w.status = status
 	w.ResponseWriter.WriteHeader(status)
@@ -117,18 +119,17 @@ func (w *statusWriter) WriteHeader(status int) {
 // NewServer wraps Handler with the socket limits of docs/design.md §3: a header deadline (5 s) and
 // 64 KiB of headers, a body deadline (10 s, see bodyDeadline), an idle deadline (60 s), and a
 // write timeout that leaves room for a 60 s long-poll. Each deadline is counted once per
-// phase: net/http sets it when the phase begins, so a byte trickle does not extend it. The
-// connection caps are Listener's.
-func NewServer(cfg Config) *http.Server {
+// phase: the server sets it when the phase begins, so a byte trickle does not extend it. The
+// connection caps are Listener's. The server is server.go's, not net/http's.
+func NewServer(cfg Config) *Server {
 	lim := cfg.Limits.withDefaults()
-	return &http.Server{
-		Handler:           Handler(cfg),
-		ReadHeaderTimeout: lim.HeaderTimeout,
-		MaxHeaderBytes:    64 << 10,
-		WriteTimeout:      bus.MaxWait + 15*time.Second,
-		IdleTimeout:       lim.IdleTimeout,
-		ConnContext:       connContext,
-		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
+	return &Server{
+		Handler:        Handler(cfg),
+		HeaderTimeout:  lim.HeaderTimeout,
+		MaxHeaderBytes: 64 << 10,
+		WriteTimeout:   bus.MaxWait + 15*time.Second,
+		IdleTimeout:    lim.IdleTimeout,
+		Log:            cfg.Log,
 	}
 }
 
@@ -187,7 +188,7 @@ func (h *handler) sessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if peer := q.Get("peer"); peer != "" {
 		// A peer's sessions instead of ours (docs/protocol.md §3.3); unknown peer → 404.
-		list, err := h.cfg.Bus.RemoteSessions(r.Context(), peer)
+		list, err := h.cfg.Bus.RemoteSessions(hangupContext(w, r), peer)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -274,7 +275,7 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 	if l := h.cfg.Bus.Leaf(); l != nil {
 		// Leaf mode (docs/protocol.md §7.5): every send is the leaf principal's; `from` is ignored.
 		from := "xmsg@" + h.cfg.Bus.Host() + " \u00b7 " + l.Principal
-		d, err := h.cfg.Bus.Send(r.Context(), bus.Send{
+		d, err := h.cfg.Bus.Send(hangupContext(w, r), bus.Send{
 			Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from, Principal: l.Principal,
 			Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: l.Principal, FedPrincipal: &l.Fed, From: l.Fed.From,
 		})
@@ -292,7 +293,12 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	from := envelope.AnonymousBadge(h.cfg.Bus.Host(), clean)
-	d, err := h.cfg.Bus.Send(r.Context(), bus.Send{
+	ctx := r.Context()
+	if _, _, remote := envelope.SplitRemote(r.PathValue("ref")); remote {
+		// A send to a peer waits on the network: a client that hangs up cancels it.
+		ctx = hangupContext(w, r)
+	}
+	d, err := h.cfg.Bus.Send(ctx, bus.Send{
 		Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from,
 		Principal: "http:" + from, Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: "anon:" + clean, From: clean,
 	})
@@ -337,7 +343,12 @@ func (h *handler) replies(w http.ResponseWriter, r *http.Request) {
 		}
 		defer release()
 	}
-	out, err := h.cfg.Bus.Replies(r.Context(), r.PathValue("id"), after, time.Duration(min(wait, 60))*time.Second)
+	ctx := r.Context()
+	if wait > 0 {
+		// A client that hangs up while waiting gives its waiter place back at once.
+		ctx = hangupContext(w, r)
+	}
+	out, err := h.cfg.Bus.Replies(ctx, r.PathValue("id"), after, time.Duration(min(wait, 60))*time.Second)
 	if err != nil {
 		writeError(w, err)
 		return
