@@ -141,7 +141,13 @@ type handler struct {
 
 // writeJSON answers v as JSON (jsonline's encoding: no HTML escaping, one line).
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := jsonline.Encode(v)
+	var body []byte
+	var err error
+	if d, ok := v.(bus.Delivery); ok {
+		body, err = encodeDelivery(d) // the answer to every send: fastjson.go
+	} else {
+		body, err = jsonline.Encode(v)
+	}
 	if err != nil {
 		status = http.StatusInternalServerError
 		body = []byte(`{"error":"internal","detail":"encoding failed"}` + "\n")
@@ -228,21 +234,31 @@ func DecodeSend(body []byte) (SendRequest, error) {
 	if !utf8.Valid(body) {
 		return req, errors.New("body is not valid UTF-8")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, fmt.Errorf("invalid JSON: %v", err)
-	}
-	if dec.More() {
-		return req, errors.New("invalid JSON: trailing data after the object")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return req, errors.New("invalid JSON: trailing data after the object")
+	if fast, ok := decodeSendFast(body); ok {
+		req = fast
+	} else if err := decodeSendJSON(body, &req); err != nil {
+		return req, err
 	}
 	if req.IdempotencyKey == "" {
 		req.IdempotencyKey = req.IdempotencyKeyAlias
 	}
 	return req, nil
+}
+
+// decodeSendJSON is the strict decoding of a send body with encoding/json.
+func decodeSendJSON(body []byte, req *SendRequest) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		return fmt.Errorf("invalid JSON: %v", err)
+	}
+	if dec.More() {
+		return errors.New("invalid JSON: trailing data after the object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("invalid JSON: trailing data after the object")
+	}
+	return nil
 }
 
 func (h *handler) send(w http.ResponseWriter, r *http.Request) {
