@@ -286,3 +286,42 @@ func TestAsErrorRetryable(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditAfter: with AuditAfter a send's audit line is handed over, not written, and is the
+// line Send would have written (accepted and refused alike). Mutant tried: ignoring
+// AuditAfter (writing at once): red on the first check.
+func TestAuditAfter(t *testing.T) {
+	b, _ := newBus(t)
+	var logs strings.Builder
+	b.cfg.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	for _, ref := range []string{"svc:known", "svc:unknown"} {
+		var later []func()
+		s := Send{Ref: ref, Text: "x", FromName: "f", Principal: "p", Actor: "anon:a", Socket: "http"}
+		d, _ := b.Send(context.Background(), Send{Ref: ref, Text: "x", FromName: "f", Principal: "p", Actor: "anon:a", Socket: "http",
+			AuditAfter: func(fn func()) { later = append(later, fn) }})
+		if logs.Len() != 0 || len(later) != 1 {
+			t.Fatalf("%s: %d lines handed over, log %q; want one handed over and none written", ref, len(later), logs.String())
+		}
+		later[0]()
+		got := logs.String()
+		logs.Reset()
+		if ref == "svc:unknown" {
+			// Refusals are rate-limited, so a second one would not be written: the content.
+			if !strings.Contains(got, "msg=refused socket=http actor=anon:a request=send target=svc:unknown code=not_found") {
+				t.Errorf("handed-over refusal %q", got)
+			}
+			continue
+		}
+		d2, _ := b.Send(context.Background(), s)
+		want := strings.ReplaceAll(logs.String(), d2.MessageID, d.MessageID)
+		logs.Reset()
+		if got == "" || got != want {
+			t.Errorf("%s: handed-over line %q, want %q", ref, got, want)
+		}
+	}
+}

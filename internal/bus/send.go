@@ -34,6 +34,10 @@ type Send struct {
 	// FedPrincipal, when set, is the federation principal of a remote send instead of one
 	// derived from Caller or From: a leaf attributes every send to its configured principal.
 	FedPrincipal *Principal
+	// AuditAfter, when set, takes the audit line instead of Send writing it before it returns:
+	// the HTTP server writes it once the answer is out, off the sender's wait. The line is the
+	// same either way.
+	AuditAfter func(line func())
 }
 
 // Delivery is the answer to an accepted send.
@@ -83,7 +87,14 @@ func (k *keyLocks) lock(key string) func() {
 // Send delivers a message and records it. It returns only after the record is committed
 // and fsynced; a refused send changes nothing.
 func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
-	defer func() { b.audit(s.Socket, s.Actor, "send", s.Ref, d.MessageID, err) }()
+	defer func() {
+		if s.AuditAfter != nil {
+			id, err := d.MessageID, err
+			s.AuditAfter(func() { b.audit(s.Socket, s.Actor, "send", s.Ref, id, err) })
+			return
+		}
+		b.audit(s.Socket, s.Actor, "send", s.Ref, d.MessageID, err)
+	}()
 	if s.Text == "" {
 		return d, badRequest("text must not be empty")
 	}

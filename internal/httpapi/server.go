@@ -553,6 +553,7 @@ type response struct {
 	http10KeepAlive bool
 	closeAfter      bool
 	watch           *hangupWatch
+	after           []func() // run once the answer is flushed (afterAnswer)
 }
 
 func (w *response) Header() http.Header {
@@ -718,7 +719,11 @@ func (w *response) finish() bool {
 	if len(w.pending) > 0 {
 		w.c.bw.Write(w.pending)
 	}
-	if err := w.c.bw.Flush(); err != nil {
+	err := w.c.bw.Flush()
+	for _, fn := range w.after {
+		fn()
+	}
+	if err != nil {
 		return false
 	}
 	if w.contentLength >= 0 && w.written != w.contentLength && w.req.Method != http.MethodHead && bodyAllowed(w.status) {
@@ -792,6 +797,21 @@ func (w *response) stopWatch() {
 		w.c.nc.SetReadDeadline(time.Time{})
 	}
 	hw.cancel()
+}
+
+// afterAnswer returns a function that queues work (the audit line of a send) to run once the
+// answer to the request is sent; under another http.ResponseWriter it runs the work at once.
+func afterAnswer(w http.ResponseWriter) func(func()) {
+	for {
+		switch rw := w.(type) {
+		case *response:
+			return func(fn func()) { rw.after = append(rw.after, fn) }
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = rw.Unwrap()
+		default:
+			return func(fn func()) { fn() }
+		}
+	}
 }
 
 // hangupContext is r's context, cancelled also when the client hangs up: for handlers that

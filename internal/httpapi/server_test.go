@@ -457,3 +457,29 @@ func TestServerHeadAndHandlerClose(t *testing.T) {
 		t.Fatalf("connection not closed: %v", err)
 	}
 }
+
+// TestServerAfterAnswer: work queued with afterAnswer (a send's audit line) runs once the
+// answer is out: here it waits for the client to have read the answer, which would never
+// happen if it ran before. Mutant tried: running the queue before the flush: red (timeout).
+func TestServerAfterAnswer(t *testing.T) {
+	got := make(chan struct{})
+	ran := make(chan bool, 1)
+	path, _ := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		afterAnswer(w)(func() {
+			select {
+			case <-got:
+				ran <- true
+			case <-time.After(3 * time.Second):
+				ran <- false
+			}
+		})
+		writeJSON(w, http.StatusOK, map[string]string{"a": "b"})
+	}), nil)
+	c, r := rawConn(t, path)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: l\r\n\r\n")
+	readResp(t, r, "GET")
+	close(got)
+	if !<-ran {
+		t.Fatal("the queued work ran before the answer was sent")
+	}
+}
