@@ -260,7 +260,12 @@ func (c *conn) serve() {
 			return
 		}
 		lastPost = w.req.Method == http.MethodPost
-		c.s.Handler.ServeHTTP(w, w.req)
+		if w.req.RequestURI == "*" && w.req.Method == http.MethodOptions {
+			// net/http answers "OPTIONS *" itself: 200, no body.
+			w.Header().Set("Content-Length", "0")
+		} else {
+			c.s.Handler.ServeHTTP(w, w.req)
+		}
 		if !w.finish() {
 			return
 		}

@@ -434,7 +434,7 @@ func TestServerShutdown(t *testing.T) {
 	}
 }
 
-// TestServerHeadAndHandlerClose: HEAD gets the headers (with the length) and no body; a
+// TestServerHeadAndHandlerClose: OPTIONS * gets net/http's empty 200; HEAD gets the headers (with the length) and no body; a
 // handler's own Connection: close closes the connection.
 func TestServerHeadAndHandlerClose(t *testing.T) {
 	path, _ := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -444,7 +444,10 @@ func TestServerHeadAndHandlerClose(t *testing.T) {
 		writeJSON(w, http.StatusOK, map[string]string{"a": "b"})
 	}), nil)
 	c, r := rawConn(t, path)
-	io.WriteString(c, "HEAD / HTTP/1.1\r\nHost: l\r\n\r\nGET /close HTTP/1.1\r\nHost: l\r\n\r\n")
+	io.WriteString(c, "OPTIONS * HTTP/1.1\r\nHost: l\r\n\r\nHEAD / HTTP/1.1\r\nHost: l\r\n\r\nGET /close HTTP/1.1\r\nHost: l\r\n\r\n")
+	if resp, body := readResp(t, r, "OPTIONS"); resp.StatusCode != 200 || resp.ContentLength != 0 || body != "" {
+		t.Fatalf("OPTIONS *: %d length %d body %q, want net/http's 200 and no body", resp.StatusCode, resp.ContentLength, body)
+	}
 	resp, body := readResp(t, r, "HEAD")
 	if resp.StatusCode != 200 || resp.ContentLength != 10 || body != "" {
 		t.Fatalf("HEAD: %d length %d body %q", resp.StatusCode, resp.ContentLength, body)
