@@ -14,6 +14,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/xmsg/xmsg/internal/jsonline"
 )
 
 // MaxSenderRunes is the maximum length of a sender badge in Unicode scalars,
@@ -229,6 +231,16 @@ func ClaudeContent(fromName, body string) string {
 	return "<" + tagName + ` from-name="` + from + "\">\n" + EscapeTags(body) + "\n</" + tagName + ">"
 }
 
+type claudeMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type claudeLine struct {
+	Type    string        `json:"type"`
+	Message claudeMessage `json:"message"`
+}
+
 // ClaudeLine is the line written to a Claude session's inbox socket (§6.3):
 // {"type":"user","message":{"role":"user","content":ClaudeContent(...)}}
 // followed by one '\n'. It comes from a real JSON encoder, which escapes
@@ -236,74 +248,11 @@ func ClaudeContent(fromName, body string) string {
 // only newline in the line whatever the body. HTML escaping is off to match
 // the original xmsg byte for byte (docs/protocol.md §6.3); it parses to the same content
 // either way.
-//
-// The line is appended by hand (encoding/json's reflection was a few per cent of a send's
-// CPU), with encoding/json's string escaping: TestClaudeLineMatchesEncoder holds the bytes
-// equal to jsonline.Encode's.
 func ClaudeLine(fromName, body string) ([]byte, error) {
-	content := ClaudeContent(fromName, body)
-	line := make([]byte, 0, len(content)+len(claudeLinePrefix)+len(claudeLineSuffix)+16)
-	line = append(line, claudeLinePrefix...)
-	line = appendJSONString(line, content)
-	return append(line, claudeLineSuffix...), nil
-}
-
-const (
-	claudeLinePrefix = `{"type":"user","message":{"role":"user","content":`
-	claudeLineSuffix = "}}\n"
-)
-
-// appendJSONString appends s as a JSON string the way encoding/json writes it without HTML
-// escaping: '"', '\\' and control characters escaped (\b \f \n \r \t by name, the rest as
-// \u00XX), invalid UTF-8 as \ufffd, U+2028 and U+2029 escaped; everything else as it is.
-func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case c == utf8.RuneError && size == 1:
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-		case c == '\u2028' || c == '\u2029':
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return jsonline.Encode(claudeLine{
+		Type:    "user",
+		Message: claudeMessage{Role: "user", Content: ClaudeContent(fromName, body)},
+	})
 }
 
 // Details of the errors returned by ValidIdempotencyKey.
