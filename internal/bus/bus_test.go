@@ -323,5 +323,9 @@ func TestAuditAfter(t *testing.T) {
 		if got == "" || got != want {
 			t.Errorf("%s: handed-over line %q, want %q", ref, got, want)
 		}
+		// And it is the line Logger.Info would write with these pairs.
+		if line := "level=INFO msg=accepted socket=http actor=anon:a request=send target=svc:known message_id=" + d.MessageID + "\n"; got != line {
+			t.Errorf("accepted line %q, want %q", got, line)
+		}
 	}
 }
