@@ -401,7 +401,10 @@ func checkRequest(req *http.Request) error {
 	if req.ProtoMajor != 1 {
 		return statusError{http.StatusHTTPVersionNotSupported, "unsupported protocol version"}
 	}
-	// ReadRequest moved Host into req.Host; an HTTP/1.1 request must have sent one.
+	// ReadRequest moved Host into req.Host; an HTTP/1.1 request must have sent one. (For an
+	// absolute-form target, "GET http://h/ HTTP/1.1", req.Host is the target's host and the
+	// header is gone, so such a request without a Host header, or with a malformed one, is
+	// served where net/http would refuse it; browsers never send that form to a server.)
 	if req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != "CONNECT" {
 		return statusError{http.StatusBadRequest, "missing required Host header"}
 	}
