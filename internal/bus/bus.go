@@ -495,15 +495,11 @@ func (b *Bus) Recheck(a Attested) bool {
 		b.mu.Unlock()
 		return same && b.regAlive(c.reg)
 	case c.path != "":
-		found, err := b.cfg.Claude.ByPID(a.pid)
-		if err != nil {
-			return false
-		}
-		for _, s := range found {
-			if s.Live && s.Path == c.path && s.ID == c.SessionID && s.Start() == a.start {
-				return true
-			}
-		}
+		// The attested file still names this process (same start time) under the same
+		// address, and the process lives: the Scanner's shared refresh and the entry's
+		// pidfd say so, without a walk or a /proc read.
+		still, err := b.cfg.Claude.Still(c.path, c.SessionID, a.pid, a.start)
+		return err == nil && still
 	}
 	return false
 }

@@ -25,6 +25,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/xmsg/xmsg/internal/peercred"
@@ -70,9 +71,14 @@ type Scanner struct {
 	UID  int // files must be owned by this uid
 	Log  *slog.Logger
 
-	mu     sync.Mutex
-	idx    *index
-	warned map[string]string // by path: the problem last logged, so each is logged once
+	// tickets numbers the requests as they arrive, before they wait for mu; fresh (under mu)
+	// is the highest ticket the last complete refresh covers: it was the highest issued
+	// when that refresh started (see freshen).
+	tickets atomic.Uint64
+	mu      sync.Mutex
+	fresh   uint64
+	idx     *index
+	warned  map[string]string // by path: the problem last logged, so each is logged once
 }
 
 // fileKey identifies one version of a file; the zero key is never trusted.
@@ -131,9 +137,10 @@ func transient(err error) bool {
 // Problems lists the directories that exist but cannot be read or watched as of now, each
 // with the reason (for /healthz): their sessions are not served, rather than served stale.
 func (s *Scanner) Problems() []string {
+	t := s.arrive()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.refresh()
+	s.freshen(t)
 	var out []string
 	for _, d := range s.idx.dirs {
 		if d.problem != "" {
@@ -172,8 +179,9 @@ func (s *Scanner) Scan() []Session {
 // ScanErr is Scan that also reports, wrapped in ErrScanIncomplete, whether some directory or
 // file could not be read for lack of resources; the sessions known are returned either way.
 func (s *Scanner) ScanErr() ([]Session, error) {
+	t := s.arrive()
 	s.mu.Lock()
-	incomplete := s.refresh()
+	incomplete := s.freshen(t)
 	all := make([]entryData, 0, len(s.idx.byPath))
 	for _, e := range s.idx.byPath {
 		all = append(all, e.data())
@@ -197,8 +205,9 @@ func firstErr(errs ...error) error {
 // checked for these and for the files that share their session ids (the fork claims depend
 // on which of those are live), and for nothing else. The error is as for ScanErr.
 func (s *Scanner) Lookup(ref string, pid int) ([]Session, error) {
+	t := s.arrive()
 	s.mu.Lock()
-	incomplete := s.refresh()
+	incomplete := s.freshen(t)
 	groups := map[string]bool{}
 	add := func(set map[*entry]struct{}) {
 		for e := range set {
@@ -225,8 +234,9 @@ func (s *Scanner) Lookup(ref string, pid int) ([]Session, error) {
 // ByPID returns the sessions whose file names pid (for attributing a caller). The error is as
 // for ScanErr.
 func (s *Scanner) ByPID(pid int) ([]Session, error) {
+	t := s.arrive()
 	s.mu.Lock()
-	incomplete := s.refresh()
+	incomplete := s.freshen(t)
 	groups := map[string]bool{}
 	for e := range s.idx.byPID[pid] {
 		groups[strings.ToLower(e.file.SessionID)] = true
@@ -235,6 +245,38 @@ func (s *Scanner) ByPID(pid int) ([]Session, error) {
 	s.mu.Unlock()
 	out, unknown := s.sessions(cands, func(se Session) bool { return se.PID == pid })
 	return out, firstErr(incomplete, unknown)
+}
+
+// Still reports whether the session file at path (a canonical path, as in Session.Path)
+// still names process pid with start time start, is addressed as id, and that process is
+// alive. It is for a caller attributed to that file once (agent.sock's attestation): the
+// same freshness as Lookup, liveness by the entry's pidfd where it has one (no /proc read),
+// and only the files sharing its session id are looked at (they decide its fork claim).
+// The error is as for ScanErr; then the answer is false.
+func (s *Scanner) Still(path, id string, pid int, start string) (bool, error) {
+	t := s.arrive()
+	s.mu.Lock()
+	if err := s.freshen(t); err != nil {
+		s.mu.Unlock()
+		return false, err
+	}
+	e := s.idx.byPath[path]
+	if e == nil || e.file.PID != pid || start == "" || procStart(e.file.ProcStart) != start {
+		s.mu.Unlock()
+		return false, nil
+	}
+	cands := s.idx.groupData(map[string]bool{strings.ToLower(e.file.SessionID): true})
+	s.mu.Unlock()
+	found, unknown := s.sessions(cands, func(se Session) bool { return se.Path == path })
+	if unknown != nil {
+		return false, unknown
+	}
+	for _, se := range found {
+		if se.Live && se.ID == id && se.PID == pid && se.Start() == start {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // ByID returns the live session whose address is exactly id.

@@ -144,6 +144,34 @@ func (x *index) groupData(groups map[string]bool) []entryData {
 	return out
 }
 
+// arrive numbers a request that is about to look at the index, before it waits for mu.
+func (s *Scanner) arrive() uint64 { return s.tickets.Add(1) }
+
+// freshen is refresh for the request with ticket t, shared by concurrent requests. The
+// promise is that everything written before a request arrived is seen by it, and a refresh
+// that started after the request arrived keeps that promise as well as one of its own: its
+// drain and stats come after the request's arrival, hence after anything written before it.
+// So each refresh records, before it starts, the highest ticket issued so far, and a request
+// whose ticket a completed refresh covers skips its own: of the requests that queued on mu
+// while one refresh ran, the first to get mu refreshes for all of them.
+//
+// Only a complete refresh covers anything. An incomplete one (ErrScanIncomplete) leaves
+// fresh where it was, so every waiting request tries again itself, as without coalescing.
+// Lost events (overflow), a replaced or vanished directory, and the no-watch fallback are
+// all dealt with inside the one refresh that meets them (rescanDir), so a refresh that
+// returns nil has read whatever they made necessary. The caller holds mu.
+func (s *Scanner) freshen(t uint64) error {
+	if t <= s.fresh {
+		return nil
+	}
+	start := s.tickets.Load()
+	if err := s.refresh(); err != nil {
+		return err
+	}
+	s.fresh = start
+	return nil
+}
+
 // refresh brings the index up to date with everything that happened before this call. The
 // caller holds mu. A non-nil result (wrapping ErrScanIncomplete) means something could not be
 // read for lack of resources; it is tried again by the next refresh.
