@@ -17,19 +17,21 @@ import (
 type countingWatcher struct {
 	watcher
 	drains atomic.Int64
-	// hold, when set, makes the next drain signal in and then wait for out, before it reads
-	// the queue: whatever the test does meanwhile happens after the refresh started.
+	// hold, when set, makes the next drain signal in and then wait for out, after it read
+	// the queue: whatever the test does meanwhile happens after the refresh started, and is
+	// not seen by it.
 	hold    atomic.Bool
 	in, out chan struct{}
 }
 
 func (w *countingWatcher) drain(fn func(int, event, string)) error {
 	w.drains.Add(1)
+	err := w.watcher.drain(fn)
 	if w.hold.CompareAndSwap(true, false) {
 		w.in <- struct{}{}
 		<-w.out
 	}
-	return w.watcher.drain(fn)
+	return err
 }
 
 func withCountingWatcher(t *testing.T) *countingWatcher {
@@ -133,6 +135,7 @@ func TestWriterAndReadersInterleaved(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	<-done // the writer too, before the test can end
 	close(errs)
 	for e := range errs {
 		t.Fatal(e)
@@ -189,12 +192,16 @@ func TestRefreshStartedBeforeArrivalDoesNotServe(t *testing.T) {
 	defer s.Close()
 	lookup(t, s, "x", 0)
 	w.hold.Store(true)
-	first := make(chan []Session)
+	first := make(chan []Session, 1)
 	go func() {
 		found, _ := s.Lookup("B", 0)
 		first <- found
 	}()
-	<-w.in // the first lookup's refresh has started
+	select {
+	case <-w.in: // the first lookup's refresh has drained the watch, and waits
+	case <-first:
+		t.Fatal("a lookup after a file event did not drain the watch")
+	}
 	writeSession(t, dir, "b.json", "B", "b", true)
 	base := s.tickets.Load()
 	second := make(chan []Session)
@@ -204,7 +211,9 @@ func TestRefreshStartedBeforeArrivalDoesNotServe(t *testing.T) {
 	}()
 	waitTickets(s, base+1) // the second lookup has arrived, and waits for mu
 	w.out <- struct{}{}
-	<-first // the first may or may not see b.json: it was written during its refresh
+	if got := <-first; len(got) != 0 {
+		t.Fatalf("the first lookup saw a file written after its drain: %v (the test is broken)", names(got))
+	}
 	if got := <-second; len(got) != 1 || !got[0].Live {
 		t.Fatalf("a lookup that arrived during another's refresh: %v, want the file written before it", names(got))
 	}
