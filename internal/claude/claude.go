@@ -271,8 +271,9 @@ func (s *Scanner) Still(path, id string, pid int, start string) (bool, error) {
 	if unknown != nil {
 		return false, unknown
 	}
+	// found is the copy of e taken under mu (pid and start as checked above).
 	for _, se := range found {
-		if se.Live && se.ID == id && se.PID == pid && se.Start() == start {
+		if se.Live && se.ID == id {
 			return true, nil
 		}
 	}
