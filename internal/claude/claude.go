@@ -22,7 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,13 +55,19 @@ type Session struct {
 	File
 	// ID is the address of this session: the file's sessionId, or sessionId~N when the same
 	// id is live in more than one directory (fork claims, docs/protocol.md §5.1).
-	ID   string
-	Path string // canonical path of the session file
-	Live bool   // pid alive and its start time equals procStart, as read by this call
+	ID    string
+	Path  string // canonical path of the session file
+	Live  bool   // pid alive and its start time equals procStart, as read by this call
+	start string // procStart parsed, when the Session came from the index
 }
 
 // Start is the session's recorded process start time (the pid-reuse guard).
-func (s Session) Start() string { return procStart(s.ProcStart) }
+func (s Session) Start() string {
+	if s.start != "" {
+		return s.start
+	}
+	return procStart(s.ProcStart)
+}
 
 // Scanner reads the configured session directories. Safe for concurrent use. The zero value
 // with the exported fields set is ready; Close releases the watch.
@@ -261,7 +267,7 @@ func (s *Scanner) Still(path, id string, pid int, start string) (bool, error) {
 		return false, err
 	}
 	e := s.idx.byPath[path]
-	if e == nil || e.file.PID != pid || start == "" || procStart(e.file.ProcStart) != start {
+	if e == nil || e.file.PID != pid || start == "" || e.start != start {
 		s.mu.Unlock()
 		return false, nil
 	}
@@ -295,19 +301,22 @@ func (s *Scanner) ByID(id string) (Session, bool) {
 // It runs without the lock: reading /proc is the slow part, and needs no index.
 func (s *Scanner) sessions(files []entryData, keep func(Session) bool) ([]Session, error) {
 	// Fork claims are deterministic: the first file by sorted canonical path keeps the id.
-	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
+	slices.SortFunc(files, func(a, b entryData) int { return strings.Compare(a.path, b.path) })
 	out := make([]Session, 0, len(files))
 	// Only live sessions take part: a stale file left by a dead session must not push the live
-	// one off its own id.
-	claims := map[string]int{}
+	// one off its own id. (One file, the usual lookup, claims nothing: no map for it.)
+	var claims map[string]int
+	if len(files) > 1 {
+		claims = map[string]int{}
+	}
 	var unknown error
 	for _, f := range files {
 		live, err := s.alive(f)
 		if err != nil && unknown == nil {
 			unknown = fmt.Errorf("%w: %w", ErrScanIncomplete, err)
 		}
-		se := Session{File: f.file, ID: f.file.SessionID, Path: f.path, Live: live}
-		if se.Live {
+		se := Session{File: f.file, ID: f.file.SessionID, Path: f.path, Live: live, start: f.start}
+		if se.Live && claims != nil {
 			key := strings.ToLower(se.SessionID)
 			claims[key]++
 			if n := claims[key]; n > 1 {
@@ -327,7 +336,7 @@ func (s *Scanner) sessions(files []entryData, keep func(Session) bool) ([]Sessio
 // An error means liveness could not be told for lack of resources (EMFILE, ...): the process
 // may well be alive, so the caller must not answer as if it were gone.
 func (s *Scanner) alive(f entryData) (bool, error) {
-	start := procStart(f.file.ProcStart)
+	start := f.start
 	if f.pidfd != nil {
 		if exited, known := f.pidfd.Exited(); known {
 			return !exited, nil

@@ -60,9 +60,10 @@ type dirID struct{ dev, ino uint64 }
 
 // entry is one valid session file.
 type entry struct {
-	path string // canonical
-	key  fileKey
-	file File
+	path  string // canonical
+	key   fileKey
+	file  File
+	start string // procStart(file.ProcStart), parsed once when the file is read
 	// pidfd names the file's process once it was seen alive: liveness is then one poll(2)
 	// instead of a /proc read. Kept across rewrites that keep pid and procStart.
 	pidfd *peercred.Pidfd
@@ -73,10 +74,13 @@ type entryData struct {
 	e     *entry
 	path  string
 	file  File
+	start string
 	pidfd *peercred.Pidfd
 }
 
-func (e *entry) data() entryData { return entryData{e: e, path: e.path, file: e.file, pidfd: e.pidfd} }
+func (e *entry) data() entryData {
+	return entryData{e: e, path: e.path, file: e.file, start: e.start, pidfd: e.pidfd}
+}
 
 func addTo[K comparable](m map[K]map[*entry]struct{}, k K, e *entry) {
 	set := m[k]
@@ -97,7 +101,7 @@ func removeFrom[K comparable](m map[K]map[*entry]struct{}, k K, e *entry) {
 }
 
 func (x *index) insert(d *dirState, name string, e *entry) {
-	if old := d.entries[name]; old != nil && old.pidfd != nil && old.file.PID == e.file.PID && procStart(old.file.ProcStart) == procStart(e.file.ProcStart) {
+	if old := d.entries[name]; old != nil && old.pidfd != nil && old.file.PID == e.file.PID && old.start == e.start {
 		e.pidfd, old.pidfd = old.pidfd, nil
 	}
 	x.remove(d, name)
@@ -358,7 +362,7 @@ func (s *Scanner) readFile(x *index, d *dirState, name string, force bool) error
 		return nil
 	}
 	s.fine(path)
-	x.insert(d, name, &entry{path: filepath.Join(d.canon, name), key: key, file: f})
+	x.insert(d, name, &entry{path: filepath.Join(d.canon, name), key: key, file: f, start: procStart(f.ProcStart)})
 	return nil
 }
 
