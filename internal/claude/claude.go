@@ -6,7 +6,8 @@
 // kept that promise at a cost that grew with the number of files, so the Scanner keeps an
 // index instead: the directories are watched with inotify, and every request first drains the
 // watch (an event is queued by the kernel before the writer's system call returns, so nothing
-// written before the request is missed) and re-reads only the files the events name. Whether
+// written before the request is missed) and re-reads only the files the events name; requests
+// that queued while one such refresh ran, having arrived before it started, share it. Whether
 // a session's process is alive is not something a file event tells, so it is checked at
 // request time, and only for the files a ref resolves to. Where inotify is unavailable, every
 // request rescans, as before.
