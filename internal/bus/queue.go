@@ -340,6 +340,14 @@ func (b *Bus) head(session string) (*queuedMsg, []byte, error) {
 // It returns before the delete is committed (see queueState), unless committing acks is
 // failing: then the ack is committed first, and answered an error if that fails too.
 func (b *Bus) Ack(r *Registration, messageID string) error {
+	return b.AckAfter(r, messageID, nil)
+}
+
+// AckAfter is Ack whose audit line (of an ack that removed a message) is handed to after
+// instead of written before it returns: register.sock writes it once the answer is out, off
+// the consumer's wait, as the HTTP server does a send's (Send.AuditAfter). The line is the
+// same either way. nil: written before it returns.
+func (b *Bus) AckAfter(r *Registration, messageID string, after func(line func())) error {
 	q := &b.q
 	q.mu.Lock()
 	if _, ok := q.acked[r.SessionID][messageID]; ok {
@@ -404,13 +412,33 @@ func (b *Bus) Ack(r *Registration, messageID string) error {
 		q.failing = false // this commit worked: back to acks that ride the next commit
 		q.mu.Unlock()
 		b.acks.fire(messageID)
-		b.cfg.Log.Info("accepted", "socket", "register", "actor", r.Caller().Actor(), "request", "ack", "message_id", messageID)
+		b.auditAck(r, messageID, after)
 		return nil
 	}
-	// LogAttrs: the same line as Info with these pairs, without boxing each value.
-	b.cfg.Log.LogAttrs(context.Background(), slog.LevelInfo, "accepted", slog.String("socket", "register"), slog.String("actor", r.Caller().Actor()),
-		slog.String("request", "ack"), slog.String("message_id", messageID))
+	b.auditAck(r, messageID, after)
 	return nil
+}
+
+// auditAck logs an ack that removed a message, now or (after not nil) through after.
+func (b *Bus) auditAck(r *Registration, messageID string, after func(line func())) {
+	line := func() {
+		// To the handler directly, as audit does: the same line as Info with these pairs,
+		// without boxing each value or looking up the caller's program counter.
+		ctx := context.Background()
+		h := b.cfg.Log.Handler()
+		if !h.Enabled(ctx, slog.LevelInfo) {
+			return
+		}
+		rec := slog.NewRecord(time.Now(), slog.LevelInfo, "accepted", 0)
+		rec.AddAttrs(slog.String("socket", "register"), slog.String("actor", r.Caller().Actor()),
+			slog.String("request", "ack"), slog.String("message_id", messageID))
+		h.Handle(ctx, rec)
+	}
+	if after != nil {
+		after(line)
+		return
+	}
+	line()
 }
 
 // ackRide is how long acknowledged deletes wait for a commit that is made anyway (a send's)

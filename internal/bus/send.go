@@ -129,6 +129,21 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	if err != nil {
 		return d, err
 	}
+	// A queued recipient's place is reserved first: a full queue is refused here, before the
+	// message id, envelope and origin are built (a storm of refused sends skips that work), and
+	// before the write can enter (and fail inside) a shared commit.
+	var slot *queueSlot
+	if queuedHarness(t.Harness) {
+		var rerr error
+		slot, rerr = b.reserve(t.SessionID)
+		if errors.Is(rerr, store.ErrQueueFull) {
+			return Delivery{}, queueFull(t.Harness)
+		}
+		if rerr != nil {
+			return Delivery{}, rerr
+		}
+		defer slot.release() // the place, unless the write was committed
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return d, err
@@ -148,7 +163,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		return b.sendAgy(s, t, msg, idem)
 	}
 	var pending *store.Pending
-	if t.Harness != "claude" {
+	if slot != nil {
 		kind := "anonymous"
 		if s.Caller != nil {
 			kind = "local"
@@ -162,20 +177,6 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		if t.Harness == "svc" {
 			pending.Origin = fmtOrigin(kind, s.Caller)
 		}
-	}
-	var slot *queueSlot
-	if pending != nil {
-		// A full queue is refused here, before the write can enter (and fail inside) a
-		// shared commit.
-		var rerr error
-		slot, rerr = b.reserve(t.SessionID)
-		if errors.Is(rerr, store.ErrQueueFull) {
-			return Delivery{}, queueFull(t.Harness)
-		}
-		if rerr != nil {
-			return Delivery{}, rerr
-		}
-		defer slot.release() // the place, unless the write was committed
 	}
 	idem := store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
 		SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: msg.CreatedAt}
@@ -229,6 +230,11 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	}
 	return d, nil
 }
+
+// queuedHarness reports whether a send to harness is queued for a registration to poll (and
+// so takes a place in its queue): every harness but Claude (delivered to its inbox) and agy
+// (sendAgy, bounded by Tx.Enqueue).
+func queuedHarness(harness string) bool { return harness != "claude" && harness != "agy" }
 
 func (b *Bus) idem(principal, key string) (store.Idem, bool, error) {
 	var rec store.Idem
