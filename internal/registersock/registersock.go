@@ -31,8 +31,10 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -313,15 +315,51 @@ type frame struct {
 	err  error
 }
 
-// pipeline holds frames read ahead of the one being answered. The reader never blocks on it,
-// so it is always reading and sees the peer hang up even while a poll waits with a pipelined
-// frame behind it; a client that sends more than maxPipelined frames ahead is cut off.
+// lineReader reads the loop's frames from the connection: the next non-blank line. A read cut
+// short by the read deadline keeps the part of the line it had read, so that a read
+// interrupted on purpose (watch.end, when a waiting poll is over) loses nothing and the next
+// read goes on with the same line.
+type lineReader struct {
+	r       *bufio.Reader
+	max     int
+	partial []byte // the start of a line whose read the deadline interrupted
+}
+
+func (lr *lineReader) next() ([]byte, error) {
+	for {
+		line, err := jsonline.ReadLine(lr.r, lr.max-len(lr.partial))
+		if len(lr.partial) > 0 {
+			if err == nil || len(line) > 0 {
+				line = append(lr.partial, line...)
+			} else if !errors.Is(err, os.ErrDeadlineExceeded) {
+				line = nil // too long, or the connection ended: the start is of no use
+			} else {
+				line = lr.partial // interrupted again before more arrived
+			}
+			lr.partial = nil
+		}
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && len(line) > 0 {
+				lr.partial = line
+			}
+			return nil, err
+		}
+		if !jsonline.IsBlank(line) {
+			return line, nil
+		}
+	}
+}
+
+// pipeline holds frames read ahead of the one being answered while a poll waits. The watch
+// that fills it never blocks on it, so it is always reading and sees the peer hang up even
+// while a poll waits with a pipelined frame behind it; a client that sends more than
+// maxPipelined frames ahead is cut off.
 type pipeline struct {
 	mu       sync.Mutex
 	frames   []frame
 	bytes    int // of frames: at most maxBytes, so memory per connection stays bounded
 	maxBytes int
-	ready    chan struct{} // 1-buffered: something was added
+	ended    bool // the connection ended (hang-up, read error): nothing more comes after frames
 }
 
 func (p *pipeline) push(f frame) bool {
@@ -332,43 +370,99 @@ func (p *pipeline) push(f frame) bool {
 	}
 	p.frames = append(p.frames, f)
 	p.bytes += len(f.line)
-	select {
-	case p.ready <- struct{}{}:
-	default:
-	}
 	return true
 }
 
-func (p *pipeline) pop() (frame, bool) {
+// pop returns the oldest frame read ahead; without one, ended says whether the connection
+// ended behind them.
+func (p *pipeline) pop() (f frame, ok, ended bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.frames) == 0 {
-		return frame{}, false
+		return frame{}, false, p.ended
 	}
-	f := p.frames[0]
+	f = p.frames[0]
 	p.frames = p.frames[1:]
 	p.bytes -= len(f.line)
-	return f, true
+	return f, true, false
 }
 
-// errPipelined is the reader's last "frame" when the client ran too far ahead.
+func (p *pipeline) end(f *frame) {
+	p.mu.Lock()
+	if f != nil {
+		p.frames = append(p.frames, *f)
+	}
+	p.ended = true
+	p.mu.Unlock()
+}
+
+// errPipelined is the watch's last "frame" when the client ran too far ahead.
 var errPipelined = errors.New("registersock: too many frames pipelined")
 
-// loop answers poll/ack(/reply) frames for reg until the connection ends. A separate reader
-// goroutine notices the peer hanging up even while a poll is waiting (with or without frames
-// pipelined behind it), so the poll ends at once instead of holding a dead registration for up
-// to a minute. Each frame taken re-arms the idle deadline; blank lines do not.
+// watch reads the connection while a poll waits, so that a hang-up ends the poll (and frees
+// the slot and the registration) at once instead of holding a dead registration for up to a
+// minute; frames sent meanwhile are kept in the pipeline. It is the only reader while it
+// runs: the loop reads again only after end.
+type watch struct {
+	stop atomic.Bool
+	done chan struct{}
+}
+
+func (s *Server) startWatch(lr *lineReader, p *pipeline, hangup context.CancelFunc, actor string) *watch {
+	w := &watch{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			line, err := lr.next()
+			if err != nil && w.stop.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+				return // ended by end: the loop reads on (a partly read line is in lr)
+			}
+			if err != nil && !errors.Is(err, jsonline.ErrTooLong) {
+				p.end(nil)
+				hangup()
+				return
+			}
+			if !p.push(frame{line, err}) {
+				// Logged here: the loop may be in a poll that this cancel ends silently.
+				s.refuse(actor, "frame", "too many frames pipelined")
+				p.end(&frame{err: errPipelined})
+				hangup()
+				return
+			}
+			if err != nil {
+				p.end(nil) // too long: the loop answers it and ends; nothing is read past it
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// end stops the watch: its read is woken by a deadline in the past, and end returns once it
+// has stopped reading. The caller re-arms the read deadline (ArmRead) before reading.
+func (w *watch) end(c net.Conn) {
+	w.stop.Store(true)
+	c.SetReadDeadline(time.Unix(1, 0))
+	<-w.done
+}
+
+// loop answers poll/ack(/reply) frames for reg until the connection ends. It reads each frame
+// itself: no goroutine hands frames over, so a frame costs no wake-up of another thread. Only
+// while a poll waits does a watch read the connection (see watch). Each frame taken re-arms
+// the idle deadline; blank lines do not.
 func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	// A newer registration by the same process takes over (a client that reconnected while
 	// this connection stayed open): this connection ends, a poll waiting here included, and
-	// whatever it was handed but did not ack is delivered again on the new one.
+	// whatever it was handed but did not ack is delivered again on the new one. Closing c
+	// wakes the loop where it reads.
 	go func() {
 		select {
 		case <-reg.Replaced():
 			s.cfg.Log.Info("replaced by a newer registration", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID)
 			cancel()
+			c.Close()
 		case <-ctx.Done():
 		}
 	}()
@@ -377,52 +471,23 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 	if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 		return
 	}
-	p := &pipeline{ready: make(chan struct{}, 1), maxBytes: s.cfg.MaxFrame}
-	var reader sync.WaitGroup
-	reader.Add(1)
-	go func() {
-		defer reader.Done()
-		for {
-			line, err := jsonline.ReadLine(r, s.cfg.MaxFrame)
-			if err != nil && !errors.Is(err, jsonline.ErrTooLong) {
-				cancel()
-				return
-			}
-			if err == nil && jsonline.IsBlank(line) {
-				continue
-			}
-			if !p.push(frame{line, err}) {
-				// Logged here: the loop may be in a poll that this cancel ends silently.
-				s.refuse(reg.Caller().Actor(), "frame", "too many frames pipelined")
-				p.mu.Lock()
-				p.frames = append(p.frames, frame{err: errPipelined})
-				p.mu.Unlock()
-				cancel()
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	// The reader is blocked in Read until the connection is closed: cancel AND close, then
-	// wait, so the reader is gone before this returns. (The outer defer closes c again,
-	// harmlessly.)
-	defer func() { cancel(); c.Close(); reader.Wait() }()
+	lr := &lineReader{r: r, max: s.cfg.MaxFrame}
+	p := &pipeline{maxBytes: s.cfg.MaxFrame}
 	actor := reg.Caller().Actor()
 	for {
-		f, ok := p.pop()
+		// Frames a watch read ahead come first; a connection that ended behind them ends here.
+		// Frames queued before a hang-up are still answered (a client may half-close after
+		// its last frame).
+		f, ok, ended := p.pop()
+		if ended {
+			return
+		}
 		if !ok {
-			select {
-			case <-p.ready:
-				continue
-			case <-ctx.Done():
-				// Frames queued before the hang-up are still answered (a client may half-close
-				// after its last frame); a cut-off client is told why.
-				if f, ok = p.pop(); !ok {
-					return
-				}
+			line, err := lr.next()
+			if err != nil && !errors.Is(err, jsonline.ErrTooLong) {
+				return // hang-up, idle deadline, shutdown, or replaced
 			}
+			f = frame{line, err}
 		}
 		if errors.Is(f.err, errPipelined) {
 			s.srv.Write(c, errorLine("bad_request", fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
@@ -450,33 +515,38 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 			s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 			return
 		}
-		resp, ok := s.frame(ctx, c, reg, f.line)
+		resp, audit, ok := s.frame(ctx, c, reg, f.line, lr, p)
 		if !ok {
 			return
 		}
 		if !s.srv.Write(c, resp) {
 			return
 		}
+		if audit != nil {
+			audit() // after the answer, off the client's wait (bus.AckAfter)
+		}
 	}
 }
 
 // frame answers one loop frame. ok is false when the connection must end without an answer
-// (a poll interrupted by hang-up or shutdown).
-func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, line []byte) (resp []byte, ok bool) {
+// (a poll interrupted by hang-up or shutdown). audit, when not nil, is the frame's audit line,
+// to be written once the answer is out. A poll that waits reads the connection meanwhile
+// (watch) through lr, keeping frames sent meanwhile in pl.
+func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, line []byte, lr *lineReader, pl *pipeline) (resp []byte, audit func(), ok bool) {
 	actor := reg.Caller().Actor()
 	req, quick := quickLoop(line)
 	if !quick {
 		var err error
 		if req, err = decodeLoop(line); err != nil {
 			s.refuse(actor, "frame", "invalid json")
-			return errorLine("bad_request", err.Error()), true
+			return errorLine("bad_request", err.Error()), nil, true
 		}
 	}
 	switch {
 	case req.Action == "poll":
 		wait := time.Duration(req.WaitSecs) * time.Second
 		if !s.srv.ArmRead(c, wait+s.cfg.IdleTimeout) {
-			return nil, false
+			return nil, nil, false
 		}
 		// A message already queued is handed out at once: the frame's liveness check (in
 		// loop) still holds. Only a poll that waits checks again below.
@@ -484,43 +554,46 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		waited := false
 		if err == nil && p == nil && wait > 0 {
 			waited = true
-			p, err = s.cfg.Bus.Poll(ctx, reg, wait)
+			var ok bool
+			if p, ok, err = s.waitPoll(ctx, c, reg, wait, lr, pl); !ok {
+				return nil, nil, false
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, false
+				return nil, nil, false
 			}
 			s.lim.Log(s.cfg.Log, slog.LevelError, "poll failed", "poll failed", "socket", "register", "actor", actor, "err", err)
-			return errorLine("internal", "poll failed"), true
+			return errorLine("internal", "poll failed"), nil, true
 		}
 		if p == nil {
-			return encode(timeoutResp{Action: "timeout"}), true
+			return encode(timeoutResp{Action: "timeout"}), nil, true
 		}
 		// A poll may wait a minute: the registered process must still be the one holding
 		// this connection when the message is handed out, not only when the poll began.
 		if waited && !s.cfg.Bus.Alive(reg) {
 			s.refuse(actor, "poll", "registered process exited or its pid was reused")
-			return nil, false
+			return nil, nil, false
 		}
 		if waited && !s.cfg.Bus.Current(reg) {
-			return nil, false // taken over while waiting: the new connection gets it
+			return nil, nil, false // taken over while waiting: the new connection gets it
 		}
-		return encodeDeliver(deliverFrame(reg, p)), true
+		return encodeDeliver(deliverFrame(reg, p)), nil, true
 	case req.Action == "ack":
 		// ok, as in the original xmsg (docs/protocol.md §4.2), for an id that is not this session's pending message: that
 		// changes nothing (the bus scopes it to reg) and says nothing about it. But an ack
 		// that could not be stored is an error: the message stays queued and comes again,
 		// and the client must not believe otherwise.
-		if err := s.cfg.Bus.Ack(reg, req.MessageID); err != nil {
+		if err := s.cfg.Bus.AckAfter(reg, req.MessageID, func(line func()) { audit = line }); err != nil {
 			s.lim.Log(s.cfg.Log, slog.LevelError, "ack failed", "ack failed", "socket", "register", "actor", actor, "err", err)
 			e := bus.AsError(err)
-			return errorLine(e.Code, e.Detail), true
+			return errorLine(e.Code, e.Detail), nil, true
 		}
-		return okLine, true
+		return okLine, audit, true
 	case req.Action == "reply" && reg.Harness == "svc":
 		if req.MessageID == "" || req.Text == "" {
 			s.refuse(actor, "reply", "messageId and text are required")
-			return errorLine("bad_request", "messageId and text are required"), true
+			return errorLine("bad_request", "messageId and text are required"), nil, true
 		}
 		// Unlike the original xmsg (which recorded `pushed` without pushing), a local reply
 		// here is pushed like an agent.sock reply (docs/protocol.md §7.4).
@@ -531,7 +604,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 			if e.Code == "not_found" {
 				detail += " not found"
 			}
-			return errorLine(e.Code, detail), true
+			return errorLine(e.Code, detail), nil, true
 		}
 		// The pushed message is the reply's new message id; with no push (no return address,
 		// pushes disabled, sender gone) there is none, and the original id is returned.
@@ -539,11 +612,31 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		if res.PushedMessageID != nil {
 			id = *res.PushedMessageID
 		}
-		return encode(replyResp{Status: "ok", MessageID: id}), true
+		return encode(replyResp{Status: "ok", MessageID: id}), nil, true
 	default:
 		s.refuse(actor, "frame", "unknown action")
-		return errorLine("bad_request", "unknown action: "+req.Action), true
+		return errorLine("bad_request", "unknown action: "+req.Action), nil, true
 	}
+}
+
+// waitPoll is a poll that waits for a message, reading the connection meanwhile (watch): a
+// hang-up ends it at once. ok is false when the connection must end without an answer (a
+// hang-up, too many frames sent ahead, shutdown).
+func (s *Server) waitPoll(ctx context.Context, c net.Conn, reg *bus.Registration, wait time.Duration, lr *lineReader, pl *pipeline) (q *bus.Queued, ok bool, err error) {
+	pctx, hangup := context.WithCancel(ctx)
+	defer hangup()
+	w := s.startWatch(lr, pl, hangup, reg.Caller().Actor())
+	q, err = s.cfg.Bus.Poll(pctx, reg, wait)
+	w.end(c)
+	// end left a deadline in the past; the next read waits at most IdleTimeout from now,
+	// which is no later than the poll's own deadline (wait + IdleTimeout from its start).
+	if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
+		return nil, false, nil
+	}
+	if err != nil && pctx.Err() != nil {
+		return nil, false, nil
+	}
+	return q, true, err
 }
 
 func deliverFrame(reg *bus.Registration, p *bus.Queued) deliverResp {
