@@ -628,3 +628,61 @@ func TestAckThatIsNotStoredIsAnError(t *testing.T) {
 		t.Fatalf("ack with the store gone: got %v, want an error", got)
 	}
 }
+
+// TestLineSplitAcrossWaitingPoll: a frame whose first part arrives while a poll waits (read by
+// the poll's watch) and whose rest arrives after the poll answered (read by the loop) is one
+// frame: the watch, stopped when the poll ends, loses nothing of a partly read line. The ack's
+// audit line is written (after its answer).
+func TestLineSplitAcrossWaitingPoll(t *testing.T) {
+	e := newEnv(t, daemontest.Options{})
+	bot, reg := e.Service("", "bot")
+	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60})
+	// Not timing assertions: the pauses only make it likely that the poll waits, and that its
+	// watch has read the first part, before the message arrives. Any interleaving must pass.
+	time.Sleep(50 * time.Millisecond)
+	bot.Write(reg, []byte(`{"action":"ack","mess`))
+	time.Sleep(50 * time.Millisecond)
+	id := anonSend(t, e, "svc:bot", "hello")
+	line, eof := bot.Recv(reg)
+	if eof || daemontest.DeliveredID(t, line) != id {
+		t.Fatalf("poll: got %q (eof %v), want %s delivered", line, eof, id)
+	}
+	bot.Write(reg, []byte(`ageId":"`+id+`"}`+"\n"))
+	if line, eof := bot.Recv(reg); eof || line != `{"status":"ok"}` {
+		t.Fatalf("the split ack: got %q (eof %v), want ok", line, eof)
+	}
+	if got := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); got["action"] != "timeout" {
+		t.Fatalf("poll after the ack: got %v, want timeout (acknowledged)", got)
+	}
+	// Written before the next frame was answered: the same goroutine writes it after the ack's.
+	if logs := e.Logs.String(); !strings.Contains(logs, "request=ack message_id="+id) {
+		t.Fatalf("the ack's audit line is missing:\n%s", logs)
+	}
+}
+
+// TestFramesAfterWaitingPollInOrder: frames sent while a poll waits are answered after it, in
+// order, and the loop then reads on from the connection.
+func TestFramesAfterWaitingPollInOrder(t *testing.T) {
+	e := newEnv(t, daemontest.Options{})
+	bot, reg := e.Service("", "bot")
+	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60})
+	time.Sleep(50 * time.Millisecond) // likely waiting (not an assertion)
+	bot.Write(reg, []byte(`{"action":"ack","messageId":"none"}`+"\n"+`{"action":"poll","waitSecs":0}`+"\n"))
+	time.Sleep(50 * time.Millisecond)
+	id := anonSend(t, e, "svc:bot", "hello")
+	for i, want := range []string{"deliver", "ok", "deliver"} {
+		got := bot.RecvJSON(reg)
+		if got["action"] != want && got["status"] != want {
+			t.Fatalf("answer %d: got %v, want %s", i, got, want)
+		}
+		if want == "deliver" && got["messageId"] != id {
+			t.Fatalf("answer %d: got %v, want %s", i, got, id)
+		}
+	}
+	if got := bot.Call(reg, map[string]any{"action": "ack", "messageId": id}); got["status"] != "ok" {
+		t.Fatalf("ack: %v", got)
+	}
+	if got := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); got["action"] != "timeout" {
+		t.Fatalf("poll after the ack: got %v, want timeout", got)
+	}
+}
