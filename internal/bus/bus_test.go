@@ -25,6 +25,13 @@ import (
 // (this test process) and one dead one.
 func newBus(t testing.TB) (*Bus, string) {
 	t.Helper()
+	return newBusWith(t, nil)
+}
+
+// newBusWith is newBus with tweak applied to its Config before New (the ack flusher reads
+// AckDelay when it starts: setting it afterwards races).
+func newBusWith(t testing.TB, tweak func(*Config)) (*Bus, string) {
+	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := store.Open(filepath.Join(dir, "x.db"), time.Second)
@@ -42,9 +49,13 @@ func newBus(t testing.TB) (*Bus, string) {
 	write("live.json", map[string]any{"pid": os.Getpid(), "sessionId": "11111111-aaaa-bbbb-cccc-000000000001", "name": "alice", "cwd": "/p", "status": "idle", "procStart": start, "messagingSocketPath": filepath.Join(dir, "nobody.sock")})
 	// A dead session: pid 1 with a start time that is not init's.
 	write("dead.json", map[string]any{"pid": 1, "sessionId": "11111111-aaaa-bbbb-cccc-000000000002", "name": "bob", "cwd": "/", "status": "idle", "procStart": "1", "messagingSocketPath": "/nonexistent"})
-	b := New(Config{Host: "h", MaxBody: 100, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
+	cfg := Config{Host: "h", MaxBody: 100, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
 		SvcExe: map[string]string{"known": "/bin/true"},
-		Claude: &claude.Scanner{Dirs: []string{sessions}, Proc: peercred.Proc{}, UID: os.Geteuid(), Log: log}})
+		Claude: &claude.Scanner{Dirs: []string{sessions}, Proc: peercred.Proc{}, UID: os.Geteuid(), Log: log}}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	b := New(cfg)
 	t.Cleanup(b.Close)
 	return b, dir
 }

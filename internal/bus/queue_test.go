@@ -214,8 +214,7 @@ func BenchmarkRefusedSend(b *testing.B) {
 // whose delete is not committed yet stays skipped when the queue is read again from the store
 // (here: forgotten, as after a write that bypassed the bus).
 func TestQueueInMemory(t *testing.T) {
-	b, _ := newBus(t)
-	b.cfg.AckDelay = time.Hour // no ack is committed during the test
+	b, _ := newBusWith(t, func(c *Config) { c.AckDelay = time.Hour }) // no ack is committed during the test
 	defer func(old int) { cacheBudget = old }(cacheBudget)
 	cacheBudget = 300 // about two of these messages
 	ctx := context.Background()
