@@ -466,8 +466,8 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 		case <-ctx.Done():
 		}
 	}()
-	// Each frame taken re-arms the deadline: IdleTimeout, plus a poll's wait (during which a
-	// well-behaved client sends nothing) for a poll (see frame).
+	// Each frame taken re-arms the deadline (in frame): IdleTimeout, plus a poll's wait
+	// (during which a well-behaved client sends nothing) for a poll.
 	if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 		return
 	}
@@ -496,9 +496,6 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 		if errors.Is(f.err, jsonline.ErrTooLong) {
 			s.refuse(actor, "frame", "frame too long")
 			s.srv.Write(c, errorLine("payload_too_large", fmt.Sprintf("frame exceeds %d bytes", s.cfg.MaxFrame)))
-			return
-		}
-		if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 			return
 		}
 		// The registration is the process that registered; if it is gone (or its pid now
@@ -535,19 +532,25 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, line []byte, lr *lineReader, pl *pipeline) (resp []byte, audit func(), ok bool) {
 	actor := reg.Caller().Actor()
 	req, quick := quickLoop(line)
+	var derr error
 	if !quick {
-		var err error
-		if req, err = decodeLoop(line); err != nil {
-			s.refuse(actor, "frame", "invalid json")
-			return errorLine("bad_request", err.Error()), nil, true
-		}
+		req, derr = decodeLoop(line)
+	}
+	// The frame taken re-arms the read deadline, once: IdleTimeout, plus its wait for a poll.
+	idle := s.cfg.IdleTimeout
+	if derr == nil && req.Action == "poll" {
+		idle += time.Duration(req.WaitSecs) * time.Second
+	}
+	if !s.srv.ArmRead(c, idle) {
+		return nil, nil, false
+	}
+	if derr != nil {
+		s.refuse(actor, "frame", "invalid json")
+		return errorLine("bad_request", derr.Error()), nil, true
 	}
 	switch {
 	case req.Action == "poll":
 		wait := time.Duration(req.WaitSecs) * time.Second
-		if !s.srv.ArmRead(c, wait+s.cfg.IdleTimeout) {
-			return nil, nil, false
-		}
 		// A message already queued is handed out at once: the frame's liveness check (in
 		// loop) still holds. Only a poll that waits checks again below.
 		p, err := s.cfg.Bus.Poll(ctx, reg, 0)
