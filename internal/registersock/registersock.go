@@ -53,7 +53,8 @@ const (
 	DefaultMaxFirstFrame     = limits.RegisterMaxFirstFrame
 	DefaultMaxFrame          = limits.RegisterMaxFrame
 	// DefaultMaxConns caps connections served at once. Each costs goroutines (a registered
-	// one two: the frame loop and its reader) and a read buffer, so a flood from one uid must
+	// one two: the frame loop and its replacement watcher; three while a poll waits, with the
+	// poll's watch) and a read buffer, so a flood from one uid must
 	// not grow them without bound; 64 leaves room for every service and session a user runs.
 	DefaultMaxConns = limits.RegisterMaxConns
 	// DefaultMaxUIDOnly caps uid-only registrations (pi, opencode, hermes), which any process
@@ -61,9 +62,11 @@ const (
 	DefaultMaxUIDOnly = limits.RegisterMaxUIDOnly
 	// DefaultIdleTimeout is how long a registration may send nothing beyond a poll's wait.
 	DefaultIdleTimeout = limits.RegisterIdleTimeout
-	// maxPipelined bounds frames read ahead of the one being answered (a client may send its
-	// next frame while a poll waits), together with their size (MaxFrame in all); past either
-	// the client is refused and the connection ends.
+	// maxPipelined bounds frames read ahead of the one being answered while a poll waits (a
+	// client may send its next frame meanwhile), together with their size (MaxFrame in all);
+	// past either the client is refused and the connection ends. Otherwise the loop reads a
+	// frame only once it has answered the one before: frames sent further ahead wait in the
+	// socket, and a client writing too far ahead blocks on its own write.
 	maxPipelined = 16
 	// writeTimeout abandons a response the client does not read. A deliver frame that is not
 	// written stays queued and is delivered again.
