@@ -31,10 +31,8 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -53,8 +51,7 @@ const (
 	DefaultMaxFirstFrame     = limits.RegisterMaxFirstFrame
 	DefaultMaxFrame          = limits.RegisterMaxFrame
 	// DefaultMaxConns caps connections served at once. Each costs goroutines (a registered
-	// one two: the frame loop and its replacement watcher; three while a poll waits, with the
-	// poll's watch) and a read buffer, so a flood from one uid must
+	// one two: the frame loop and its reader) and a read buffer, so a flood from one uid must
 	// not grow them without bound; 64 leaves room for every service and session a user runs.
 	DefaultMaxConns = limits.RegisterMaxConns
 	// DefaultMaxUIDOnly caps uid-only registrations (pi, opencode, hermes), which any process
@@ -62,11 +59,9 @@ const (
 	DefaultMaxUIDOnly = limits.RegisterMaxUIDOnly
 	// DefaultIdleTimeout is how long a registration may send nothing beyond a poll's wait.
 	DefaultIdleTimeout = limits.RegisterIdleTimeout
-	// maxPipelined bounds frames read ahead of the one being answered while a poll waits (a
-	// client may send its next frame meanwhile), together with their size (MaxFrame in all);
-	// past either the client is refused and the connection ends. Otherwise the loop reads a
-	// frame only once it has answered the one before: frames sent further ahead wait in the
-	// socket, and a client writing too far ahead blocks on its own write.
+	// maxPipelined bounds frames read ahead of the one being answered (a client may send its
+	// next frame while a poll waits), together with their size (MaxFrame in all); past either
+	// the client is refused and the connection ends.
 	maxPipelined = 16
 	// writeTimeout abandons a response the client does not read. A deliver frame that is not
 	// written stays queued and is delivered again.
@@ -318,51 +313,15 @@ type frame struct {
 	err  error
 }
 
-// lineReader reads the loop's frames from the connection: the next non-blank line. A read cut
-// short by the read deadline keeps the part of the line it had read, so that a read
-// interrupted on purpose (watch.end, when a waiting poll is over) loses nothing and the next
-// read goes on with the same line.
-type lineReader struct {
-	r       *bufio.Reader
-	max     int
-	partial []byte // the start of a line whose read the deadline interrupted
-}
-
-func (lr *lineReader) next() ([]byte, error) {
-	for {
-		line, err := jsonline.ReadLine(lr.r, lr.max-len(lr.partial))
-		if len(lr.partial) > 0 {
-			if err == nil || len(line) > 0 {
-				line = append(lr.partial, line...)
-			} else if !errors.Is(err, os.ErrDeadlineExceeded) {
-				line = nil // too long, or the connection ended: the start is of no use
-			} else {
-				line = lr.partial // interrupted again before more arrived
-			}
-			lr.partial = nil
-		}
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && len(line) > 0 {
-				lr.partial = line
-			}
-			return nil, err
-		}
-		if !jsonline.IsBlank(line) {
-			return line, nil
-		}
-	}
-}
-
-// pipeline holds frames read ahead of the one being answered while a poll waits. The watch
-// that fills it never blocks on it, so it is always reading and sees the peer hang up even
-// while a poll waits with a pipelined frame behind it; a client that sends more than
-// maxPipelined frames ahead is cut off.
+// pipeline holds frames read ahead of the one being answered. The reader never blocks on it,
+// so it is always reading and sees the peer hang up even while a poll waits with a pipelined
+// frame behind it; a client that sends more than maxPipelined frames ahead is cut off.
 type pipeline struct {
 	mu       sync.Mutex
 	frames   []frame
 	bytes    int // of frames: at most maxBytes, so memory per connection stays bounded
 	maxBytes int
-	ended    bool // the connection ended (hang-up, read error): nothing more comes after frames
+	ready    chan struct{} // 1-buffered: something was added
 }
 
 func (p *pipeline) push(f frame) bool {
@@ -373,99 +332,43 @@ func (p *pipeline) push(f frame) bool {
 	}
 	p.frames = append(p.frames, f)
 	p.bytes += len(f.line)
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
 	return true
 }
 
-// pop returns the oldest frame read ahead; without one, ended says whether the connection
-// ended behind them.
-func (p *pipeline) pop() (f frame, ok, ended bool) {
+func (p *pipeline) pop() (frame, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.frames) == 0 {
-		return frame{}, false, p.ended
+		return frame{}, false
 	}
-	f = p.frames[0]
+	f := p.frames[0]
 	p.frames = p.frames[1:]
 	p.bytes -= len(f.line)
-	return f, true, false
+	return f, true
 }
 
-func (p *pipeline) end(f *frame) {
-	p.mu.Lock()
-	if f != nil {
-		p.frames = append(p.frames, *f)
-	}
-	p.ended = true
-	p.mu.Unlock()
-}
-
-// errPipelined is the watch's last "frame" when the client ran too far ahead.
+// errPipelined is the reader's last "frame" when the client ran too far ahead.
 var errPipelined = errors.New("registersock: too many frames pipelined")
 
-// watch reads the connection while a poll waits, so that a hang-up ends the poll (and frees
-// the slot and the registration) at once instead of holding a dead registration for up to a
-// minute; frames sent meanwhile are kept in the pipeline. It is the only reader while it
-// runs: the loop reads again only after end.
-type watch struct {
-	stop atomic.Bool
-	done chan struct{}
-}
-
-func (s *Server) startWatch(lr *lineReader, p *pipeline, hangup context.CancelFunc, actor string) *watch {
-	w := &watch{done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for {
-			line, err := lr.next()
-			if err != nil && w.stop.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
-				return // ended by end: the loop reads on (a partly read line is in lr)
-			}
-			if err != nil && !errors.Is(err, jsonline.ErrTooLong) {
-				p.end(nil)
-				hangup()
-				return
-			}
-			if !p.push(frame{line, err}) {
-				// Logged here: the loop may be in a poll that this cancel ends silently.
-				s.refuse(actor, "frame", "too many frames pipelined")
-				p.end(&frame{err: errPipelined})
-				hangup()
-				return
-			}
-			if err != nil {
-				p.end(nil) // too long: the loop answers it and ends; nothing is read past it
-				return
-			}
-		}
-	}()
-	return w
-}
-
-// end stops the watch: its read is woken by a deadline in the past, and end returns once it
-// has stopped reading. The caller re-arms the read deadline (ArmRead) before reading.
-func (w *watch) end(c net.Conn) {
-	w.stop.Store(true)
-	c.SetReadDeadline(time.Unix(1, 0))
-	<-w.done
-}
-
-// loop answers poll/ack(/reply) frames for reg until the connection ends. It reads each frame
-// itself: no goroutine hands frames over, so a frame costs no wake-up of another thread. Only
-// while a poll waits does a watch read the connection (see watch). Each frame taken re-arms
-// the idle deadline; blank lines do not.
+// loop answers poll/ack(/reply) frames for reg until the connection ends. A separate reader
+// goroutine notices the peer hanging up even while a poll is waiting (with or without frames
+// pipelined behind it), so the poll ends at once instead of holding a dead registration for up
+// to a minute. Each frame taken re-arms the idle deadline; blank lines do not.
 func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	// A newer registration by the same process takes over (a client that reconnected while
 	// this connection stayed open): this connection ends, a poll waiting here included, and
-	// whatever it was handed but did not ack is delivered again on the new one. Closing c
-	// wakes the loop where it reads.
+	// whatever it was handed but did not ack is delivered again on the new one.
 	go func() {
 		select {
 		case <-reg.Replaced():
 			s.cfg.Log.Info("replaced by a newer registration", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID)
 			cancel()
-			c.Close()
 		case <-ctx.Done():
 		}
 	}()
@@ -474,23 +377,52 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 	if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 		return
 	}
-	lr := &lineReader{r: r, max: s.cfg.MaxFrame}
-	p := &pipeline{maxBytes: s.cfg.MaxFrame}
+	p := &pipeline{ready: make(chan struct{}, 1), maxBytes: s.cfg.MaxFrame}
+	var reader sync.WaitGroup
+	reader.Add(1)
+	go func() {
+		defer reader.Done()
+		for {
+			line, err := jsonline.ReadLine(r, s.cfg.MaxFrame)
+			if err != nil && !errors.Is(err, jsonline.ErrTooLong) {
+				cancel()
+				return
+			}
+			if err == nil && jsonline.IsBlank(line) {
+				continue
+			}
+			if !p.push(frame{line, err}) {
+				// Logged here: the loop may be in a poll that this cancel ends silently.
+				s.refuse(reg.Caller().Actor(), "frame", "too many frames pipelined")
+				p.mu.Lock()
+				p.frames = append(p.frames, frame{err: errPipelined})
+				p.mu.Unlock()
+				cancel()
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// The reader is blocked in Read until the connection is closed: cancel AND close, then
+	// wait, so the reader is gone before this returns. (The outer defer closes c again,
+	// harmlessly.)
+	defer func() { cancel(); c.Close(); reader.Wait() }()
 	actor := reg.Caller().Actor()
 	for {
-		// Frames a watch read ahead come first; a connection that ended behind them ends here.
-		// Frames queued before a hang-up are still answered (a client may half-close after
-		// its last frame).
-		f, ok, ended := p.pop()
-		if ended {
-			return
-		}
+		f, ok := p.pop()
 		if !ok {
-			line, err := lr.next()
-			if err != nil && !errors.Is(err, jsonline.ErrTooLong) {
-				return // hang-up, idle deadline, shutdown, or replaced
+			select {
+			case <-p.ready:
+				continue
+			case <-ctx.Done():
+				// Frames queued before the hang-up are still answered (a client may half-close
+				// after its last frame); a cut-off client is told why.
+				if f, ok = p.pop(); !ok {
+					return
+				}
 			}
-			f = frame{line, err}
 		}
 		if errors.Is(f.err, errPipelined) {
 			s.srv.Write(c, errorLine("bad_request", fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
@@ -515,7 +447,7 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 			s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 			return
 		}
-		resp, audit, ok := s.frame(ctx, c, reg, f.line, lr, p)
+		resp, audit, ok := s.frame(ctx, c, reg, f.line)
 		if !ok {
 			return
 		}
@@ -530,9 +462,8 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 
 // frame answers one loop frame. ok is false when the connection must end without an answer
 // (a poll interrupted by hang-up or shutdown). audit, when not nil, is the frame's audit line,
-// to be written once the answer is out. A poll that waits reads the connection meanwhile
-// (watch) through lr, keeping frames sent meanwhile in pl.
-func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, line []byte, lr *lineReader, pl *pipeline) (resp []byte, audit func(), ok bool) {
+// to be written once the answer is out.
+func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, line []byte) (resp []byte, audit func(), ok bool) {
 	actor := reg.Caller().Actor()
 	req, quick := quickLoop(line)
 	var derr error
@@ -560,10 +491,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		waited := false
 		if err == nil && p == nil && wait > 0 {
 			waited = true
-			var ok bool
-			if p, ok, err = s.waitPoll(ctx, c, reg, wait, lr, pl); !ok {
-				return nil, nil, false
-			}
+			p, err = s.cfg.Bus.Poll(ctx, reg, wait)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -623,26 +551,6 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		s.refuse(actor, "frame", "unknown action")
 		return errorLine("bad_request", "unknown action: "+req.Action), nil, true
 	}
-}
-
-// waitPoll is a poll that waits for a message, reading the connection meanwhile (watch): a
-// hang-up ends it at once. ok is false when the connection must end without an answer (a
-// hang-up, too many frames sent ahead, shutdown).
-func (s *Server) waitPoll(ctx context.Context, c net.Conn, reg *bus.Registration, wait time.Duration, lr *lineReader, pl *pipeline) (q *bus.Queued, ok bool, err error) {
-	pctx, hangup := context.WithCancel(ctx)
-	defer hangup()
-	w := s.startWatch(lr, pl, hangup, reg.Caller().Actor())
-	q, err = s.cfg.Bus.Poll(pctx, reg, wait)
-	w.end(c)
-	// end left a deadline in the past; the next read waits at most IdleTimeout from now,
-	// which is no later than the poll's own deadline (wait + IdleTimeout from its start).
-	if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
-		return nil, false, nil
-	}
-	if err != nil && pctx.Err() != nil {
-		return nil, false, nil
-	}
-	return q, true, err
 }
 
 func deliverFrame(reg *bus.Registration, p *bus.Queued) deliverResp {

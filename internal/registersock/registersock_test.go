@@ -629,16 +629,16 @@ func TestAckThatIsNotStoredIsAnError(t *testing.T) {
 	}
 }
 
-// TestLineSplitAcrossWaitingPoll: a frame whose first part arrives while a poll waits (read by
-// the poll's watch) and whose rest arrives after the poll answered (read by the loop) is one
-// frame: the watch, stopped when the poll ends, loses nothing of a partly read line. The ack's
-// audit line is written (after its answer).
+// TestLineSplitAcrossWaitingPoll: a frame whose first part arrives while a poll waits and whose
+// rest arrives after the poll answered is one frame: whoever reads the connection during a
+// waiting poll loses nothing of a partly read line. The ack's audit line is written (after its
+// answer).
 func TestLineSplitAcrossWaitingPoll(t *testing.T) {
 	e := newEnv(t, daemontest.Options{})
 	bot, reg := e.Service("", "bot")
 	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60})
 	// Not timing assertions: the pauses only make it likely that the poll waits, and that its
-	// watch has read the first part, before the message arrives. Any interleaving must pass.
+	// first part has been read, before the message arrives. Any interleaving must pass.
 	time.Sleep(50 * time.Millisecond)
 	bot.Write(reg, []byte(`{"action":"ack","mess`))
 	time.Sleep(50 * time.Millisecond)
