@@ -18,23 +18,23 @@ import (
 // anything else (the caller then decodes with encoding/json, which also gives the error).
 // body is valid UTF-8 (checked before).
 func decodeSendFast(body []byte) (req SendRequest, ok bool) {
-	i := skipWS(body, 0)
+	i := jsonline.SkipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return req, false
 	}
-	i = skipWS(body, i+1)
+	i = jsonline.SkipSpace(body, i+1)
 	if i < len(body) && body[i] == '}' {
-		return req, skipWS(body, i+1) == len(body)
+		return req, jsonline.SkipSpace(body, i+1) == len(body)
 	}
 	for {
 		var key, val string
-		if key, i, ok = plainString(body, i); !ok {
+		if key, i, ok = jsonline.PlainStringAt(body, i); !ok {
 			return req, false
 		}
-		if i = skipWS(body, i); i >= len(body) || body[i] != ':' {
+		if i = jsonline.SkipSpace(body, i); i >= len(body) || body[i] != ':' {
 			return req, false
 		}
-		if val, i, ok = plainString(body, skipWS(body, i+1)); !ok {
+		if val, i, ok = jsonline.PlainStringAt(body, jsonline.SkipSpace(body, i+1)); !ok {
 			return req, false
 		}
 		switch key { // a repeated field: the last one counts, as in encoding/json
@@ -49,42 +49,18 @@ func decodeSendFast(body []byte) (req SendRequest, ok bool) {
 		default:
 			return req, false
 		}
-		if i = skipWS(body, i); i >= len(body) {
+		if i = jsonline.SkipSpace(body, i); i >= len(body) {
 			return req, false
 		}
 		switch body[i] {
 		case ',':
-			i = skipWS(body, i+1)
+			i = jsonline.SkipSpace(body, i+1)
 		case '}':
-			return req, skipWS(body, i+1) == len(body)
+			return req, jsonline.SkipSpace(body, i+1) == len(body)
 		default:
 			return req, false
 		}
 	}
-}
-
-// plainString reads the JSON string at body[i] if it needs no unescaping.
-func plainString(body []byte, i int) (s string, next int, ok bool) {
-	if i >= len(body) || body[i] != '"' {
-		return "", i, false
-	}
-	for j := i + 1; j < len(body); j++ {
-		switch c := body[j]; {
-		case c == '"':
-			return string(body[i+1 : j]), j + 1, true
-		case c == '\\' || c < 0x20:
-			return "", j, false
-		}
-	}
-	return "", len(body), false
-}
-
-// skipWS skips JSON's white space (space, tab, CR, LF) from i.
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
-		i++
-	}
-	return i
 }
 
 // encodeDelivery is jsonline.Encode(d): by hand when no string needs escaping.

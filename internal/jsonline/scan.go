@@ -260,3 +260,31 @@ func plainString(raw []byte) (string, bool) {
 	}
 	return string(in), true
 }
+
+// SkipSpace returns the index of the first byte at or after i in b that is not JSON white
+// space (space, tab, CR, LF): for the hand decoders of the hottest frames.
+func SkipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// PlainStringAt reads the JSON string that starts at b[i] if it needs no decoding (no escape,
+// no raw control character), returning it and the index after its closing quote; ok is false
+// for anything else, which the caller leaves to encoding/json. It does not check UTF-8: the
+// callers validate the whole line first.
+func PlainStringAt(b []byte, i int) (s string, next int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return string(b[i+1 : j]), j + 1, true
+		case c == '\\' || c < 0x20:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}

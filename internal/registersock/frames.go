@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/xmsg/xmsg/internal/jsonline"
 )
 
 // The two frames of a consumer's loop, a poll and an ack, are most of register.sock's traffic
@@ -25,31 +27,31 @@ func quickLoop(line []byte) (req loopReq, ok bool) {
 		wait, wait2           = -1, -1
 		seen                  uint8 // fields seen, one bit each
 	)
-	i := skipSpace(line, 0)
+	i := jsonline.SkipSpace(line, 0)
 	if i >= len(line) || line[i] != '{' {
 		return loopReq{}, false
 	}
-	i = skipSpace(line, i+1)
+	i = jsonline.SkipSpace(line, i+1)
 	if i < len(line) && line[i] == '}' {
 		i++
 	} else {
 		for {
-			key, j, ok := plainString(line, i)
+			key, j, ok := jsonline.PlainStringAt(line, i)
 			if !ok {
 				return loopReq{}, false
 			}
-			j = skipSpace(line, j)
+			j = jsonline.SkipSpace(line, j)
 			if j >= len(line) || line[j] != ':' {
 				return loopReq{}, false
 			}
-			j = skipSpace(line, j+1)
+			j = jsonline.SkipSpace(line, j+1)
 			if j >= len(line) {
 				return loopReq{}, false
 			}
 			var str string
 			num, isNum := -1, false
 			if line[j] == '"' {
-				if str, j, ok = plainString(line, j); !ok {
+				if str, j, ok = jsonline.PlainStringAt(line, j); !ok {
 					return loopReq{}, false
 				}
 			} else if num, j, ok = plainUint(line, j); ok {
@@ -79,9 +81,9 @@ func quickLoop(line []byte) (req loopReq, ok bool) {
 				}
 				seen |= bit
 			}
-			j = skipSpace(line, j)
+			j = jsonline.SkipSpace(line, j)
 			if j < len(line) && line[j] == ',' {
-				i = skipSpace(line, j+1)
+				i = jsonline.SkipSpace(line, j+1)
 				continue
 			}
 			if j < len(line) && line[j] == '}' {
@@ -91,7 +93,7 @@ func quickLoop(line []byte) (req loopReq, ok bool) {
 			return loopReq{}, false
 		}
 	}
-	if skipSpace(line, i) != len(line) {
+	if jsonline.SkipSpace(line, i) != len(line) {
 		return loopReq{}, false
 	}
 	req = loopReq{Action: action, Text: text, WaitSecs: defaultWait}
@@ -112,29 +114,6 @@ func quickLoop(line []byte) (req loopReq, ok bool) {
 
 // maxWaitSecs is the longest poll wait in seconds (bus.MaxWait).
 const maxWaitSecs = 60
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// plainString reads a JSON string at b[i] that has no escapes and no control characters.
-func plainString(b []byte, i int) (s string, next int, ok bool) {
-	if i >= len(b) || b[i] != '"' {
-		return "", 0, false
-	}
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return string(b[i+1 : j]), j + 1, true
-		case c == '\\' || c < 0x20:
-			return "", 0, false
-		}
-	}
-	return "", 0, false
-}
 
 // plainUint reads an unsigned JSON integer of at most 9 digits (no sign, fraction, exponent
 // or leading zero) at b[i].
