@@ -34,6 +34,18 @@ func (w *countingWatcher) drain(fn func(int, event, string)) error {
 	return err
 }
 
+// watchedScanner is a Scanner of a new directory whose watcher counts its drains, with the
+// watch already set up by a first lookup (so later drains are the ones a test counts).
+func watchedScanner(t *testing.T) (*countingWatcher, string, *Scanner) {
+	t.Helper()
+	w := withCountingWatcher(t)
+	dir := t.TempDir()
+	s, _ := newScanner(t, dir)
+	t.Cleanup(s.Close)
+	lookup(t, s, "x", 0)
+	return w, dir, s
+}
+
 func withCountingWatcher(t *testing.T) *countingWatcher {
 	t.Helper()
 	real, err := newWatcher()
@@ -145,11 +157,7 @@ func TestWriterAndReadersInterleaved(t *testing.T) {
 // TestConcurrentLookupsShareOneRefresh: requests that queued while the index was locked are
 // served by one refresh, not one each.
 func TestConcurrentLookupsShareOneRefresh(t *testing.T) {
-	w := withCountingWatcher(t)
-	dir := t.TempDir()
-	s, _ := newScanner(t, dir)
-	defer s.Close()
-	lookup(t, s, "x", 0)
+	w, dir, s := watchedScanner(t)
 	writeSession(t, dir, "a.json", "A", "a", true)
 	before := w.drains.Load()
 	const n = 32
@@ -186,11 +194,7 @@ func TestConcurrentLookupsShareOneRefresh(t *testing.T) {
 // under way (after its drain began) is not served by it, but by a refresh of its own: a file
 // written meanwhile may have been missed by the running one.
 func TestRefreshStartedBeforeArrivalDoesNotServe(t *testing.T) {
-	w := withCountingWatcher(t)
-	dir := t.TempDir()
-	s, _ := newScanner(t, dir)
-	defer s.Close()
-	lookup(t, s, "x", 0)
+	w, dir, s := watchedScanner(t)
 	w.hold.Store(true)
 	first := make(chan []Session, 1)
 	go func() {
@@ -223,11 +227,7 @@ func TestRefreshStartedBeforeArrivalDoesNotServe(t *testing.T) {
 // descriptor left to open a changed file) covers no one; each request that waited on it
 // tries again itself, and the file is found once descriptors are back.
 func TestIncompleteRefreshServesNobody(t *testing.T) {
-	w := withCountingWatcher(t)
-	dir := t.TempDir()
-	s, _ := newScanner(t, dir)
-	defer s.Close()
-	lookup(t, s, "x", 0)
+	w, dir, s := watchedScanner(t)
 	writeSession(t, dir, "a.json", "A", "a", true)
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
