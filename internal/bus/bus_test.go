@@ -298,9 +298,9 @@ func TestAsErrorRetryable(t *testing.T) {
 	}
 }
 
-// TestAuditAfter: with AuditAfter a send's audit line is handed over, not written, and is the
+// TestAuditAfter: with After a send's audit line is handed over, not written, and is the
 // line Send would have written (accepted and refused alike). Mutant tried: ignoring
-// AuditAfter (writing at once): red on the first check.
+// After (writing at once): red on the first check.
 func TestAuditAfter(t *testing.T) {
 	b, _ := newBus(t)
 	var logs strings.Builder
@@ -314,7 +314,7 @@ func TestAuditAfter(t *testing.T) {
 		var later []func()
 		s := Send{Ref: ref, Text: "x", FromName: "f", Principal: "p", Actor: "anon:a", Socket: "http"}
 		d, _ := b.Send(context.Background(), Send{Ref: ref, Text: "x", FromName: "f", Principal: "p", Actor: "anon:a", Socket: "http",
-			AuditAfter: func(fn func()) { later = append(later, fn) }})
+			After: func(fn func()) { later = append(later, fn) }})
 		if logs.Len() != 0 || len(later) != 1 {
 			t.Fatalf("%s: %d lines handed over, log %q; want one handed over and none written", ref, len(later), logs.String())
 		}

@@ -35,10 +35,20 @@ type Send struct {
 	// FedPrincipal, when set, is the federation principal of a remote send instead of one
 	// derived from Caller or From: a leaf attributes every send to its configured principal.
 	FedPrincipal *Principal
-	// AuditAfter, when set, takes the audit line instead of Send writing it before it returns:
-	// the HTTP server writes it once the answer is out, off the sender's wait. The line is the
-	// same either way.
-	AuditAfter func(line func())
+	// After, when set, takes the work that can wait until the answer is out instead of Send
+	// doing it before it returns: the audit line, and closing a Claude inbox's connection
+	// (the line is already written). The servers run it once the answer is written, off the
+	// sender's wait. The effects are the same either way.
+	After func(work func())
+}
+
+// after hands work to s.After, or does it now.
+func (s *Send) after(work func()) {
+	if s.After != nil {
+		s.After(work)
+		return
+	}
+	work()
 }
 
 // Delivery is the answer to an accepted send.
@@ -89,12 +99,8 @@ func (k *keyLocks) lock(key string) func() {
 // and fsynced; a refused send changes nothing.
 func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	defer func() {
-		if s.AuditAfter != nil {
-			id, err := d.MessageID, err
-			s.AuditAfter(func() { b.audit(s.Socket, s.Actor, "send", s.Ref, id, err) })
-			return
-		}
-		b.audit(s.Socket, s.Actor, "send", s.Ref, d.MessageID, err)
+		id, err := d.MessageID, err
+		s.after(func() { b.audit(s.Socket, s.Actor, "send", s.Ref, id, err) })
 	}()
 	if s.Text == "" {
 		return d, badRequest("text must not be empty")
@@ -183,7 +189,14 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	// The record is committed BEFORE a Claude inbox sees the message: a session may reply the
 	// instant the line arrives, and its reply must find the message. If the delivery then
 	// fails, a second commit marks the message failed and forgets the key, so a retry with
-	// the same key delivers again.
+	// the same key delivers again. The inbox is connected now, though, and written after the
+	// commit: the session accepts while the daemon waits for the disk, not after. A failed
+	// commit leaves it a connection that carries nothing.
+	var inbox *claude.Inbox
+	if t.Harness == "claude" {
+		inbox = b.dialClaude(t.Claude.MessagingSocketPath)
+		defer func() { s.after(inbox.Close) }()
+	}
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		if pending != nil {
 			if err := slot.enqueue(tx, *pending); err != nil {
@@ -208,7 +221,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	if t.Harness == "claude" {
 		line, err := envelope.ClaudeLine(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
 		if err == nil {
-			err = b.deliverClaude(t.Claude.MessagingSocketPath, line)
+			err = inbox.Write(line)
 		}
 		if err != nil {
 			msg.Outcome = "delivery_failed"
@@ -257,10 +270,18 @@ var errOwnSocket = errors.New("bus: messaging socket is one of the daemon's own 
 // file may name any path, and a delivery the daemon accepts from itself would be reported
 // delivered although no session received it.
 func (b *Bus) deliverClaude(path string, line []byte) error {
+	in := b.dialClaude(path)
+	defer in.Close()
+	return in.Write(line)
+}
+
+// dialClaude starts a delivery to a Claude inbox (claude.Dial), refusing the daemon's own
+// sockets as deliverClaude does.
+func (b *Bus) dialClaude(path string) *claude.Inbox {
 	if b.ownSocket(path) {
-		return errOwnSocket
+		return claude.Failed(errOwnSocket)
 	}
-	return claude.Deliver(path, line, b.cfg.InboxTimeout)
+	return claude.Dial(path, b.cfg.InboxTimeout)
 }
 
 // ownSocket compares the file path names (after symlinks) with the daemon's sockets by

@@ -15,36 +15,87 @@ var ErrInboxTimeout = errors.New("claude: inbox timeout")
 // Deliver writes one line to the inbox socket at path and closes the connection. Any other
 // failure means the inbox is unavailable (HTTP 502). Delivery is at most once: no retries.
 func Deliver(path string, line []byte, timeout time.Duration) error {
-	// The common case (the listener's backlog has room, the line fits the socket buffer)
-	// needs neither the runtime's poller nor a timer: a few plain system calls.
-	if done, err := deliverFast(path, line, timeout); done {
-		return err
-	}
-	return deliverNet(path, line, timeout)
+	in := Dial(path, timeout)
+	defer in.Close()
+	return in.Write(line)
 }
 
-// deliverNet is Deliver through the net package, with the timeout on connect and write.
-func deliverNet(path string, line []byte, timeout time.Duration) error {
-	d := net.Dialer{Timeout: timeout}
-	c, err := d.Dial("unix", path)
-	if err != nil {
-		if isTimeout(err) {
-			return ErrInboxTimeout
-		}
-		return err
+// Inbox is one delivery to a session's inbox: a connection opened before the line exists,
+// written once, closed. Opening it early lets the session's accept run while the daemon
+// waits for its commit instead of after it, and the line still reaches the inbox only once
+// it is written: a connection closed without Write carries nothing.
+type Inbox struct {
+	path    string
+	timeout time.Duration
+	fd      int      // a connection made without waiting, or -1
+	conn    net.Conn // a connection made (or finished) through the poller
+	err     error    // the connect's failure, reported by Write
+}
+
+// Dial starts a delivery to the inbox at path. It never waits: in the common case (room in
+// the listener's backlog) it connects with two system calls; when the connect would block,
+// Write makes it through the poller with the timeout. A failure is kept for Write, so that
+// the caller learns it at the moment it would have written.
+func Dial(path string, timeout time.Duration) *Inbox {
+	in := &Inbox{path: path, timeout: timeout, fd: -1}
+	in.fd, in.err = connectNow(path)
+	return in
+}
+
+// Failed is an Inbox whose delivery fails with err (a path refused before any connect).
+func Failed(err error) *Inbox { return &Inbox{fd: -1, err: err} }
+
+// Write writes line, whole, within the timeout. Call it at most once.
+func (in *Inbox) Write(line []byte) error {
+	if in.err != nil {
+		return in.err
 	}
-	defer c.Close()
-	c.SetWriteDeadline(time.Now().Add(timeout))
-	if _, err := c.Write(line); err != nil {
-		if isTimeout(err) {
-			return ErrInboxTimeout
+	if in.fd >= 0 {
+		rest, err := writeNow(in.fd, line)
+		if err != nil || len(rest) == 0 {
+			return err
 		}
-		return err
+		// The socket buffer is full: the rest goes through the poller, on the same connection,
+		// so the inbox sees exactly one connection and one line either way.
+		in.conn, err = adopt(in.fd)
+		in.fd = -1 // adopt closed it, whether or not it made a conn
+		if err != nil {
+			return err
+		}
+		line = rest
+	}
+	if in.conn == nil {
+		d := net.Dialer{Timeout: in.timeout}
+		c, err := d.Dial("unix", in.path)
+		if err != nil {
+			return timeoutOr(err)
+		}
+		in.conn = c
+	}
+	in.conn.SetWriteDeadline(time.Now().Add(in.timeout))
+	if _, err := in.conn.Write(line); err != nil {
+		return timeoutOr(err)
 	}
 	return nil
 }
 
-func isTimeout(err error) bool {
+// Close ends the delivery; a connection that was never written carries nothing. Safe to call
+// more than once, and on an Inbox that never connected.
+func (in *Inbox) Close() {
+	if in.fd >= 0 {
+		closeNow(in.fd)
+		in.fd = -1
+	}
+	if in.conn != nil {
+		in.conn.Close()
+		in.conn = nil
+	}
+}
+
+func timeoutOr(err error) error {
 	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	if errors.As(err, &ne) && ne.Timeout() {
+		return ErrInboxTimeout
+	}
+	return err
 }

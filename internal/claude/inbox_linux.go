@@ -6,29 +6,31 @@ import (
 	"errors"
 	"net"
 	"os"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// deliverFast connects and writes with non-blocking system calls: in the common case (room
-// in the listener's backlog and in the socket buffer) that is four system calls, without the
-// runtime's poller or a timer. done is false only when the connect would block, before any
-// connection exists; then the caller delivers through the net package, which waits with a
-// timeout. A write that would block is finished through the poller, with the timeout, on the
-// same connection: the inbox sees exactly one connection and one line either way.
-func deliverFast(path string, line []byte, timeout time.Duration) (done bool, err error) {
+// connectNow connects to the Unix socket at path with non-blocking system calls, without the
+// runtime's poller or a timer. It returns fd -1 and no error when the connect would block (or
+// no socket could be made): no connection exists then, and Write makes one through the poller.
+func connectNow(path string) (int, error) {
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return false, nil
+		return -1, nil
 	}
 	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
 		unix.Close(fd)
 		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINPROGRESS) || errors.Is(err, unix.EINTR) {
-			return false, nil
+			return -1, nil
 		}
-		return true, err
+		return -1, err
 	}
+	return fd, nil
+}
+
+// writeNow writes as much of line as the socket buffer takes without blocking and returns
+// the rest (empty: all written).
+func writeNow(fd int, line []byte) ([]byte, error) {
 	for len(line) > 0 {
 		n, err := unix.Write(fd, line)
 		if n > 0 {
@@ -36,33 +38,21 @@ func deliverFast(path string, line []byte, timeout time.Duration) (done bool, er
 		}
 		switch {
 		case err == nil || errors.Is(err, unix.EINTR):
-			continue
 		case errors.Is(err, unix.EAGAIN):
-			return true, finishWrite(fd, line, timeout)
+			return line, nil
 		default:
-			unix.Close(fd)
-			return true, err
+			return nil, err
 		}
 	}
-	unix.Close(fd)
-	return true, nil
+	return nil, nil
 }
 
-// finishWrite writes the rest of line on fd through the poller, within timeout, and closes fd.
-func finishWrite(fd int, line []byte, timeout time.Duration) error {
+// adopt hands fd to the poller as a net.Conn; fd itself is closed (the conn holds a dup).
+func adopt(fd int) (net.Conn, error) {
 	f := os.NewFile(uintptr(fd), "inbox")
-	c, err := net.FileConn(f) // dups fd
+	c, err := net.FileConn(f)
 	f.Close()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetWriteDeadline(time.Now().Add(timeout))
-	if _, err := c.Write(line); err != nil {
-		if isTimeout(err) {
-			return ErrInboxTimeout
-		}
-		return err
-	}
-	return nil
+	return c, err
 }
+
+func closeNow(fd int) { unix.Close(fd) }

@@ -294,7 +294,7 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 		d, err := h.cfg.Bus.Send(hangupContext(w, r), bus.Send{
 			Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from, Principal: l.Principal,
 			Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: l.Principal, FedPrincipal: &l.Fed, From: l.Fed.From,
-			AuditAfter: afterAnswer(w),
+			After: afterAnswer(w),
 		})
 		if err != nil {
 			writeError(w, err)
@@ -318,7 +318,7 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 	d, err := h.cfg.Bus.Send(ctx, bus.Send{
 		Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from,
 		Principal: "http:" + from, Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: "anon:" + clean, From: clean,
-		AuditAfter: afterAnswer(w),
+		After: afterAnswer(w),
 	})
 	if err != nil {
 		writeError(w, err)
