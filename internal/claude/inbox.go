@@ -39,6 +39,9 @@ type Inbox struct {
 func Dial(path string, timeout time.Duration) *Inbox {
 	in := &Inbox{path: path, timeout: timeout, fd: -1}
 	in.fd, in.err = connectNow(path)
+	if in.err == errWouldBlock {
+		in.err = nil
+	}
 	return in
 }
 
@@ -65,8 +68,7 @@ func (in *Inbox) Write(line []byte) error {
 		line = rest
 	}
 	if in.conn == nil {
-		d := net.Dialer{Timeout: in.timeout}
-		c, err := d.Dial("unix", in.path)
+		c, err := dialWait(in.path, in.timeout)
 		if err != nil {
 			return timeoutOr(err)
 		}
@@ -92,7 +94,13 @@ func (in *Inbox) Close() {
 	}
 }
 
+// errWouldBlock: the listener's backlog is full; the connect has to wait for room.
+var errWouldBlock = errors.New("claude: inbox connect would block")
+
 func timeoutOr(err error) error {
+	if err == errWouldBlock {
+		return ErrInboxTimeout
+	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return ErrInboxTimeout
