@@ -170,6 +170,8 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 		return
 	}
+	var later []func()
+	after := func(fn func()) { later = append(later, fn) }
 	for {
 		line, err := jsonline.ReadLine(r, s.cfg.MaxLine)
 		if errors.Is(err, jsonline.ErrTooLong) {
@@ -204,8 +206,16 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 			s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 			return
 		}
-		resp, keep := s.frame(c, cred, actor, peer, &att, line)
-		if !s.srv.Write(c, resp) || last || !keep || !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
+		resp, keep := s.frame(c, cred, actor, peer, &att, line, after)
+		wrote := s.srv.Write(c, resp)
+		// The work the frame handed over (bus.Send.After) is done once the answer is out, off
+		// the client's wait, whether or not it could be written.
+		for i, fn := range later {
+			fn()
+			later[i] = nil
+		}
+		later = later[:0]
+		if !wrote || last || !keep || !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 			return
 		}
 	}
@@ -291,8 +301,9 @@ func encode(v any) []byte {
 //
 // The caller is attested once per connection (the ancestor walk) and, before each later
 // frame, only re-checked: the peer's start time (serveConn), the ancestor's start time and
-// its session (bus.Recheck). When that fails, the ancestry is walked again.
-func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peercred.Guard, att **bus.Attested, line []byte) (resp []byte, keep bool) {
+// its session (bus.Recheck). When that fails, the ancestry is walked again. after takes the
+// work that can wait until the answer is written (bus.Send.After).
+func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peercred.Guard, att **bus.Attested, line []byte, after func(func())) (resp []byte, keep bool) {
 	req, err := decodeRequest(line)
 	if err != nil {
 		s.refuse(actor, "frame", "bad_request", "invalid json")
@@ -353,7 +364,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	}
 	switch req.Action {
 	case "send":
-		return s.send(caller, req), true
+		return s.send(caller, req, after), true
 	case "poll", "ack":
 		return s.queue(caller, req), true
 	}
@@ -370,7 +381,7 @@ type sendResp struct {
 	Delivery bus.Delivery `json:"delivery"`
 }
 
-func (s *Server) send(caller bus.Caller, req request) []byte {
+func (s *Server) send(caller bus.Caller, req request, after func(func())) []byte {
 	ref, text := req.Ref, req.Text
 	if ref == "" || text == "" {
 		s.refuse(caller.Actor(), "send", "bad_request", "ref and text are required")
@@ -391,6 +402,7 @@ func (s *Server) send(caller bus.Caller, req request) []byte {
 		Key:         req.Key,
 		Socket:      "agent",
 		Actor:       caller.Actor(),
+		After:       after,
 	})
 	if err != nil {
 		e := sendError(err, ref)
