@@ -17,7 +17,9 @@ const benchUsage = `usage: xmsg bench [flags]
 Measures xmsg end to end: by default it starts a daemon of its own on temporary paths (in its
 own process), real child processes as Claude sessions and services, and clients on the real
 sockets. Every latency comes with the same run's fsync and bbolt-commit baselines and the
-ratio to them. A progress line is kept on stderr; the result goes to stdout.
+ratio to them; a latency path's baselines are taken between its own sends (in ten slices),
+since the disk's latency drifts within a run. A progress line is kept on stderr; the result
+goes to stdout.
 
 With --sock it measures a running daemon instead: the Claude paths need --sessions-dir (that
 daemon's session directory; the fake sessions remove their files when they end), the service

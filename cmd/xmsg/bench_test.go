@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -32,9 +33,12 @@ func TestBenchSmoke(t *testing.T) {
 			FsyncP50  float64 `json:"fsync_p50_us"`
 			CommitP50 float64 `json:"commit_p50_us"`
 			Figures   []struct {
-				Path   string  `json:"path"`
-				N      int     `json:"n"`
-				PerSec float64 `json:"per_sec"`
+				Path      string  `json:"path"`
+				N         int     `json:"n"`
+				PerSec    float64 `json:"per_sec"`
+				P50       float64 `json:"p50_us"`
+				XCommit   float64 `json:"x_commit"`
+				CommitP50 float64 `json:"commit_p50_us"`
 			} `json:"figures"`
 			Growth []struct {
 				Ratio float64 `json:"ratio"`
@@ -56,6 +60,10 @@ func TestBenchSmoke(t *testing.T) {
 		paths[f.Path] = true
 		if f.N <= 0 || f.PerSec <= 0 {
 			t.Errorf("figure %q empty: %+v", f.Path, f)
+		}
+		// A latency path's ratio is to the commits taken between its own sends.
+		if f.P50 > 0 && (f.CommitP50 <= 0 || math.Abs(f.XCommit-f.P50/f.CommitP50) > 1e-9) {
+			t.Errorf("figure %q: x commit %v, want p50 %v / its own commit p50 %v", f.Path, f.XCommit, f.P50, f.CommitP50)
 		}
 	}
 	for _, want := range []string{"1 client -> claude (http)", "1 client -> claude (agent.sock)", "2 clients -> claude (http)",

@@ -2,7 +2,10 @@
 // their servers: a daemon in its own process (started on temporary paths, or one already
 // running), real child processes as Claude sessions and services, clients on the real
 // sockets, and with every figure the same run's baselines (one fsync, one bbolt commit) and
-// the ratio to them, since absolute numbers depend on the machine and its load.
+// the ratio to them, since absolute numbers depend on the machine and its load. A latency
+// path's baselines are taken between slices of its own sends: on a shared machine the disk's
+// latency drifts by a third within one run, and a ratio to a baseline taken a minute earlier
+// measured that drift as much as the path.
 package bench
 
 import (
@@ -67,10 +70,15 @@ type Figure struct {
 	P99us   float64 `json:"p99_us,omitempty"`
 	PerSec  float64 `json:"per_sec"`
 	CPUus   float64 `json:"daemon_cpu_us_per_op,omitempty"` // daemon CPU per op (own daemon only)
-	XCommit float64 `json:"x_commit,omitempty"`             // p50 / commit p50
-	XFsync  float64 `json:"x_fsync,omitempty"`              // p50 / fsync p50
-	Refused int     `json:"refused,omitempty"`              // 503s (full queues), retried
-	Note    string  `json:"note,omitempty"`
+	XCommit float64 `json:"x_commit,omitempty"`             // p50 / commit p50 (CommitP50us when set, else the run's)
+	XFsync  float64 `json:"x_fsync,omitempty"`              // p50 / fsync p50 (likewise)
+	// CommitP50us and FsyncP50us are the baselines measured between a latency path's own
+	// sends, so that its ratios compare it with the disk as it was while it ran: the disk's
+	// latency drifts by a third within a run on a shared machine.
+	CommitP50us float64 `json:"commit_p50_us,omitempty"`
+	FsyncP50us  float64 `json:"fsync_p50_us,omitempty"`
+	Refused     int     `json:"refused,omitempty"` // 503s (full queues), retried
+	Note        string  `json:"note,omitempty"`
 }
 
 // Run is one pass over every path.
@@ -117,6 +125,7 @@ type env struct {
 	echo     string // socket of the echo child (the process round-trip baseline)
 	prog     *progress
 	text     string
+	base     *baseline // this run's, open while it runs
 
 	// stopOnce makes stop safe to call from the interrupt and from RunBench's defer; mu
 	// guards daemon and children, which the interrupt may stop while they are being started.
@@ -415,6 +424,12 @@ func (e *env) startChildren() error {
 // run is one pass: baselines, then every path.
 func (e *env) run() (*Run, error) {
 	r := &Run{}
+	base, err := e.openBaseline()
+	if err != nil {
+		return nil, err
+	}
+	defer base.close()
+	e.base = base
 	fsync1, commit1, err := e.baselines(e.o.Count / 2)
 	if err != nil {
 		return nil, err
@@ -506,62 +521,153 @@ func (e *env) run() (*Run, error) {
 	r.CommitP50us = percentile(append(commit1, commit2...), 50)
 	for i := range r.Figures {
 		f := &r.Figures[i]
-		if f.P50us > 0 {
-			f.XCommit, f.XFsync = f.P50us/r.CommitP50us, f.P50us/r.FsyncP50us
+		if f.P50us == 0 {
+			continue
 		}
+		commit, fsync := r.CommitP50us, r.FsyncP50us
+		if f.CommitP50us > 0 {
+			commit, fsync = f.CommitP50us, f.FsyncP50us
+		}
+		f.XCommit, f.XFsync = f.P50us/commit, f.P50us/fsync
 	}
 	return r, nil
 }
 
-// baselines measures n fsyncs of a 200-byte write and n bbolt commits of one put, on the
-// same filesystem as the daemon's database.
-func (e *env) baselines(n int) (fsync, commit []float64, err error) {
-	n = max(n, 1)
-	e.prog.set("baselines", n*2)
+// baseline is the run's reference, measured in this process on the daemon's filesystem:
+// fsyncs of a 200-byte append, and bbolt commits of one put.
+type baseline struct {
+	e    *env
+	f    *os.File
+	db   *bolt.DB
+	buf  []byte
+	puts int
+}
+
+func (e *env) openBaseline() (*baseline, error) {
 	f, err := os.Create(filepath.Join(e.dir, "fsync.bin"))
 	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	buf := make([]byte, e.o.Size)
-	for range n {
-		if e.interrupted.Load() { // the baselines use no process an interrupt could stop
-			return nil, nil, ErrInterrupted
-		}
-		t0 := time.Now()
-		if _, err := f.Write(buf); err != nil {
-			return nil, nil, err
-		}
-		if err := f.Sync(); err != nil {
-			return nil, nil, err
-		}
-		fsync = append(fsync, us(time.Since(t0)))
-		e.prog.tick(1)
+		return nil, err
 	}
 	db, err := bolt.Open(filepath.Join(e.dir, "baseline.db"), 0o600, &bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
-		return nil, nil, err
+		f.Close()
+		return nil, err
 	}
-	defer db.Close()
-	for i := range n {
-		if e.interrupted.Load() {
+	return &baseline{e: e, f: f, db: db, buf: make([]byte, e.o.Size)}, nil
+}
+
+func (b *baseline) close() {
+	b.f.Close()
+	b.db.Close()
+}
+
+// measure takes n fsyncs and n commits.
+func (b *baseline) measure(n int) (fsync, commit []float64, err error) {
+	for range max(n, 1) {
+		if b.e.interrupted.Load() { // the baselines use no process an interrupt could stop
 			return nil, nil, ErrInterrupted
 		}
 		t0 := time.Now()
-		err := db.Update(func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucketIfNotExists([]byte("b"))
+		if _, err := b.f.Write(b.buf); err != nil {
+			return nil, nil, err
+		}
+		if err := b.f.Sync(); err != nil {
+			return nil, nil, err
+		}
+		fsync = append(fsync, us(time.Since(t0)))
+		b.e.prog.tick(1)
+	}
+	for range max(n, 1) {
+		if b.e.interrupted.Load() {
+			return nil, nil, ErrInterrupted
+		}
+		b.puts++
+		t0 := time.Now()
+		err := b.db.Update(func(tx *bolt.Tx) error {
+			bk, err := tx.CreateBucketIfNotExists([]byte("b"))
 			if err != nil {
 				return err
 			}
-			return b.Put([]byte(uuid.NewString()+strconv.Itoa(i)), buf)
+			return bk.Put([]byte(uuid.NewString()+strconv.Itoa(b.puts)), b.buf)
 		})
 		if err != nil {
 			return nil, nil, err
 		}
 		commit = append(commit, us(time.Since(t0)))
-		e.prog.tick(1)
+		b.e.prog.tick(1)
 	}
 	return fsync, commit, nil
+}
+
+// baselines is the run's own pass of n fsyncs and n commits (at its start and its end).
+func (e *env) baselines(n int) (fsync, commit []float64, err error) {
+	e.prog.set("baselines", max(n, 1)*2)
+	return e.base.measure(n)
+}
+
+// interleaved is a latency path's measurement: its sends, in slices, with the baseline taken
+// between them (a quarter as many fsyncs and commits as sends). The path's wall time and
+// daemon CPU count the slices only.
+type interleaved struct {
+	lat, fsync, commit []float64
+	wall               time.Duration
+	cpu                float64 // µs, or -1 when the daemon is not ours
+	n                  int
+}
+
+// slices is how many pieces a latency path is cut into for its baselines.
+const slices = 10
+
+// interleave runs do over n sends in slices, measuring the baseline after each.
+func (e *env) interleave(n int, do func(n int) ([]float64, error)) (interleaved, error) {
+	var m interleaved
+	m.cpu = 0
+	for i := range slices {
+		k := n/slices + btoi(i < n%slices)
+		if k == 0 {
+			continue
+		}
+		cpu0 := e.cpu()
+		t0 := time.Now()
+		lat, err := do(k)
+		m.wall += time.Since(t0)
+		if err != nil {
+			return m, err
+		}
+		if cpu1 := e.cpu(); cpu0 < 0 || cpu1 < 0 || m.cpu < 0 {
+			m.cpu = -1
+		} else {
+			m.cpu += cpu1 - cpu0
+		}
+		m.lat = append(m.lat, lat...)
+		m.n += k
+		fs, cs, err := e.base.measure(max(k/4, 1))
+		if err != nil {
+			return m, err
+		}
+		m.fsync, m.commit = append(m.fsync, fs...), append(m.commit, cs...)
+	}
+	return m, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// latencyFigure is a latency path's figure, with the baselines taken between its sends.
+func (e *env) latencyFigure(name string, m interleaved) Figure {
+	f := Figure{Path: name, N: m.n, PerSec: float64(m.n) / m.wall.Seconds()}
+	if len(m.lat) > 0 {
+		f.P50us, f.P99us = percentile(m.lat, 50), percentile(m.lat, 99)
+	}
+	if m.cpu >= 0 && m.n > 0 {
+		f.CPUus = m.cpu / float64(m.n)
+	}
+	f.CommitP50us, f.FsyncP50us = percentile(m.commit, 50), percentile(m.fsync, 50)
+	return f
 }
 
 func (e *env) body() []byte {
@@ -577,7 +683,7 @@ func (e *env) latency(name, path string) (Figure, error) {
 	defer c.close()
 	body := e.body()
 	warm := max(e.o.Count/10, 1)
-	e.prog.set(name, e.o.Count+warm)
+	e.prog.set(name, e.o.Count+warm+2*max(e.o.Count/4, slices))
 	refused := 0
 	// send is one accepted send and its latency; a 503 (a service's full queue: its consumer
 	// fell behind for a moment) is retried after a pause, as a real client would, and counted
@@ -603,18 +709,22 @@ func (e *env) latency(name, path string) (Figure, error) {
 		}
 		e.prog.tick(1)
 	}
-	cpu0 := e.cpu()
-	lat := make([]float64, 0, e.o.Count)
-	t0 := time.Now()
-	for range e.o.Count {
-		d, err := send()
-		if err != nil {
-			return Figure{}, err
+	m, err := e.interleave(e.o.Count, func(n int) ([]float64, error) {
+		lat := make([]float64, 0, n)
+		for range n {
+			d, err := send()
+			if err != nil {
+				return nil, err
+			}
+			lat = append(lat, d)
+			e.prog.tick(1)
 		}
-		lat = append(lat, d)
-		e.prog.tick(1)
+		return lat, nil
+	})
+	if err != nil {
+		return Figure{}, err
 	}
-	f := e.figure(name, lat, time.Since(t0), cpu0, e.o.Count)
+	f := e.latencyFigure(name, m)
 	f.Refused = refused
 	return f, nil
 }
@@ -646,22 +756,25 @@ func (e *env) agentLatency() (Figure, error) {
 	if _, err := e.sender.cmdLine("agent %s %s %d %d", e.agent, e.target.id, warm, e.o.Size); err != nil {
 		return Figure{}, err
 	}
-	cpu0 := e.cpu()
-	t0 := time.Now()
-	line, err := e.sender.cmdLine("agent %s %s %d %d", e.agent, e.target.id, e.o.Count, e.o.Size)
-	wall := time.Since(t0)
+	m, err := e.interleave(e.o.Count, func(n int) ([]float64, error) {
+		line, err := e.sender.cmdLine("agent %s %s %d %d", e.agent, e.target.id, n, e.o.Size)
+		if err != nil {
+			return nil, err
+		}
+		var ns []int64
+		if err := json.Unmarshal([]byte(line), &ns); err != nil || len(ns) != n {
+			return nil, fmt.Errorf("bench: agent sender: %s", line)
+		}
+		lat := make([]float64, len(ns))
+		for i, v := range ns {
+			lat[i] = float64(v) / 1e3
+		}
+		return lat, nil
+	})
 	if err != nil {
 		return Figure{}, err
 	}
-	var ns []int64
-	if err := json.Unmarshal([]byte(line), &ns); err != nil {
-		return Figure{}, fmt.Errorf("bench: agent sender: %s", line)
-	}
-	lat := make([]float64, len(ns))
-	for i, v := range ns {
-		lat[i] = float64(v) / 1e3
-	}
-	return e.figure(name, lat, wall, cpu0, len(ns)), nil
+	return e.latencyFigure(name, m), nil
 }
 
 // concurrent runs total sends from clients connections, each client sending to
