@@ -418,16 +418,26 @@ func (b *Bus) Identify(pid int) (Caller, error) {
 
 // identify is Identify that also returns the ancestor the caller was attributed to.
 func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, peercred.Stat, error) {
+	c, chain, err := b.identifyChain(pid, meta)
+	if err != nil {
+		return c, peercred.Stat{}, err
+	}
+	return c, chain[len(chain)-1], nil
+}
+
+// identifyChain is identify, returning the ancestry from pid up to and including the
+// process the caller was attributed to.
+func (b *Bus) identifyChain(pid int, meta json.RawMessage) (Caller, []peercred.Stat, error) {
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
 	if err != nil && OutOfResources(err) {
-		return Caller{}, peercred.Stat{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "process ancestry unreadable for lack of resources; retry later")
+		return Caller{}, nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "process ancestry unreadable for lack of resources; retry later")
 	}
 	if err == nil {
 		regs := b.registrations()
-		for _, st := range chain {
+		for i, st := range chain {
 			sessions, incomplete := b.cfg.Claude.ByPID(st.PID)
 			if incomplete != nil {
-				return Caller{}, peercred.Stat{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "session directory unreadable for lack of resources; retry later")
+				return Caller{}, nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "session directory unreadable for lack of resources; retry later")
 			}
 			for _, s := range sessions {
 				// The chain entry's own start time must match too: Live was read at scan
@@ -437,7 +447,7 @@ func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, peercred.Stat, er
 					if s.Name != nil && *s.Name != "" {
 						name = *s.Name
 					}
-					return Caller{Harness: "claude", SessionID: s.ID, Name: name, path: s.Path}, st, nil
+					return Caller{Harness: "claude", SessionID: s.ID, Name: name, path: s.Path}, chain[:i+1], nil
 				}
 			}
 			for _, r := range regs {
@@ -448,18 +458,18 @@ func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, peercred.Stat, er
 				if r.Harness != "codex" && r.PID == st.PID && r.Start == st.StartTime && (r.agy == nil || b.regAlive(r)) {
 					c := r.Caller()
 					c.reg = r
-					return c, st, nil
+					return c, chain[:i+1], nil
 				}
 			}
 			if b.cfg.Codex.IsCodex(st.PID) {
 				// Not remembered (no reg, no path): the thread is decided per call by _meta,
 				// so Recheck always says no and every frame is attested again.
 				c, err := b.codexCaller(st, meta)
-				return c, st, err
+				return c, chain[:i+1], err
 			}
 		}
 	}
-	return Caller{}, peercred.Stat{}, errorf(http.StatusForbidden, "not_recipient", "peer PID %d does not descend from an active agent session", pid)
+	return Caller{}, nil, errorf(http.StatusForbidden, "not_recipient", "peer PID %d does not descend from an active agent session", pid)
 }
 
 // Attested is a connection's attested caller, made once by Attest and checked again cheaply
@@ -468,20 +478,27 @@ type Attested struct {
 	Caller Caller
 	pid    int    // the ancestor the caller was attributed to
 	start  string // its start time
+	// closer are the processes between the caller and that ancestor (the caller included):
+	// none was a session at the walk, and Recheck says no once one is.
+	closer []peercred.Stat
 }
 
 // Attest walks pid's ancestry once (IdentifyMeta) and remembers whom it found.
 func (b *Bus) Attest(pid int, meta json.RawMessage) (Attested, error) {
-	c, st, err := b.identify(pid, meta)
+	c, chain, err := b.identifyChain(pid, meta)
 	if err != nil {
 		return Attested{}, err
 	}
-	return Attested{Caller: c, pid: st.PID, start: st.StartTime}, nil
+	st := chain[len(chain)-1]
+	return Attested{Caller: c, pid: st.PID, start: st.StartTime, closer: chain[:len(chain)-1]}, nil
 }
 
 // Recheck reports whether a's session is still the one it was: the ancestor still runs with
-// the same start time, and its session file (or registration) is still there with the same
-// id. It costs an index lookup and a pidfd poll (or one /proc read), not an ancestor walk.
+// the same start time, its session file (or registration) is still there with the same id,
+// and no process closer to the caller has become a session since (a session file or a
+// registration of its own: a walk would now stop there). It costs index lookups and a pidfd
+// poll (or one /proc read), not an ancestor walk. (A closer process that becomes a trusted
+// Codex binary by exec is not noticed: that takes a walk.)
 // The connection's own process is the caller's to check (agentsock does, before every
 // frame); when Recheck says no, the caller attests again (and gets the walk's full answer,
 // including a refusal for lack of resources). A Codex caller is never remembered: its
@@ -491,15 +508,41 @@ func (b *Bus) Recheck(a Attested) bool {
 	switch {
 	case c.reg != nil:
 		b.mu.Lock()
-		same := b.regs[c.reg.SessionID] == c.reg
+		same := b.regs[c.reg.SessionID] == c.reg && !b.registeredLocked(a.closer)
 		b.mu.Unlock()
-		return same && b.regAlive(c.reg)
+		if !same || !b.regAlive(c.reg) {
+			return false
+		}
+		if b.cfg.Claude == nil {
+			return true
+		}
+		claimed, err := b.cfg.Claude.Claims(a.closer)
+		return err == nil && !claimed
 	case c.path != "":
 		// The attested file still names this process (same start time) under the same
 		// address, and the process lives: the Scanner's shared refresh and the entry's
 		// pidfd say so, without a walk or a /proc read.
-		still, err := b.cfg.Claude.Still(c.path, c.SessionID, a.pid, a.start)
+		b.mu.Lock()
+		registered := b.registeredLocked(a.closer)
+		b.mu.Unlock()
+		if registered {
+			return false
+		}
+		still, err := b.cfg.Claude.Still(c.path, c.SessionID, a.pid, a.start, a.closer)
 		return err == nil && still
+	}
+	return false
+}
+
+// registeredLocked reports whether one of procs (by pid and start time) holds a registration
+// a walk would attribute it to. The caller holds b.mu.
+func (b *Bus) registeredLocked(procs []peercred.Stat) bool {
+	for _, st := range procs {
+		for _, r := range b.regs {
+			if r.Harness != "codex" && r.PID == st.PID && r.Start == st.StartTime {
+				return true
+			}
+		}
 	}
 	return false
 }

@@ -259,8 +259,11 @@ func (s *Scanner) ByPID(pid int) ([]Session, error) {
 // alive. It is for a caller attributed to that file once (agent.sock's attestation): the
 // same freshness as Lookup, liveness by the entry's pidfd where it has one (no /proc read),
 // and only the files sharing its session id are looked at (they decide its fork claim).
-// The error is as for ScanErr; then the answer is false.
-func (s *Scanner) Still(path, id string, pid int, start string) (bool, error) {
+// closer are the caller's processes between itself and pid (itself included): if one of them
+// has a session file now, the answer is false, since a walk would stop there (the closest
+// ancestor with a session is the caller's session). The error is as for ScanErr; then the
+// answer is false.
+func (s *Scanner) Still(path, id string, pid int, start string, closer []peercred.Stat) (bool, error) {
 	t := s.arrive()
 	s.mu.Lock()
 	if err := s.freshen(t); err != nil {
@@ -268,7 +271,7 @@ func (s *Scanner) Still(path, id string, pid int, start string) (bool, error) {
 		return false, err
 	}
 	e := s.idx.byPath[path]
-	if e == nil || e.file.PID != pid || start == "" || e.start != start {
+	if e == nil || e.file.PID != pid || start == "" || e.start != start || s.claimedLocked(closer) {
 		s.mu.Unlock()
 		return false, nil
 	}
@@ -285,6 +288,34 @@ func (s *Scanner) Still(path, id string, pid int, start string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// Claims reports whether one of procs (by pid and start time) has a session file now, with
+// the same freshness as Lookup. It is conservative: a file that a walk would then find not
+// live (a fork's, say) still counts, and the caller walks to find out.
+func (s *Scanner) Claims(procs []peercred.Stat) (bool, error) {
+	if len(procs) == 0 {
+		return false, nil
+	}
+	t := s.arrive()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.freshen(t); err != nil {
+		return false, err
+	}
+	return s.claimedLocked(procs), nil
+}
+
+// claimedLocked is Claims on an index the caller holds mu for and has freshened.
+func (s *Scanner) claimedLocked(procs []peercred.Stat) bool {
+	for _, st := range procs {
+		for e := range s.idx.byPID[st.PID] {
+			if st.StartTime != "" && e.start == st.StartTime {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ByID returns the live session whose address is exactly id.

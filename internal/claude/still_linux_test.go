@@ -41,7 +41,7 @@ func TestStill(t *testing.T) {
 	}
 	still := func(path, id string, start string) bool {
 		t.Helper()
-		ok, err := s.Still(path, id, pid, start)
+		ok, err := s.Still(path, id, pid, start, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func TestStillUsesThePidfd(t *testing.T) {
 	s.Proc = peercred.Proc{Root: proc}
 	done := make(chan bool, 1)
 	go func() {
-		ok, _ := s.Still(found[0].Path, "A", os.Getpid(), found[0].Start())
+		ok, _ := s.Still(found[0].Path, "A", os.Getpid(), found[0].Start(), nil)
 		if again, _ := s.Lookup("A", 0); len(again) != 1 || !again[0].Live {
 			ok = false
 		}
