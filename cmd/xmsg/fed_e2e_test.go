@@ -416,10 +416,12 @@ func TestFederationMessagesAndReplies(t *testing.T) {
 	if status, m, _ := a.http("POST", "/v1/sessions/x@nobody/messages", `{"from":"c","text":"t"}`); status != 400 || m["error"] != "unknown_peer" {
 		t.Errorf("unknown peer: %d %v", status, m)
 	}
-	// doctor names the listener, the peer, its trust and its last handshakes.
+	// doctor names the listener, the peer, its trust and its last handshakes, and (under
+	// Landlock, as a daemon runs) that the session dirs are watched and liveness is by pidfd.
 	_, doc, _ := a.http("GET", "/v1/doctor", "")
 	lines := fmt.Sprint(doc["lines"])
-	for _, want := range []string{"federation listener: 192.0.2.1:7443", "federation peer b: address 192.0.2.2:7443, pin " + b.cert.Pin, "allow list,reply,send", "last outbound handshake: ok", "federation reload: every 1s"} {
+	for _, want := range []string{"federation listener: 192.0.2.1:7443", "federation peer b: address 192.0.2.2:7443, pin " + b.cert.Pin, "allow list,reply,send", "last outbound handshake: ok", "federation reload: every 1s",
+		"session dirs: watched by inotify", "process liveness: pidfd"} {
 		if !strings.Contains(lines, want) {
 			t.Errorf("doctor lacks %q:\n%s", want, lines)
 		}

@@ -323,7 +323,7 @@ func (d *instance) serve(ctx context.Context) error {
 	uid := uint32(os.Geteuid())
 	sessions := &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: d.log}
 	defer sessions.Close()
-	reportWatchFallbacks(sessions, proc, d.log)
+	d.facts.Pidfd = reportWatchFallbacks(sessions, proc, d.log)
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
 		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log, Fed: d.fed.bus(),
@@ -332,7 +332,11 @@ func (d *instance) serve(ctx context.Context) error {
 		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks),
 	})
 	defer b.Close()
-	doctorLines := func() []string { return append(d.facts.Lines(), d.fed.doctor()...) }
+	doctorLines := func() []string {
+		f := d.facts
+		f.SessionWatch = sessions.WatchReport() // as of now: a watch can fail, a directory be recreated
+		return append(f.Lines(), d.fed.doctor()...)
+	}
 	// Cancelled when the stop begins, so HTTP long-polls answer at once instead of holding
 	// the drain until its deadline.
 	httpCtx, stopHTTP := context.WithCancel(context.Background())

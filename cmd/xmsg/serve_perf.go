@@ -7,25 +7,22 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/doctor"
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
 // reportWatchFallbacks says at startup, rather than at the first request, when the session
 // directories cannot be watched (every request then rescans them) or pidfds are unavailable
 // (liveness is then read from /proc each time): the first look at the directories sets up
-// the watch and logs a failure, and a pidfd of this process is tried once.
-func reportWatchFallbacks(sessions *claude.Scanner, proc peercred.Proc, log *slog.Logger) {
+// the watch and logs a failure, and a pidfd of this process is tried once. It returns the
+// pidfd's answer for xmsg doctor (doctor.Facts.Pidfd).
+func reportWatchFallbacks(sessions *claude.Scanner, proc peercred.Proc, log *slog.Logger) (pidfd string) {
 	sessions.Problems()
-	start, err := proc.StartTime(os.Getpid())
-	if err == nil {
-		var pf *peercred.Pidfd
-		if pf, err = proc.OpenPidfd(os.Getpid(), start); err == nil {
-			pf.Close()
-		}
+	pidfd = doctor.PidfdProbe(proc)
+	if pidfd != "yes" {
+		log.Warn("pidfds unavailable; process liveness is read from /proc on every check", "err", pidfd)
 	}
-	if err != nil {
-		log.Warn("pidfds unavailable; process liveness is read from /proc on every check", "err", err)
-	}
+	return pidfd
 }
 
 // tuneGC lets the heap grow to 5x the live heap between collections (GOGC=400) unless GOGC

@@ -157,6 +157,43 @@ func (s *Scanner) Problems() []string {
 	return out
 }
 
+// WatchReport says how the session directories are kept fresh, for xmsg doctor: watched by
+// inotify (a request reads only what changed), or rescanned on every request, and why. A
+// directory that does not exist is neither (/healthz reports it).
+func (s *Scanner) WatchReport() string {
+	t := s.arrive()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.freshen(t)
+	x := s.idx
+	if len(x.dirs) == 0 {
+		return "none configured"
+	}
+	if x.noWatch {
+		return "rescanned on every request (no inotify: " + x.whyNot + ")"
+	}
+	var rescanned []string
+	for _, d := range x.dirs {
+		if d.wd < 0 && d.id != (dirID{}) {
+			rescanned = append(rescanned, d.path+": "+d.whyNot)
+		}
+	}
+	if len(rescanned) > 0 {
+		return "rescanned on every request, not watched: " + strings.Join(rescanned, "; ")
+	}
+	return "watched by inotify (a request reads only what changed)"
+}
+
+// CanWatch reports whether this machine lets a process watch directories (inotify): nil, or
+// why not.
+func CanWatch() error {
+	w, err := newWatcher()
+	if err == nil {
+		w.close()
+	}
+	return err
+}
+
 // Close stops watching. A closed Scanner keeps answering by rescanning.
 func (s *Scanner) Close() {
 	s.mu.Lock()
@@ -164,7 +201,7 @@ func (s *Scanner) Close() {
 	if s.idx != nil && s.idx.w != nil {
 		s.idx.w.close()
 		s.idx.w = nil
-		s.idx.noWatch = true
+		s.idx.noWatch, s.idx.whyNot = true, "the scanner is closed"
 	}
 	if s.idx != nil {
 		for _, e := range s.idx.byPath {

@@ -4,6 +4,7 @@ package claude
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -231,4 +232,51 @@ func lookup(t *testing.T, s *Scanner, ref string, pid int) []Session {
 		t.Fatalf("Lookup(%q, %d): %v", ref, pid, err)
 	}
 	return found
+}
+
+// failingAddWatcher is a real watcher that cannot watch one directory (as when the user's
+// inotify watch limit is reached).
+type failingAddWatcher struct {
+	watcher
+	refuse string
+}
+
+func (w *failingAddWatcher) add(dir string) (int, error) {
+	if dir == w.refuse {
+		return -1, errors.New("no space left on device")
+	}
+	return w.watcher.add(dir)
+}
+
+// TestWatchReport: xmsg doctor's line says whether the session directories are watched,
+// and names the fallback (every request rescans) and its cause when inotify is missing or a
+// directory could not be watched; a missing directory is neither. Mutants tried: the
+// per-directory failure not reported (red); noWatch not reported (red).
+func TestWatchReport(t *testing.T) {
+	watched, unwatched := t.TempDir(), t.TempDir()
+	s, _ := newScanner(t, watched, filepath.Join(t.TempDir(), "missing"))
+	defer s.Close()
+	if got := s.WatchReport(); got != "watched by inotify (a request reads only what changed)" {
+		t.Errorf("all watched: %q", got)
+	}
+
+	real, err := newWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := startWatch
+	startWatch = func() (watcher, error) { return &failingAddWatcher{watcher: real, refuse: unwatched}, nil }
+	s2, _ := newScanner(t, watched, unwatched)
+	defer s2.Close()
+	if got, want := s2.WatchReport(), "rescanned on every request, not watched: "+unwatched+": no space left on device"; got != want {
+		t.Errorf("one unwatched: %q, want %q", got, want)
+	}
+
+	startWatch = func() (watcher, error) { return nil, errors.New("too many open files") }
+	defer func() { startWatch = old }()
+	s3, _ := newScanner(t, watched)
+	defer s3.Close()
+	if got, want := s3.WatchReport(), "rescanned on every request (no inotify: too many open files)"; got != want {
+		t.Errorf("no inotify: %q, want %q", got, want)
+	}
 }

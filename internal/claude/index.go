@@ -38,6 +38,7 @@ type index struct {
 	dirs    []*dirState
 	w       watcher
 	noWatch bool // the watcher could not be made (or is closed): rescan on every request
+	whyNot  string // why not, for WatchReport
 	byPath  map[string]*entry
 	byID    map[string]map[*entry]struct{} // lower-case sessionId
 	byName  map[string]map[*entry]struct{}
@@ -54,6 +55,7 @@ type dirState struct {
 	dirty   map[string]bool // file names with events since the last look
 	rescan  bool
 	problem string // why the directory is not served, or ""
+	whyNot  string // why it is not watched (rescanned on every request), or ""
 }
 
 type dirID struct{ dev, ino uint64 }
@@ -189,7 +191,7 @@ func (s *Scanner) refresh() (incomplete error) {
 		}
 		w, err := startWatch()
 		if err != nil {
-			x.noWatch = true
+			x.noWatch, x.whyNot = true, err.Error()
 			if len(s.Dirs) > 0 {
 				s.Log.Warn("session dirs cannot be watched; every request rescans them", "err", err)
 			}
@@ -214,7 +216,7 @@ func (s *Scanner) refresh() (incomplete error) {
 		if err != nil {
 			s.Log.Warn("session dir watch failed; every request rescans them", "err", err)
 			x.w.close()
-			x.w, x.noWatch = nil, true
+			x.w, x.noWatch, x.whyNot = nil, true, "the watch failed: "+err.Error()
 		}
 	}
 	for _, d := range x.dirs {
@@ -291,6 +293,10 @@ func (s *Scanner) rescanDir(x *index, d *dirState, id dirID) error {
 		d.problem = "unreadable (recreated after the sandbox was applied? restart the daemon): " + err.Error()
 		s.warn(d.path, "session dir unreadable; its sessions are not served", "err", err)
 		return nil
+	}
+	d.whyNot = ""
+	if watchErr != nil {
+		d.whyNot = watchErr.Error()
 	}
 	if watchErr != nil && !x.noWatch {
 		s.warn(d.path, "session dir cannot be watched; every request rescans it", "err", watchErr)

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/creds"
+	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/sandbox"
 )
 
@@ -37,6 +39,13 @@ type Facts struct {
 	Systemd bool `json:"systemd"` // started by systemd (INVOCATION_ID set)
 
 	Leaf string `json:"leaf,omitempty"` // leaf mode: the leaf principal; "" = not a leaf
+
+	// SessionWatch is how the Claude session directories are kept fresh (a daemon's
+	// claude.Scanner.WatchReport), or for Machine whether inotify is offered; "" = no line.
+	SessionWatch string `json:"session_watch,omitempty"`
+	// Pidfd is "yes" when process liveness is checked through pidfds, else why not (then
+	// /proc is read on every check); "" = no line.
+	Pidfd string `json:"pidfd,omitempty"`
 }
 
 // NotApplied is the Landlock value of Facts when no sandbox was applied.
@@ -120,6 +129,19 @@ func (f Facts) Lines() []string {
 	} else {
 		l = append(l, "systemd hardening: none (not started by systemd)")
 	}
+
+	// The two mechanisms a send's cost rests on (docs/design.md §7): without them every
+	// request rescans the session directories, or reads /proc for every liveness check.
+	if f.SessionWatch != "" {
+		l = append(l, "session dirs: "+f.SessionWatch)
+	}
+	switch f.Pidfd {
+	case "":
+	case "yes":
+		l = append(l, "process liveness: pidfd (a reused pid cannot pass for the process it replaced)")
+	default:
+		l = append(l, "process liveness: /proc read on every check (no pidfd: "+f.Pidfd+")")
+	}
 	return l
 }
 
@@ -142,7 +164,27 @@ func Machine() Facts {
 	if creds.Dir() != "" {
 		f.Credentials = string(creds.SourceCredentialsDirectory)
 	}
+	if err := claude.CanWatch(); err != nil {
+		f.SessionWatch = "no inotify (" + err.Error() + "): a daemon would rescan them on every request"
+	} else {
+		f.SessionWatch = "inotify available"
+	}
+	f.Pidfd = PidfdProbe(peercred.Proc{})
 	return f
+}
+
+// PidfdProbe opens a pidfd of this process, as liveness checks do for sessions: "yes", or
+// why it failed.
+func PidfdProbe(proc peercred.Proc) string {
+	start, err := proc.StartTime(os.Getpid())
+	if err == nil {
+		var pf *peercred.Pidfd
+		if pf, err = proc.OpenPidfd(os.Getpid(), start); err == nil {
+			pf.Close()
+			return "yes"
+		}
+	}
+	return err.Error()
 }
 
 // watchdog returns the interval systemd asks this process to ping at, or 0. Like

@@ -3,11 +3,13 @@ package doctor
 import (
 	"os"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/sandbox"
 )
 
@@ -165,6 +167,8 @@ func TestMachine(t *testing.T) {
 			got := Machine()
 			tt.want.Landlock = NotApplied
 			tt.want.LandlockABI = sandbox.Probe()
+			// This kernel offers both (the probes themselves are tested below).
+			tt.want.SessionWatch, tt.want.Pidfd = "inotify available", "yes"
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Machine() = %+v, want %+v", got, tt.want)
 			}
@@ -191,5 +195,38 @@ func TestLeafFallbackLines(t *testing.T) {
 	}
 	if strings.Contains(got, "socket activation: yes") || strings.Contains(got, "self-bound sockets in") {
 		t.Errorf("a leaf reported the normal socket line:\n%s", got)
+	}
+}
+
+// TestWatchAndLivenessLines: the two mechanisms a send's cost rests on get a line each when
+// reported, naming the fallback when they are missing; unreported, no line.
+func TestWatchAndLivenessLines(t *testing.T) {
+	base := Facts{Daemon: true, PeerGate: true, Credentials: "none"}
+	n := len(base.Lines())
+	f := base
+	f.SessionWatch, f.Pidfd = "watched by inotify (a request reads only what changed)", "yes"
+	if got := f.Lines()[n:]; !reflect.DeepEqual(got, []string{
+		"session dirs: watched by inotify (a request reads only what changed)",
+		"process liveness: pidfd (a reused pid cannot pass for the process it replaced)",
+	}) {
+		t.Errorf("lines %q", got)
+	}
+	f.Pidfd = "function not implemented"
+	if got := f.Lines()[n+1]; got != "process liveness: /proc read on every check (no pidfd: function not implemented)" {
+		t.Errorf("fallback line %q", got)
+	}
+}
+
+// TestProbesOnThisMachine: the probes Machine uses answer yes here (Linux with inotify and
+// pidfd_open, as CI's kernel is), so a daemon here reports no fallback.
+func TestProbesOnThisMachine(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("pidfd and inotify are Linux's")
+	}
+	if got := PidfdProbe(peercred.Proc{}); got != "yes" {
+		t.Errorf("PidfdProbe = %q", got)
+	}
+	if got := PidfdProbe(peercred.Proc{Root: t.TempDir()}); got == "yes" {
+		t.Errorf("PidfdProbe on an empty proc tree = yes")
 	}
 }
