@@ -37,7 +37,7 @@ var startWatch = newWatcher
 type index struct {
 	dirs    []*dirState
 	w       watcher
-	noWatch bool // the watcher could not be made (or is closed): rescan on every request
+	noWatch bool   // the watcher could not be made (or is closed): rescan on every request
 	whyNot  string // why not, for WatchReport
 	byPath  map[string]*entry
 	byID    map[string]map[*entry]struct{} // lower-case sessionId
