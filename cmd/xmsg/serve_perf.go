@@ -35,10 +35,8 @@ func tuneGC() {
 	}
 }
 
-// testAckDelay is a test knob, XMSG_TEST_ACK_DELAY (a Go duration): acks stay uncommitted this
-// long, so a test can kill the daemon in the window that a real crash after an ack would hit.
-// It weakens nothing: delivery is at-least-once, and such an ack only means a redelivery.
-func testAckDelay() time.Duration {
-	d, _ := time.ParseDuration(os.Getenv("XMSG_TEST_ACK_DELAY"))
-	return max(d, 0)
-}
+// testAckDelay holds acks uncommitted this long; always 0 in the xmsg binary. The e2e tests
+// run their test binary as the daemon, and there (knobs_test.go) it reads XMSG_TEST_ACK_DELAY,
+// so that a test can kill the daemon in the window a real crash after an ack would hit. A
+// knob only a test binary has cannot be set on a real daemon by a stray environment variable.
+var testAckDelay = func() time.Duration { return 0 }
