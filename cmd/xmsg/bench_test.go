@@ -41,7 +41,9 @@ func TestBenchSmoke(t *testing.T) {
 				CommitP50 float64 `json:"commit_p50_us"`
 			} `json:"figures"`
 			Growth []struct {
-				Ratio float64 `json:"ratio"`
+				Name     string  `json:"name"`
+				Ratio    float64 `json:"ratio"`
+				RawRatio float64 `json:"raw_ratio"`
 			} `json:"growth"`
 		} `json:"runs"`
 	}
@@ -54,6 +56,11 @@ func TestBenchSmoke(t *testing.T) {
 	r := res.Runs[0]
 	if r.FsyncP50 <= 0 || r.CommitP50 <= 0 || len(r.Growth) != 2 {
 		t.Errorf("baselines or growth missing: %s", out)
+	}
+	for _, g := range r.Growth {
+		if g.Ratio <= 0 || g.RawRatio <= 0 {
+			t.Errorf("growth %q: ratio %v, raw %v", g.Name, g.Ratio, g.RawRatio)
+		}
 	}
 	paths := map[string]bool{}
 	for _, f := range r.Figures {

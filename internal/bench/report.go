@@ -84,15 +84,15 @@ func (r *Result) Text(w io.Writer) {
 	}
 	tw.Flush()
 	if len(r.Runs[0].Growth) > 0 {
-		fmt.Fprintln(w, "\ngrowth (p50 with more state / p50 with less):")
+		fmt.Fprintln(w, "\ngrowth (p50 with more state / p50 with less, the commit drift between the two taken out; as measured in brackets):")
 		for i, g := range r.Runs[0].Growth {
-			var v []float64
+			var v, raw []float64
 			for _, run := range r.Runs {
 				if i < len(run.Growth) {
-					v = append(v, run.Growth[i].Ratio)
+					v, raw = append(v, run.Growth[i].Ratio), append(raw, run.Growth[i].RawRatio)
 				}
 			}
-			fmt.Fprintf(w, "  %s: %s\n", g.Name, strings.TrimSpace(spread(v).fmt("x", 2)))
+			fmt.Fprintf(w, "  %s: %s [%s]\n", g.Name, strings.TrimSpace(spread(v).fmt("x", 2)), strings.TrimSpace(spread(raw).fmt("x", 2)))
 		}
 	}
 }
