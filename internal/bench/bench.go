@@ -637,9 +637,11 @@ const slices = 10
 // interleave runs do over n sends in slices, measuring the baseline after each.
 func (e *env) interleave(n int, do func(n int) ([]float64, error)) (interleaved, error) {
 	var m interleaved
-	m.cpu = 0
 	for i := range slices {
-		k := n/slices + btoi(i < n%slices)
+		k := n / slices
+		if i < n%slices {
+			k++
+		}
 		if k == 0 {
 			continue
 		}
@@ -664,13 +666,6 @@ func (e *env) interleave(n int, do func(n int) ([]float64, error)) (interleaved,
 		m.fsync, m.commit = append(m.fsync, fs...), append(m.commit, cs...)
 	}
 	return m, nil
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // latencyFigure is a latency path's figure, with the baselines taken between its sends.

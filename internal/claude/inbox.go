@@ -28,14 +28,14 @@ type Inbox struct {
 	path    string
 	timeout time.Duration
 	fd      int      // a connection made without waiting, or -1
-	conn    net.Conn // a connection made (or finished) through the poller
+	conn    net.Conn // a connection made by dialWait, or one whose write the poller finishes
 	err     error    // the connect's failure, reported by Write
 }
 
 // Dial starts a delivery to the inbox at path. It never waits: in the common case (room in
-// the listener's backlog) it connects with two system calls; when the connect would block,
-// Write makes it through the poller with the timeout. A failure is kept for Write, so that
-// the caller learns it at the moment it would have written.
+// the listener's backlog) it connects with two system calls; when the backlog is full, Write
+// connects, waiting for room up to the timeout (dialWait). A failure is kept for Write, so
+// that the caller learns it at the moment it would have written.
 func Dial(path string, timeout time.Duration) *Inbox {
 	in := &Inbox{path: path, timeout: timeout, fd: -1}
 	in.fd, in.err = connectNow(path)
