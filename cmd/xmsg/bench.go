@@ -18,8 +18,9 @@ Measures xmsg end to end: by default it starts a daemon of its own on temporary 
 own process), real child processes as Claude sessions and services, and clients on the real
 sockets. Every latency comes with the same run's fsync and bbolt-commit baselines and the
 ratio to them; a latency path's baselines are taken between its own sends (in ten slices),
-since the disk's latency drifts within a run. A progress line is kept on stderr; the result
-goes to stdout.
+since the disk's latency drifts within a run. Each path also shows the whole machine's busy CPU
+per operation (every process, from /proc/stat): with the CPU count it bounds the throughput the
+machine can give that path. A progress line is kept on stderr; the result goes to stdout.
 
 With --sock it measures a running daemon instead: the Claude paths need --sessions-dir (that
 daemon's session directory; the fake sessions remove their files when they end), the service

@@ -29,6 +29,7 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	var res struct {
 		DaemonPID int `json:"daemon_pid"`
+		CPUs      int `json:"cpus"`
 		Runs      []struct {
 			FsyncP50  float64 `json:"fsync_p50_us"`
 			CommitP50 float64 `json:"commit_p50_us"`
@@ -50,7 +51,7 @@ func TestBenchSmoke(t *testing.T) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if res.DaemonPID == 0 || len(res.Runs) != 1 {
+	if res.DaemonPID == 0 || res.CPUs <= 0 || len(res.Runs) != 1 {
 		t.Fatalf("result = %s", out)
 	}
 	r := res.Runs[0]

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -64,14 +65,18 @@ var ErrInterrupted = errors.New("bench: interrupted")
 
 // Figure is one measured path.
 type Figure struct {
-	Path    string  `json:"path"`
-	N       int     `json:"n"`
-	P50us   float64 `json:"p50_us,omitempty"`
-	P99us   float64 `json:"p99_us,omitempty"`
-	PerSec  float64 `json:"per_sec"`
-	CPUus   float64 `json:"daemon_cpu_us_per_op,omitempty"` // daemon CPU per op (own daemon only)
-	XCommit float64 `json:"x_commit,omitempty"`             // p50 / commit p50 (CommitP50us when set, else the run's)
-	XFsync  float64 `json:"x_fsync,omitempty"`              // p50 / fsync p50 (likewise)
+	Path   string  `json:"path"`
+	N      int     `json:"n"`
+	P50us  float64 `json:"p50_us,omitempty"`
+	P99us  float64 `json:"p99_us,omitempty"`
+	PerSec float64 `json:"per_sec"`
+	CPUus  float64 `json:"daemon_cpu_us_per_op,omitempty"` // daemon CPU per op (own daemon only)
+	// MachineCPUus is the whole machine's busy CPU per op (daemon, clients, sessions,
+	// services, and anything else running), from /proc/stat: with the CPU count it bounds
+	// the throughput this machine can give the path at all.
+	MachineCPUus float64 `json:"machine_cpu_us_per_op,omitempty"`
+	XCommit      float64 `json:"x_commit,omitempty"` // p50 / commit p50 (CommitP50us when set, else the run's)
+	XFsync       float64 `json:"x_fsync,omitempty"`  // p50 / fsync p50 (likewise)
 	// CommitP50us and FsyncP50us are the baselines measured between a latency path's own
 	// sends, so that its ratios compare it with the disk as it was while it ran: the disk's
 	// latency drifts by a third within a run on a shared machine.
@@ -119,6 +124,7 @@ func growth(name string, small, large Figure) Growth {
 // Result is every run, plus how they were made.
 type Result struct {
 	DaemonPID int    `json:"daemon_pid,omitempty"`
+	CPUs      int    `json:"cpus"`   // this machine's, shared by the daemon and every client
 	Daemon    string `json:"daemon"` // "own process on temporary paths" or the socket
 	Size      int    `json:"size"`
 	Runs      []Run  `json:"runs"`
@@ -198,7 +204,7 @@ func RunBench(o Options) (*Result, error) {
 
 func (e *env) runAll() (*Result, error) {
 	o := e.o
-	res := &Result{Size: o.Size}
+	res := &Result{Size: o.Size, CPUs: runtime.NumCPU()}
 	if o.Sock == "" {
 		if err := e.startDaemon(); err != nil {
 			return nil, err
@@ -628,6 +634,7 @@ type interleaved struct {
 	lat, fsync, commit []float64
 	wall               time.Duration
 	cpu                float64 // µs, or -1 when the daemon is not ours
+	machine            float64 // µs of the whole machine, or -1
 	n                  int
 }
 
@@ -645,10 +652,15 @@ func (e *env) interleave(n int, do func(n int) ([]float64, error)) (interleaved,
 		if k == 0 {
 			continue
 		}
-		cpu0 := e.cpu()
+		cpu0, mach0 := e.cpu(), machineCPU()
 		t0 := time.Now()
 		lat, err := do(k)
 		m.wall += time.Since(t0)
+		if mach1 := machineCPU(); mach0 < 0 || mach1 < 0 || m.machine < 0 {
+			m.machine = -1
+		} else {
+			m.machine += mach1 - mach0
+		}
 		if err != nil {
 			return m, err
 		}
@@ -676,6 +688,9 @@ func (e *env) latencyFigure(name string, m interleaved) Figure {
 	}
 	if m.cpu >= 0 && m.n > 0 {
 		f.CPUus = m.cpu / float64(m.n)
+	}
+	if m.machine >= 0 && m.n > 0 {
+		f.MachineCPUus = m.machine / float64(m.n)
 	}
 	f.CommitP50us, f.FsyncP50us = percentile(m.commit, 50), percentile(m.fsync, 50)
 	return f
@@ -812,7 +827,7 @@ func (e *env) concurrentN(name string, clients, total int, path func(i int) stri
 		defer c.close()
 		conns[i] = c
 	}
-	cpu0 := e.cpu()
+	cpu0, mach0 := e.cpu(), machineCPU()
 	t0 := time.Now()
 	for i, c := range conns {
 		wg.Add(1)
@@ -847,7 +862,7 @@ func (e *env) concurrentN(name string, clients, total int, path func(i int) stri
 	if firstErr != nil {
 		return Figure{}, firstErr
 	}
-	f := e.figure(name, nil, time.Since(t0), cpu0, per*clients)
+	f := e.figure(name, nil, time.Since(t0), cpu0, mach0, per*clients)
 	f.Refused = int(refused.Load())
 	return f, nil
 }
@@ -901,7 +916,7 @@ func (e *env) manyServices() (Figure, error) {
 	return f, nil
 }
 
-func (e *env) figure(name string, lat []float64, wall time.Duration, cpu0 float64, n int) Figure {
+func (e *env) figure(name string, lat []float64, wall time.Duration, cpu0, mach0 float64, n int) Figure {
 	f := Figure{Path: name, N: n, PerSec: float64(n) / wall.Seconds()}
 	if len(lat) > 0 {
 		f.P50us, f.P99us = percentile(lat, 50), percentile(lat, 99)
@@ -911,8 +926,39 @@ func (e *env) figure(name string, lat []float64, wall time.Duration, cpu0 float6
 			f.CPUus = (cpu1 - cpu0) / float64(n)
 		}
 	}
+	if mach0 >= 0 {
+		if mach1 := machineCPU(); mach1 >= 0 {
+			f.MachineCPUus = (mach1 - mach0) / float64(n)
+		}
+	}
 	return f
 }
+
+// machineCPU is the time all CPUs spent busy since boot, in µs (/proc/stat: user, nice,
+// system, irq, softirq; not idle, iowait or steal), or -1 where there is no /proc/stat.
+func machineCPU() float64 {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return -1
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return -1
+	}
+	var ticks float64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return -1
+		}
+		ticks += v
+	}
+	return ticks * 1e6 / clockTicks
+}
+
+// clockTicks is USER_HZ, /proc/stat's unit: 100 on every Linux architecture Go supports.
+const clockTicks = 100
 
 // cpu is the daemon's user+system CPU time in µs, or -1 when it is not ours.
 func (e *env) cpu() float64 {

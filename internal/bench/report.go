@@ -34,7 +34,7 @@ func (r *Result) Text(w io.Writer) {
 	if r.DaemonPID != 0 {
 		fmt.Fprintf(w, " (pid %d)", r.DaemonPID)
 	}
-	fmt.Fprintf(w, ", %d-byte messages, %d run(s); median (min–max over runs)\n", r.Size, len(r.Runs))
+	fmt.Fprintf(w, ", %d-byte messages, %d run(s), %d CPUs; median (min–max over runs)\n", r.Size, len(r.Runs), r.CPUs)
 	col := func(get func(Run) float64) Spread {
 		var v []float64
 		for _, run := range r.Runs {
@@ -43,11 +43,12 @@ func (r *Result) Text(w io.Writer) {
 		return spread(v)
 	}
 	fmt.Fprintf(w, "baselines, same runs: fsync p50 %s, bbolt commit p50 %s, process round trip p50 %s\n"+
-		"(a latency path's ratios are to the commits and fsyncs taken between its own sends: its commit p50)\n\n",
+		"(a latency path's ratios are to the commits and fsyncs taken between its own sends: its commit p50;\n"+
+		"machine CPU/op is every process's, so ops/s cannot exceed CPUs × 1 s / machine CPU/op)\n\n",
 		col(func(x Run) float64 { return x.FsyncP50us }).fmt(" µs", 0), col(func(x Run) float64 { return x.CommitP50us }).fmt(" µs", 0),
 		col(func(x Run) float64 { return x.RTTP50us }).fmt(" µs", 0))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "path\tp50\tp99\tx commit\tx fsync\tits commit p50\tops/s\tdaemon CPU/op\t")
+	fmt.Fprintln(tw, "path\tp50\tp99\tx commit\tx fsync\tits commit p50\tops/s\tdaemon CPU/op\tmachine CPU/op\t")
 	if len(r.Runs) == 0 {
 		tw.Flush()
 		return
@@ -73,14 +74,15 @@ func (r *Result) Text(w io.Writer) {
 		if r := fig(func(f Figure) float64 { return float64(f.Refused) }); r.Max > 0 {
 			name += " [" + r.fmt(" refused", 0) + ", retried]"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name,
 			cell(func(f Figure) float64 { return f.P50us }, " µs", 0),
 			cell(func(f Figure) float64 { return f.P99us }, " µs", 0),
 			cell(func(f Figure) float64 { return f.XCommit }, "x", 2),
 			cell(func(f Figure) float64 { return f.XFsync }, "x", 2),
 			cell(func(f Figure) float64 { return f.CommitP50us }, " µs", 0),
 			cell(func(f Figure) float64 { return f.PerSec }, "", 0),
-			cell(func(f Figure) float64 { return f.CPUus }, " µs", 0))
+			cell(func(f Figure) float64 { return f.CPUus }, " µs", 0),
+			cell(func(f Figure) float64 { return f.MachineCPUus }, " µs", 0))
 	}
 	tw.Flush()
 	if len(r.Runs[0].Growth) > 0 {
