@@ -416,18 +416,9 @@ func (b *Bus) Identify(pid int) (Caller, error) {
 	return c, err
 }
 
-// identify is Identify that also returns the ancestor the caller was attributed to.
-func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, peercred.Stat, error) {
-	c, chain, err := b.identifyChain(pid, meta)
-	if err != nil {
-		return c, peercred.Stat{}, err
-	}
-	return c, chain[len(chain)-1], nil
-}
-
-// identifyChain is identify, returning the ancestry from pid up to and including the
-// process the caller was attributed to.
-func (b *Bus) identifyChain(pid int, meta json.RawMessage) (Caller, []peercred.Stat, error) {
+// identify is IdentifyMeta that also returns the ancestry from pid up to and including the
+// process the caller was attributed to (Attest keeps it).
+func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, []peercred.Stat, error) {
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
 	if err != nil && OutOfResources(err) {
 		return Caller{}, nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "process ancestry unreadable for lack of resources; retry later")
@@ -485,7 +476,7 @@ type Attested struct {
 
 // Attest walks pid's ancestry once (IdentifyMeta) and remembers whom it found.
 func (b *Bus) Attest(pid int, meta json.RawMessage) (Attested, error) {
-	c, chain, err := b.identifyChain(pid, meta)
+	c, chain, err := b.identify(pid, meta)
 	if err != nil {
 		return Attested{}, err
 	}
