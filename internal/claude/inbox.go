@@ -12,16 +12,9 @@ const InboxTimeout = 5 * time.Second
 // ErrInboxTimeout means the inbox did not accept the line in time (HTTP 504).
 var ErrInboxTimeout = errors.New("claude: inbox timeout")
 
-// Deliver writes one line to the inbox socket at path and closes the connection. Any other
-// failure means the inbox is unavailable (HTTP 502). Delivery is at most once: no retries.
-func Deliver(path string, line []byte, timeout time.Duration) error {
-	in := Dial(path, timeout)
-	defer in.Close()
-	return in.Write(line)
-}
-
 // Inbox is one delivery to a session's inbox: a connection opened before the line exists,
-// written once, closed. Opening it early lets the session's accept run while the daemon
+// written once, closed. A failure other than ErrInboxTimeout means the inbox is unavailable
+// (HTTP 502). Delivery is at most once: no retries. Opening it early lets the session's accept run while the daemon
 // waits for its commit instead of after it, and the line still reaches the inbox only once
 // it is written: a connection closed without Write carries nothing.
 type Inbox struct {

@@ -14,6 +14,13 @@ import (
 	"time"
 )
 
+// deliver is one whole delivery, as the bus makes it: Dial, Write, Close.
+func deliver(path string, line []byte, timeout time.Duration) error {
+	in := Dial(path, timeout)
+	defer in.Close()
+	return in.Write(line)
+}
+
 // TestDeliverOneConnectionOneLine: a short line and one larger than the socket buffer (which
 // the fast path must finish through the poller) each arrive whole, on exactly one connection.
 func TestDeliverOneConnectionOneLine(t *testing.T) {
@@ -39,7 +46,7 @@ func TestDeliverOneConnectionOneLine(t *testing.T) {
 	}()
 	for _, n := range []int{100, 4 << 20} {
 		line := append(bytes.Repeat([]byte("x"), n), '\n')
-		if err := Deliver(path, line, 5*time.Second); err != nil {
+		if err := deliver(path, line, 5*time.Second); err != nil {
 			t.Fatalf("deliver %d bytes: %v", n, err)
 		}
 		if raw := <-got; !bytes.Equal(raw, line) {
@@ -51,7 +58,7 @@ func TestDeliverOneConnectionOneLine(t *testing.T) {
 		t.Fatalf("an extra connection carried %d bytes", len(raw))
 	case <-time.After(100 * time.Millisecond):
 	}
-	if err := Deliver(filepath.Join(t.TempDir(), "none.sock"), []byte("x\n"), time.Second); !errors.Is(err, syscall.ENOENT) {
+	if err := deliver(filepath.Join(t.TempDir(), "none.sock"), []byte("x\n"), time.Second); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("deliver to a missing socket = %v, want ENOENT", err)
 	}
 }
