@@ -60,10 +60,11 @@ func nixTool(t *testing.T, name string) string {
 }
 
 // nixCmd runs a Nix command offline: no substituters, no build users (the Debian nix-bin
-// default names a nixbld group that a CI runner does not have).
+// default names a nixbld group that a CI runner does not have), and a store of the test's own
+// (nixStoreConfig), so that it runs as any user.
 func nixCmd(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), "NIX_CONFIG=build-users-group =\nsubstituters =")
+	cmd.Env = append(os.Environ(), "NIX_CONFIG=build-users-group =\nsubstituters =\n"+nixStoreConfig())
 	return cmd
 }
 
