@@ -187,7 +187,9 @@ func (s *Sockets) Close() error {
 	var errs []error
 	for _, l := range []net.Listener{s.HTTP, s.Agent, s.Register} {
 		if l != nil {
-			if err := l.Close(); err != nil {
+			// A listener its server already closed at shutdown is the normal case of a clean
+			// stop, not an error to warn about; any other close error still is.
+			if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 				errs = append(errs, err)
 			}
 		}

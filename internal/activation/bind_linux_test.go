@@ -451,6 +451,24 @@ func TestAcquireForeignListenPID(t *testing.T) {
 	}
 }
 
+// TestSocketsCloseAfterServers: a clean stop closes each listener in its server first; the
+// sockets' own Close after that is no error (it was logged as a warning on every stop).
+func TestSocketsCloseAfterServers(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "xmsg")
+	s, err := Acquire(Paths{HTTP: dir + "/http.sock", Agent: dir + "/agent.sock", Register: dir + "/register.sock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []net.Listener{s.HTTP, s.Agent, s.Register} {
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("Close() after the servers closed their listeners = %v; want nil", err)
+	}
+}
+
 func TestSocketsCloseNil(t *testing.T) {
 	var s *Sockets
 	if err := s.Close(); err != nil {
