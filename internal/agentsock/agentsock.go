@@ -232,6 +232,8 @@ type request struct {
 	// descends from a trusted Codex process uses it (to name its thread); see bus.IdentifyMeta.
 	Meta     json.RawMessage
 	WaitSecs *float64 // poll (codex threads)
+	// Max and MaxBytes bound a peek's batch (codex threads); nil: the defaults.
+	Max, MaxBytes *float64
 }
 
 // decodeRequest parses one frame: a single JSON object. Unknown fields are ignored (the
@@ -273,6 +275,18 @@ func decodeRequest(line []byte) (request, error) {
 	if present {
 		req.WaitSecs = &wait
 	}
+	for _, f := range []struct {
+		dst   **float64
+		names []string
+	}{{&req.Max, []string{"max"}}, {&req.MaxBytes, []string{"maxBytes", "max_bytes"}}} {
+		v, present, err := obj.Number(f.names...)
+		if err != nil {
+			return request{}, err
+		}
+		if present {
+			*f.dst = &v
+		}
+	}
 	return req, nil
 }
 
@@ -310,7 +324,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 		return errorLine("bad_request", err.Error()), true
 	}
 	switch req.Action {
-	case "send", "reply", "poll", "ack":
+	case "send", "reply", "poll", "ack", "peek":
 	case "mcp_start":
 		// agy attestation without credentials: the chain above the peer must hold a
 		// conversation's presence lock from a trusted agy executable.
@@ -365,7 +379,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	switch req.Action {
 	case "send":
 		return s.send(caller, req, after), true
-	case "poll", "ack":
+	case "poll", "ack", "peek":
 		return s.queue(caller, req), true
 	}
 	return s.reply(caller, req), true

@@ -24,6 +24,9 @@ func (s *Server) queue(caller bus.Caller, req request) []byte {
 		return errorLine("bad_request", "unknown action: '"+req.Action+"'")
 	}
 	reg := &bus.Registration{Harness: caller.Harness, SessionID: caller.SessionID, Name: caller.Name}
+	if req.Action == "peek" {
+		return s.peek(reg, req)
+	}
 	if req.Action == "ack" {
 		if err := s.cfg.Bus.Ack(reg, req.MessageID); err != nil {
 			s.cfg.Log.Error("ack failed", "socket", "agent", "actor", caller.Actor(), "err", err)
@@ -42,4 +45,41 @@ func (s *Server) queue(caller bus.Caller, req request) []byte {
 		return encode(map[string]string{"action": "timeout"})
 	}
 	return encode(deliverResp{Action: "deliver", MessageID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope})
+}
+
+// Bounds of one peek (docs/protocol.md §4.1): what one MCP tool result can carry without
+// crowding the model's context, well inside the bridge's 4 MiB answer line.
+const (
+	peekDefaultMax   = 20
+	peekMaxMax       = 50
+	peekDefaultBytes = 256 << 10
+	peekMaxBytes     = 1 << 20
+)
+
+type peekResp struct {
+	Status   string        `json:"status"`
+	Messages []deliverResp `json:"messages"`
+	Waiting  int           `json:"waiting"`
+}
+
+// peek answers a batch of the thread's oldest queued messages without taking them (each stays
+// queued until its ack), and how many wait behind them; max 0 asks for the count alone. The
+// MCP bridge's receive tool uses it, and acks once its result is written.
+func (s *Server) peek(reg *bus.Registration, req request) []byte {
+	limit, bytes := peekDefaultMax, peekDefaultBytes
+	if req.Max != nil {
+		limit = int(min(max(*req.Max, 0), peekMaxMax))
+	}
+	if req.MaxBytes != nil {
+		bytes = int(min(max(*req.MaxBytes, 1), peekMaxBytes))
+	}
+	msgs, more, err := s.cfg.Bus.Peek(reg, limit, bytes)
+	if err != nil {
+		return errorLine("internal", "peek failed")
+	}
+	resp := peekResp{Status: "ok", Messages: make([]deliverResp, 0, len(msgs)), Waiting: more}
+	for _, m := range msgs {
+		resp.Messages = append(resp.Messages, deliverResp{Action: "deliver", MessageID: m.ID, FromName: m.FromName, Text: m.Text, Envelope: m.Envelope})
+	}
+	return encode(resp)
 }

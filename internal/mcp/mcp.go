@@ -1,5 +1,6 @@
 // Package mcp is `xmsg mcp`: a Model Context Protocol server on stdin/stdout that gives an agent
-// session the xmsg tools list, send and reply (docs/protocol.md §2.8).
+// session the xmsg tools list, send, reply and, for a Codex thread, receive (docs/protocol.md
+// §2.8).
 //
 // The bridge holds no identity of its own. send and reply go to agent.sock, where the daemon
 // attests the caller from this process's pid by walking its ancestors up to the agent session
@@ -157,7 +158,7 @@ func Run(ctx context.Context, cfg Config) error {
 				wg.Add(1)
 				go func() {
 					defer func() { <-sem; wg.Done() }()
-					b.write(b.handle(ctx, req))
+					b.writeCall(ctx, b.handle(ctx, req))
 				}()
 			default:
 				if out := b.handle(ctx, req); out != nil {
@@ -171,16 +172,28 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
-func (b *bridge) write(v any) {
+// write sends one response line and reports whether it was written whole.
+func (b *bridge) write(v any) bool {
 	line, err := jsonline.Encode(v)
 	if err != nil {
 		b.cfg.Log.Error("mcp: encode failed", "err", err)
-		return
+		return false
 	}
 	b.outM.Lock()
 	defer b.outM.Unlock()
 	if _, err := b.cfg.Out.Write(line); err != nil {
 		b.cfg.Log.Debug("mcp: write failed", "err", err)
+		return false
+	}
+	return true
+}
+
+// writeCall sends a tool call's response, then runs what the result defers until it is out
+// (receive's acks): only a result that reached the client may be acknowledged.
+func (b *bridge) writeCall(ctx context.Context, resp *response) {
+	written := b.write(resp)
+	if tr, ok := resp.Result.(toolResult); ok && tr.afterWrite != nil && written {
+		tr.afterWrite(ctx)
 	}
 }
 
@@ -307,7 +320,7 @@ func (b *bridge) handle(ctx context.Context, req request) *response {
 			}
 		}
 		switch name {
-		case "list", "send", "reply":
+		case "list", "send", "reply", "receive":
 		default:
 			return errorResponse(req.id, codeInvalidParams, "Unknown tool: "+name)
 		}
@@ -382,11 +395,21 @@ var allTools = []tool{
 			"text":       map[string]any{"type": "string", "description": "reply text"},
 		}, "message_id", "text"),
 	},
+	{
+		Name: "receive",
+		Description: "Codex threads: read the messages queued for this thread, oldest first (at most " +
+			"20 per call). Each comes with its message_id for reply. Other sessions receive theirs directly.",
+		InputSchema: schema(map[string]any{}),
+	},
 }
 
 func (b *bridge) tools() []tool {
-	if b.cfg.ReplyOnly {
+	switch {
+	case b.cfg.ReplyOnly:
 		return []tool{allTools[2]}
+	case b.cfg.AgyStart:
+		// An agy session's messages reach it through agentapi, never through a queue here.
+		return allTools[:3]
 	}
 	return allTools
 }
@@ -399,6 +422,8 @@ type content struct {
 type toolResult struct {
 	Content []content `json:"content"`
 	IsError bool      `json:"isError"`
+	// afterWrite runs once the result is written to the client (receive acks its messages).
+	afterWrite func(context.Context)
 }
 
 func text(s string, isError bool) toolResult {
@@ -418,6 +443,22 @@ func (b *bridge) call(ctx context.Context, name string, args jsonline.Object, me
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
+	if name == "receive" {
+		return b.receive(ctx, meta)
+	}
+	res := b.run(ctx, name, args, meta)
+	if meta != nil {
+		// A Codex thread reads its mail only by calling receive: every other result tells it
+		// how much waits, so a model that never calls receive still learns of it.
+		if n, err := b.waiting(ctx, meta); err == nil && n > 0 {
+			res.Content = append(res.Content, content{Type: "text", Text: waitingNotice(n)})
+		}
+	}
+	return res
+}
+
+// run runs list, send or reply.
+func (b *bridge) run(ctx context.Context, name string, args jsonline.Object, meta map[string]json.RawMessage) toolResult {
 	switch name {
 	case "list":
 		host, err := argString(args, "host")

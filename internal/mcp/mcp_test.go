@@ -116,8 +116,12 @@ func toolNames(t *testing.T, line string) []string {
 
 func TestToolsList(t *testing.T) {
 	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
-	if got := toolNames(t, run(t, mcp.Config{}, list)[0]); strings.Join(got, ",") != "list,send,reply" {
-		t.Fatalf("tools: got %v, want exactly [list send reply]", got)
+	if got := toolNames(t, run(t, mcp.Config{}, list)[0]); strings.Join(got, ",") != "list,send,reply,receive" {
+		t.Fatalf("tools: got %v, want exactly [list send reply receive]", got)
+	}
+	// An agy session's messages arrive through agentapi: no receive tool for it.
+	if got := toolNames(t, run(t, mcp.Config{AgyStart: true, AgentSock: filepath.Join(t.TempDir(), "none.sock")}, list)[0]); strings.Join(got, ",") != "list,send,reply" {
+		t.Fatalf("agy tools: got %v, want exactly [list send reply]", got)
 	}
 	if got := toolNames(t, run(t, mcp.Config{ReplyOnly: true}, list)[0]); strings.Join(got, ",") != "reply" {
 		t.Fatalf("reply-only tools: got %v, want [reply]", got)
