@@ -93,8 +93,12 @@ type lockedBuffer struct {
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *lockedBuffer) Len() int                    { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Len() }
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) Len() int { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Len() }
 
 const receiveCall = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"receive","arguments":{},"_meta":{"threadId":"t"}}}` + "\n"
 
