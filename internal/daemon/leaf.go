@@ -39,14 +39,7 @@ type leafMode struct {
 // servers; no exe or agy helper (a leaf attests no executable). A step it does not name stays
 // as it is (the store, sd_notify, silent without NOTIFY_SOCKET).
 func (l *leafMode) replace(steps []step) []step {
-	own := map[string]func() error{
-		"credentials": l.loadCredentials, // the principal, the federation node (the hubs)
-		"sockets":     l.bindSockets,     // TCP and the leaf register socket only
-		"exe helper":  nil,
-		"agy helper":  nil,
-		"sandbox":     l.applySandbox, // best effort
-		"servers":     l.buildServers,
-	}
+	own := l.own()
 	var out []step
 	for _, s := range steps {
 		run, ok := own[s.name]
@@ -58,6 +51,18 @@ func (l *leafMode) replace(steps []step) []step {
 		}
 	}
 	return out
+}
+
+// own is the leaf's version of each step that differs, by name; nil leaves the step out.
+func (l *leafMode) own() map[string]func() error {
+	return map[string]func() error{
+		"credentials": l.loadCredentials, // the principal, the federation node (the hubs)
+		"sockets":     l.bindSockets,     // TCP and the leaf register socket only
+		"exe helper":  nil,
+		"agy helper":  nil,
+		"sandbox":     l.applySandbox, // best effort
+		"servers":     l.buildServers,
+	}
 }
 
 // loadCredentials is step 1 of a leaf: its principal, and the federation node, which a leaf
