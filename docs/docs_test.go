@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xmsg/xmsg/internal/bench"
 	"github.com/xmsg/xmsg/internal/config"
 )
 
@@ -134,28 +135,29 @@ func TestLinks(t *testing.T) {
 	}
 }
 
-// TestReadmeLayout: the README's Layout block names every package directory and top-level
-// directory of the tree, and nothing that does not exist.
-func TestReadmeLayout(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+// TestDesignLayout: docs/design.md §1 (the one map of the tree; the README points to it) names
+// every package directory and every top-level directory, and its code block nothing that does
+// not exist.
+func TestDesignLayout(t *testing.T) {
+	b, err := os.ReadFile("design.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
-	i := strings.Index(s, "## Layout")
-	if i < 0 {
-		t.Fatal("README.md has no Layout section")
+	i, j := strings.Index(s, "## 1. Layout"), strings.Index(s, "## 2. ")
+	if i < 0 || j < i {
+		t.Fatal("design.md has no §1 Layout before §2")
 	}
-	block := s[i:]
-	start := strings.Index(block, "```\n")
-	end := strings.Index(block[start+4:], "```")
+	sec := s[i:j]
+	start := strings.Index(sec, "```\n")
+	end := strings.Index(sec[start+4:], "```")
 	if start < 0 || end < 0 {
-		t.Fatal("README.md Layout has no code block")
+		t.Fatal("design.md §1 has no code block")
 	}
 	listed := map[string]bool{}
-	for _, line := range strings.Split(block[start+4:start+4+end], "\n") {
+	for _, line := range strings.Split(sec[start+4:start+4+end], "\n") {
 		f := strings.Fields(line)
-		if len(f) == 0 {
+		if len(f) == 0 || strings.Contains(f[0], "...") {
 			continue
 		}
 		for _, p := range strings.Split(f[0], ",") {
@@ -166,37 +168,148 @@ func TestReadmeLayout(t *testing.T) {
 	}
 	for p := range listed {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
-			t.Errorf("README Layout lists %s, which does not exist", p)
+			t.Errorf("design.md §1 lists %s, which does not exist", p)
 		}
 	}
-	// Every directory under internal/ and cmd/ that holds Go files, and every top-level
-	// directory, must be listed (a nested test-support package too).
-	want := map[string]bool{}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && e.Name() != "internal" && e.Name() != "cmd" && !strings.HasPrefix(e.Name(), "result") {
-			want[e.Name()] = true
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && e.Name() != "internal" && e.Name() != "cmd" && !strings.HasPrefix(e.Name(), "result") && !listed[e.Name()] {
+			t.Errorf("design.md §1 does not list the top-level directory %s/", e.Name())
 		}
 	}
+	// Every directory under internal/ and cmd/ that holds Go files (a nested test-support
+	// package too) is named in §1, as `name` (internal/name) or `cmd/name`.
+	n, seen := 0, map[string]bool{}
 	for _, top := range []string{"internal", "cmd"} {
 		filepath.WalkDir(filepath.Join(root, top), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || filepath.Ext(path) != ".go" {
 				return err
 			}
 			rel, _ := filepath.Rel(root, filepath.Dir(path))
-			if !strings.Contains(rel, "testdata") {
-				want[filepath.ToSlash(rel)] = true
+			rel = filepath.ToSlash(rel)
+			if strings.Contains(rel, "testdata") || seen[rel] {
+				return nil
+			}
+			n, seen[rel] = n+1, true
+			name := strings.TrimPrefix(rel, "internal/")
+			if !strings.Contains(sec, "`"+name+"`") && !strings.Contains(sec, "`"+rel+"`") {
+				t.Errorf("design.md §1 does not name the package %s", rel)
 			}
 			return nil
 		})
 	}
-	for p := range want {
-		if !listed[p] {
-			t.Errorf("README Layout does not list %s", p)
+	if n < 30 {
+		t.Errorf("found %d package directories; want the tree's ~35 (is the walk broken?)", n)
+	}
+}
+
+// TestReadme: the README stays a front page: at most 150 lines, opening with the two commands
+// (run the bus, run the tests), and linking every document of docs/, whose contents are
+// checked in their own homes (the tests above and below).
+func TestReadme(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if n := strings.Count(s, "\n"); n > 150 {
+		t.Errorf("README.md has %d lines; keep it to 150 (the detail belongs in docs/)", n)
+	}
+	start := strings.Index(s, "```sh\n")
+	end := strings.Index(s[start+6:], "```")
+	if start < 0 || end < 0 {
+		t.Fatal("README.md has no sh block")
+	}
+	var cmds []string
+	for _, line := range strings.Split(strings.TrimSpace(s[start+6:start+6+end]), "\n") {
+		cmd, _, _ := strings.Cut(line, "#")
+		cmds = append(cmds, strings.TrimSpace(cmd))
+	}
+	if want := []string{"go run ./cmd/xmsg serve", "go test ./..."}; !slices.Equal(cmds, want) {
+		t.Errorf("README.md's first commands: got %q, want %q (the bus with no config, and the tests)", cmds, want)
+	}
+	docs, _ := filepath.Glob("*.md")
+	for _, d := range docs {
+		if !strings.Contains(s, "](docs/"+d+")") {
+			t.Errorf("README.md does not link docs/%s", d)
 		}
+	}
+}
+
+// TestSecurityTestsExist: every test docs/security.md names as the one holding a property
+// exists in the tree, so a renamed or deleted test cannot leave a guarantee claimed by nothing.
+func TestSecurityTestsExist(t *testing.T) {
+	b, err := os.ReadFile("security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile("`(Test[A-Z][A-Za-z0-9_]*)`").FindAllStringSubmatch(string(b), -1)
+	if len(named) < 5 {
+		t.Fatalf("security.md names %d tests; want the 7 or more it cites (is the pattern broken?)", len(named))
+	}
+	defined := map[string]bool{}
+	def := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(`)
+	for _, f := range sourceFiles(t) {
+		if !strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range def.FindAllStringSubmatch(string(b), -1) {
+			defined[m[1]] = true
+		}
+	}
+	for _, m := range named {
+		if !defined[m[1]] {
+			t.Errorf("security.md names %s, which no test file defines", m[1])
+		}
+	}
+}
+
+// TestPerformanceBlock: docs/performance.md shows `xmsg bench`'s own report: its fixed lines
+// and its table's columns are exactly what internal/bench prints, so a change of the report
+// cannot leave a hand-edited block behind.
+func TestPerformanceBlock(t *testing.T) {
+	b, err := os.ReadFile("performance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	var want strings.Builder
+	(&bench.Result{}).Text(&want)
+	lines := strings.Split(strings.TrimSpace(want.String()), "\n")
+	if len(lines) < 5 {
+		t.Fatalf("bench's report of an empty result has %d lines; want its header (is Text changed?)", len(lines))
+	}
+	i := strings.Index(doc, "```\nxmsg bench: daemon ")
+	if i < 0 {
+		t.Fatal("performance.md has no block starting with bench's first line (\"xmsg bench: daemon ...\")")
+	}
+	block := doc[i+4:]
+	block = block[:strings.Index(block, "```")]
+	for _, fixed := range lines[2:4] { // the two lines that explain the ratios and the CPU column
+		if !strings.Contains(block, fixed+"\n") {
+			t.Errorf("performance.md's block lacks bench's line %q", fixed)
+		}
+	}
+	cols := regexp.MustCompile(`\s{2,}`)
+	header := cols.Split(strings.TrimSpace(lines[len(lines)-1]), -1)
+	found := false
+	for _, l := range strings.Split(block, "\n") {
+		if strings.HasPrefix(l, "path ") {
+			found = true
+			if got := cols.Split(strings.TrimSpace(l), -1); !slices.Equal(got, header) {
+				t.Errorf("performance.md's table columns: got %q, want bench's %q", got, header)
+			}
+		}
+	}
+	if !found {
+		t.Error("performance.md's block has no table header (a line starting with \"path\")")
 	}
 }
 
@@ -236,7 +349,7 @@ func TestUnitDocumentation(t *testing.T) {
 		}
 	}
 	// The install step the units rely on is the one the docs give.
-	for _, f := range []string{"operations.md", filepath.Join(root, "README.md")} {
+	for _, f := range []string{"operations.md"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -393,12 +506,13 @@ func TestNixOptionNames(t *testing.T) {
 	}
 	flags := usageFlags(t)
 	// Names of NixOS itself or of the flake, not of this module.
-	notOurs := map[string]bool{"nixosModules": true, "specialArgs": true, "serviceConfig": true, "allowedTCPPorts": true}
+	notOurs := map[string]bool{"nixosModules": true, "specialArgs": true, "serviceConfig": true, "allowedTCPPorts": true,
+		"moduleTests": true, "vendorHash": true}
 	camel := regexp.MustCompile(`\b(?:federation\.)?([a-z]+[A-Z][A-Za-z]*)\b`)
 	setting := regexp.MustCompile(`settings\.("?)([a-z][a-z0-9-]*)"?`)
+	// §4 holds every NixOS part of the docs (the README's former section too, as a subsection).
 	for _, part := range []struct{ file, start, end string }{
 		{"operations.md", "## 4. NixOS", "## 5. "},
-		{filepath.Join(root, "README.md"), "## NixOS", "### Tests of the Nix side"},
 	} {
 		b, err := os.ReadFile(part.file)
 		if err != nil {

@@ -5,7 +5,7 @@ package main
 // the "attack" role), measures that a well-behaved client (this test process, another pid) is
 // still served while it runs, and runs a positive control: the same attack with the defence
 // turned off by its flags, which must show the harm. The figures are logged (go test -v) and
-// quoted in the README's "Reliability" section. XMSG_LONG=1 makes every run longer.
+// quoted in docs/security.md §9. XMSG_LONG=1 makes every run longer.
 
 import (
 	"bufio"

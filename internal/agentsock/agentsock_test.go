@@ -330,7 +330,8 @@ func TestFrameBytes(t *testing.T) {
 
 // TestMaxConns: the 33rd connection is closed at once; after one closes, a new one is served.
 func TestMaxConns(t *testing.T) {
-	e := daemontest.New(t, daemontest.Options{})
+	// Every connection is the test process's: its per-process bound is lifted above the cap.
+	e := daemontest.New(t, daemontest.Options{Agent: agentsock.Config{MaxPerPID: agentsock.DefaultMaxConns + 1}})
 	var clients []*daemontest.Client
 	for i := 0; i < agentsock.DefaultMaxConns; i++ {
 		c := daemontest.Dial(t, e.AgentPath)

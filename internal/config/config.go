@@ -51,7 +51,7 @@ type Config struct {
 	Limits           Limits
 }
 
-// Limits are the fairness bounds of the sockets (README "Reliability"): how many connections
+// Limits are the fairness bounds of the sockets (docs/design.md §3): how many connections
 // each socket serves, how many one peer pid may hold, and the deadline of each phase.
 type Limits struct {
 	AgentMaxPending, AgentMaxPerPID                     int

@@ -2,7 +2,7 @@
 // agent.sock/register.sock/http.sock on real Unix sockets behind the real peer gate (Env), and
 // clients that are real child processes (re-executions of the test binary), so that the daemon
 // attests them from the kernel and /proc exactly as in production. It sits above every
-// transport package (it imports httpapi, agentsock, registersock and mcp) and is imported only
+// transport package (it imports internal/daemon, the whole assembly, and mcp) and is imported only
 // by tests, like tailscale's tstest/integration.
 //
 // A test binary that uses it passes Roles to ostest.Main in its TestMain (Main does exactly
@@ -23,7 +23,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,9 +36,8 @@ import (
 
 	"github.com/xmsg/xmsg/internal/agentsock"
 	"github.com/xmsg/xmsg/internal/bus"
-	"github.com/xmsg/xmsg/internal/claude"
-	"github.com/xmsg/xmsg/internal/gate"
-	"github.com/xmsg/xmsg/internal/httpapi"
+	"github.com/xmsg/xmsg/internal/config"
+	"github.com/xmsg/xmsg/internal/daemon"
 	"github.com/xmsg/xmsg/internal/mcp"
 	"github.com/xmsg/xmsg/internal/ostest"
 	"github.com/xmsg/xmsg/internal/peercred"
@@ -67,12 +65,15 @@ func Roles() ostest.Roles {
 // Main is a TestMain for a test binary whose only children are this package's.
 func Main(m *testing.M) { ostest.Main(m, Roles()) }
 
-// Options of an Env.
+// Options of an Env. The daemon is production's (internal/daemon, started in this process):
+// every bound is the flag's default unless a field here sets it.
 type Options struct {
-	SvcExe   map[string]string // trusted service executables
-	Agent    agentsock.Config  // limits; Bus, Proc, Log and Host are filled in
+	SvcExe map[string]string // trusted service executables
+	// Agent and Register: the non-zero fields replace the daemon's (its flags' defaults).
+	// Bus, Proc, Log and Host are the daemon's and ignored here.
+	Agent    agentsock.Config
 	Register registersock.Config
-	MaxBody  int // 65536 when 0
+	MaxBody  int // --max-body; its default when 0
 }
 
 // Env is one daemon: bus, store and the three sockets, in a fresh temporary directory.
@@ -89,8 +90,6 @@ type Env struct {
 	HTTPPath    string
 	Logs        *LogBuffer
 	Log         *slog.Logger
-	served      sync.WaitGroup
-	serveErrs   chan error
 }
 
 // LogBuffer collects the daemon's log lines for assertions.
@@ -112,82 +111,105 @@ func (l *LogBuffer) String() string {
 	return l.buf.String()
 }
 
-// New starts a daemon for t. Everything stops when t ends.
+// New starts a daemon for t: the assembly `xmsg serve` runs (internal/daemon), from flags, in
+// this process, without what would change the whole test process (Landlock, sd_notify, the
+// helper processes). Everything stops when t ends.
 func New(t testing.TB, opt Options) *Env {
 	t.Helper()
 	dir := t.TempDir()
-	e := &Env{T: t, Dir: dir, SessionsDir: filepath.Join(dir, "sessions"), Logs: &LogBuffer{}, serveErrs: make(chan error, 3)}
-	if err := os.Mkdir(e.SessionsDir, 0o700); err != nil {
-		t.Fatal(err)
+	// The sockets get a directory of their own, 0700, as the daemon verifies before it binds.
+	run := filepath.Join(dir, "run")
+	e := &Env{T: t, Dir: dir, SessionsDir: filepath.Join(dir, "sessions"), Logs: &LogBuffer{},
+		AgentPath: filepath.Join(run, "agent.sock"), RegPath: filepath.Join(run, "register.sock"), HTTPPath: filepath.Join(run, "http.sock")}
+	for _, d := range []string{e.SessionsDir, run} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.Log = slog.New(slog.NewTextHandler(e.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	st, err := store.Open(filepath.Join(dir, "x.db"), time.Second)
+	args := []string{"--host-label", Host, "--db-path", filepath.Join(dir, "x.db"), "--sessions-dir", e.SessionsDir,
+		"--http-sock", e.HTTPPath, "--agent-sock", e.AgentPath, "--register-sock", e.RegPath}
+	if opt.MaxBody != 0 {
+		args = append(args, "--max-body", strconv.Itoa(opt.MaxBody))
+	}
+	for name, exe := range opt.SvcExe {
+		args = append(args, "--svc-exe", name+"="+exe)
+	}
+	// No environment: the flags above and the defaults are the whole configuration, whatever
+	// XMSG_* variables the test process has.
+	cfg, err := config.Parse(args, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.Store = st
-	proc := peercred.Proc{}
-	maxBody := opt.MaxBody
-	if maxBody == 0 {
-		maxBody = 65536
+	d := daemon.New(daemon.Config{Config: cfg, Log: e.Log, InProcess: true,
+		Agent: func(c *agentsock.Config) { overlayAgent(c, opt.Agent) }, Register: func(c *registersock.Config) { overlayRegister(c, opt.Register) }})
+	ctx, stop := context.WithCancel(context.Background())
+	started, err := d.Start(ctx)
+	if !started {
+		d.Close()
+		stop()
+		t.Fatalf("daemon start: %v", err)
 	}
-	e.Bus = bus.New(bus.Config{
-		Host: Host, MaxBody: maxBody, ReplyTTL: 7 * 24 * time.Hour, IdemTTL: 24 * time.Hour,
-		SvcExe: opt.SvcExe, Store: st, Proc: proc, Log: e.Log,
-		Claude: &claude.Scanner{Dirs: []string{e.SessionsDir}, Proc: proc, UID: os.Geteuid(), Log: e.Log},
-	})
-	uid := uint32(os.Geteuid())
-	listen := func(name string) (string, net.Listener) {
-		path := filepath.Join(dir, name+".sock")
-		l, err := net.Listen("unix", path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return path, gate.Listener(l, uid, name, e.Log)
-	}
-	ac := opt.Agent
-	ac.Bus, ac.Proc, ac.Log, ac.Host = e.Bus, proc, e.Log, Host
-	e.Agent = agentsock.New(ac)
-	rc := opt.Register
-	rc.Bus, rc.Proc, rc.Log = e.Bus, proc, e.Log
-	e.Register = registersock.New(rc)
-	var al, rl, hl net.Listener
-	e.AgentPath, al = listen("agent")
-	e.RegPath, rl = listen("register")
-	e.HTTPPath, hl = listen("http")
-	hs := httpapi.NewServer(httpapi.Config{Bus: e.Bus, MaxBody: maxBody, Log: e.Log, Socket: "http"})
-	e.serve(func() error { return e.Agent.Serve(al) })
-	e.serve(func() error { return e.Register.Serve(rl) })
-	e.serve(func() error { return hs.Serve(hl) })
+	e.Bus, e.Store, e.Agent, e.Register = d.Bus(), d.Store(), d.AgentServer(), d.RegisterServer()
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), Wait)
-		defer cancel()
-		if err := e.Agent.Shutdown(ctx); err != nil {
-			t.Errorf("agent shutdown: %v", err)
-		}
-		if err := e.Register.Shutdown(ctx); err != nil {
-			t.Errorf("register shutdown: %v", err)
-		}
-		hs.Shutdown(ctx)
-		e.served.Wait()
-		close(e.serveErrs)
-		for err := range e.serveErrs {
-			if err != nil && err != net.ErrClosed && err != http.ErrServerClosed {
-				t.Errorf("serve returned %v, want net.ErrClosed", err)
+		stop()
+		select {
+		case err := <-done:
+			if err != nil && !shutDownByTest(err) {
+				t.Errorf("daemon: %v", err)
 			}
+		case <-time.After(Wait):
+			t.Errorf("daemon did not stop within %v", Wait)
 		}
-		e.Bus.Close()
-		st.Close()
+		d.Close()
 	})
 	return e
 }
 
-func (e *Env) serve(fn func() error) {
-	e.served.Add(1)
-	go func() {
-		defer e.served.Done()
-		e.serveErrs <- fn()
-	}()
+// shutDownByTest reports whether the group's error only says that a server stopped with
+// net.ErrClosed: a test shut it down itself (Agent.Shutdown), which stops the group early. The
+// group reports a server's error as text (%v), one line each, so each line is read as text;
+// a drain that timed out, or any other error, is a failure of the test.
+func shutDownByTest(err error) bool {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if !strings.HasPrefix(line, "servergroup: server ") || !strings.HasSuffix(line, net.ErrClosed.Error()) {
+			return false
+		}
+	}
+	return true
+}
+
+// overlayAgent sets the non-zero fields of o in c.
+func overlayAgent(c *agentsock.Config, o agentsock.Config) {
+	set(&c.MaxLine, o.MaxLine)
+	set(&c.MaxFrame, o.MaxFrame)
+	set(&c.MaxConns, o.MaxConns)
+	set(&c.MaxPending, o.MaxPending)
+	set(&c.MaxPerPID, o.MaxPerPID)
+	set(&c.PendingTimeout, o.PendingTimeout)
+	set(&c.IdleTimeout, o.IdleTimeout)
+	set(&c.WriteTimeout, o.WriteTimeout)
+}
+
+// overlayRegister sets the non-zero fields of o in c.
+func overlayRegister(c *registersock.Config, o registersock.Config) {
+	set(&c.FirstFrameTimeout, o.FirstFrameTimeout)
+	set(&c.MaxFirstFrame, o.MaxFirstFrame)
+	set(&c.MaxFrame, o.MaxFrame)
+	set(&c.MaxConns, o.MaxConns)
+	set(&c.MaxPending, o.MaxPending)
+	set(&c.MaxPerPID, o.MaxPerPID)
+	set(&c.MaxUIDOnly, o.MaxUIDOnly)
+	set(&c.IdleTimeout, o.IdleTimeout)
+}
+
+func set[T comparable](dst *T, v T) {
+	var zero T
+	if v != zero {
+		*dst = v
+	}
 }
 
 // WaitFor polls cond until it holds, failing the test after Wait.

@@ -15,7 +15,7 @@ import (
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
-// Limits are http.sock's fairness bounds (README "Reliability"). Zero values take the defaults
+// Limits are http.sock's fairness bounds (docs/design.md §3). Zero values take the defaults
 // in DefaultLimits.
 type Limits struct {
 	MaxConns         int           // connections at once; the next is closed unread

@@ -470,7 +470,9 @@ func TestMaxConns(t *testing.T) {
 			if tc.name == "default" && registersock.DefaultMaxConns != 64 {
 				t.Fatalf("DefaultMaxConns: got %d, want 64", registersock.DefaultMaxConns)
 			}
-			e := newEnv(t, daemontest.Options{Register: registersock.Config{MaxConns: tc.cfg}})
+			// Every connection is the test process's and sends no frame: the per-process and
+			// the pending bounds are lifted to the cap under test.
+			e := newEnv(t, daemontest.Options{Register: registersock.Config{MaxConns: tc.cfg, MaxPending: tc.served, MaxPerPID: tc.served + 1}})
 			var held []*daemontest.Client
 			for i := 0; i < tc.served; i++ {
 				held = append(held, daemontest.Dial(t, e.RegPath))

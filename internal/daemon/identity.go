@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -63,7 +63,7 @@ func agyAttester(cfg *config.Config, proc peercred.Proc, exe func(int) (string, 
 // startAgyHelper is step 4c: the agentapi helper, started before the sandbox applies
 // (Landlock, inherited by children, would deny agentapi its TCP connection to the language
 // server). Off Linux, agentapi runs in-process (nothing is sandboxed there).
-func (d *instance) startAgyHelper() error {
+func (d *Daemon) startAgyHelper() error {
 	cfg := d.cfg
 	if len(cfg.AgyExe) == 0 {
 		return nil

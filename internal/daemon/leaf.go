@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -11,58 +11,69 @@ import (
 	"github.com/xmsg/xmsg/internal/activation"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/claude"
-	"github.com/xmsg/xmsg/internal/config"
 	"github.com/xmsg/xmsg/internal/creds"
 	"github.com/xmsg/xmsg/internal/doctor"
 	"github.com/xmsg/xmsg/internal/fed"
 	"github.com/xmsg/xmsg/internal/gate"
-	"github.com/xmsg/xmsg/internal/httpapi"
 	"github.com/xmsg/xmsg/internal/leaf"
 	"github.com/xmsg/xmsg/internal/peercred"
-	"github.com/xmsg/xmsg/internal/registersock"
 	"github.com/xmsg/xmsg/internal/sandbox"
 	"github.com/xmsg/xmsg/internal/servergroup"
 )
 
-// leafInstance is `xmsg serve --leaf` (docs/protocol.md §7.5): the daemon's startup order
+// leafMode is `xmsg serve --leaf` (docs/protocol.md §7.5): the daemon's startup order
 // (docs/design.md §2) with the steps that differ replaced. The only listeners are the TCP HTTP
 // listener (--listen) and the leaf register socket; no http.sock, agent.sock, normal
 // register.sock or federation listener exists, and sockets systemd may pass are not taken. A
 // leaf is made to run where systemd and Landlock may be missing (a container, gVisor): each
 // fallback is said at start and by `xmsg doctor --url`.
-type leafInstance struct {
-	*instance
+type leafMode struct {
+	d       *Daemon
 	id      bus.LeafIdentity
 	hubs    []string
 	reg     net.Listener
 	regPath string
 }
 
-// serveLeaf runs leaf mode; serve calls it once the flags say --leaf.
-func serveLeaf(ctx context.Context, cfg *config.Config) error {
-	d := &leafInstance{instance: &instance{cfg: cfg, log: newLogger(cfg.LogLevel, os.Stderr)}}
-	defer d.close()
-	started, err := d.start(ctx, []step{
-		{"credentials", d.loadCredentials}, // 1. the principal, the federation node (the hubs)
-		{"store", d.openStore},             // 2.
-		{"sockets", d.bindSockets},         // 3. TCP and the leaf register socket only
-		{"notify", d.openNotify},           // 4. silent without NOTIFY_SOCKET
-		{"sandbox", d.applySandbox},        // 5. best effort (no exe helper: nothing to attest)
-	})
-	if !started {
-		return err
+// replace returns the daemon's steps with a leaf's: its own credentials, sockets, sandbox and
+// servers; no exe or agy helper (a leaf attests no executable). A step it does not name stays
+// as it is (the store, sd_notify, silent without NOTIFY_SOCKET).
+func (l *leafMode) replace(steps []step) []step {
+	own := l.own()
+	var out []step
+	for _, s := range steps {
+		run, ok := own[s.name]
+		switch {
+		case !ok:
+			out = append(out, s)
+		case run != nil:
+			out = append(out, step{name: s.name, run: run, process: s.process})
+		}
 	}
-	return d.serve(ctx) // 6. and 7.
+	return out
+}
+
+// own is the leaf's version of each step that differs, by name; nil leaves the step out.
+func (l *leafMode) own() map[string]func() error {
+	return map[string]func() error{
+		"credentials": l.loadCredentials, // the principal, the federation node (the hubs)
+		"sockets":     l.bindSockets,     // TCP and the leaf register socket only
+		"exe helper":  nil,
+		"agy helper":  nil,
+		"sandbox":     l.applySandbox, // best effort
+		"servers":     l.buildServers,
+	}
 }
 
 // loadCredentials is step 1 of a leaf: its principal, and the federation node, which a leaf
 // cannot do without (the peers file names its hubs).
-func (d *leafInstance) loadCredentials() error {
+func (l *leafMode) loadCredentials() error {
+	d := l.d
 	id, err := leaf.ParsePrincipal(d.cfg.LeafPrincipal)
 	if err != nil {
-		return usageError{err.Error()}
+		return ConfigError{err}
 	}
-	d.id = id
+	l.id = id
 	d.facts = doctor.Facts{Daemon: true, PeerGate: true, Systemd: os.Getenv("INVOCATION_ID") != "", Leaf: id.Principal}
 	fc := fedConfig(d.cfg, d.log)
 	fc.Listen = "" // config refused --fed-listen already; a leaf accepts no federation connection
@@ -75,7 +86,7 @@ func (d *leafInstance) loadCredentials() error {
 	}
 	d.onClose(func() error { node.Close(); return nil })
 	d.fed = &federation{cfg: d.cfg, log: d.log, node: node}
-	if d.hubs = node.Hubs(); len(d.hubs) == 0 {
+	if l.hubs = node.Hubs(); len(l.hubs) == 0 {
 		return errors.New("leaf: the peers file names no hub (every peer is a leaf)")
 	}
 	d.facts.Credentials = string(creds.SourcePath)
@@ -87,34 +98,30 @@ func (d *leafInstance) loadCredentials() error {
 
 // bindSockets is step 3 of a leaf: the leaf register socket (self-bound, verified like every
 // self-bound socket) and the TCP listener, both before the sandbox.
-func (d *leafInstance) bindSockets() error {
+func (l *leafMode) bindSockets() error {
+	d := l.d
 	if os.Getenv("LISTEN_FDS") != "" {
 		d.log.Warn("leaf mode ignores sockets passed by systemd (LISTEN_FDS): a leaf serves none of http, agent or register.sock")
 	}
-	d.regPath = d.cfg.LeafRegisterSock
-	if d.regPath == "" {
+	l.regPath = d.cfg.LeafRegisterSock
+	if l.regPath == "" {
 		def, err := activation.DefaultPaths()
 		if err != nil {
 			return fmt.Errorf("leaf: no --leaf-register-sock and %w", err)
 		}
-		d.regPath = def.Register
+		l.regPath = def.Register
 	}
-	reg, err := activation.Bind(d.regPath)
+	reg, err := activation.Bind(l.regPath)
 	if err != nil {
 		return err
 	}
-	d.reg = reg
+	l.reg = reg
 	d.onClose(ignoreClosed(reg.Close))
-	d.facts.SocketDir = filepath.Dir(d.regPath)
-	tcp, err := net.Listen("tcp", d.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", d.cfg.Listen, err)
+	d.facts.SocketDir = filepath.Dir(l.regPath)
+	if err := d.listenTCP(); err != nil {
+		return err
 	}
-	d.tcp = tcp
-	d.onClose(ignoreClosed(tcp.Close))
-	d.facts.TCPListen = tcp.Addr().String()
-	d.log.Warn("tcp listener without peer check", "addr", tcp.Addr().String())
-	d.log.Info("leaf register socket", "path", d.regPath)
+	d.log.Info("leaf register socket", "path", l.regPath)
 	return nil
 }
 
@@ -122,11 +129,12 @@ func (d *leafInstance) bindSockets() error {
 // register socket's start-time checks), the credentials read-only, the register socket's
 // file removable at stop, TCP connects to the hubs' ports only. No Unix socket is connected
 // to and no TCP port is bound after this.
-func (d *leafInstance) applySandbox() error {
+func (l *leafMode) applySandbox() error {
+	d := l.d
 	policy := sandbox.Policy{
 		ReadWrite:   []string{filepath.Dir(d.cfg.DBPath)},
 		ReadOnly:    []string{"/proc"},
-		RemoveFiles: []string{filepath.Dir(d.regPath)},
+		RemoveFiles: []string{filepath.Dir(l.regPath)},
 		Require:     d.cfg.RequireLandlock,
 	}
 	if dir := creds.Dir(); dir != "" {
@@ -144,21 +152,23 @@ func (d *leafInstance) applySandbox() error {
 	return nil
 }
 
-// serve is steps 6 and 7 of a leaf: the HTTP API on TCP, the service's register socket, and
-// one pull loop per hub, as one server group.
-func (d *leafInstance) serve(ctx context.Context) error {
+// buildServers is step 6 of a leaf up to serving: the HTTP API on TCP, the service's register
+// socket, and one pull loop per hub, as one server group.
+func (l *leafMode) buildServers() error {
+	d := l.d
 	cfg := d.cfg
 	proc := peercred.Proc{}
 	uid := uint32(os.Geteuid())
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
-		Store: d.store, Proc: proc, Log: d.log, Fed: d.fed.bus(), Leaf: &d.id, MaxWaiters: cfg.Limits.HTTPMaxWaiters,
+		Store: d.store, Proc: proc, Log: d.log, Fed: d.fed.bus(), Leaf: &l.id, MaxWaiters: cfg.Limits.HTTPMaxWaiters,
 		// A leaf has no Claude sessions: nothing is scanned.
 		Claude: &claude.Scanner{Proc: proc, UID: int(uid), Log: d.log},
 	})
-	defer b.Close()
+	d.bus = b
+	d.onClose(func() error { b.Close(); return nil })
 	var pullers []*leaf.Puller
-	for _, h := range d.hubs {
+	for _, h := range l.hubs {
 		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, MaxBody: cfg.MaxBody, Log: d.log})
 	}
 	doctorLines := func() []string {
@@ -168,27 +178,17 @@ func (d *leafInstance) serve(ctx context.Context) error {
 		}
 		return append(lines, d.fed.doctor()...)
 	}
-	// Cancelled when the stop begins: HTTP long-polls answer and the pull loops end (a row
-	// delivered but not yet acked to the hub stays there and is handed out again).
-	runCtx, stopRun := context.WithCancel(context.Background())
-	defer stopRun()
-
-	group := servergroup.Group{Drain: drainTimeout}
-	// The same bounds as every daemon's sockets (serve_limits.go).
-	srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: d.log, Socket: "tcp", Doctor: doctorLines, Limits: httpLimits(cfg)})
-	srv.BaseContext = func(net.Listener) context.Context { return runCtx }
-	tcp := tcpListener(d.tcp, cfg, d.log)
-	group.Add(servergroup.Server{Name: "tcp", Serve: func() error { return srv.Serve(tcp) },
-		Shutdown: func(c context.Context) error { stopRun(); return srv.Shutdown(c) }})
-	register := registersock.New(registerLimits(registersock.Config{Bus: b, Proc: proc, Log: d.log}, cfg))
-	l := gate.Listener(d.reg, uid, "register", d.log)
-	group.Add(servergroup.Server{Name: "register", Serve: func() error { return register.Serve(l) }, Shutdown: register.Shutdown})
+	// The same bounds as every daemon's sockets (limits.go). The pull loops end with the HTTP
+	// long-polls when the stop begins (a row delivered but not yet acked to the hub stays
+	// there and is handed out again).
+	d.addHTTP("tcp", tcpListener(d.tcp, cfg, d.log), doctorLines)
+	d.addRegister(gate.Listener(l.reg, uid, "register", d.log))
 	for _, p := range pullers {
 		done := make(chan struct{})
-		group.Add(servergroup.Server{Name: "pull " + p.Peer,
-			Serve: func() error { defer close(done); p.Run(runCtx); return nil },
+		d.group.Add(servergroup.Server{Name: "pull " + p.Peer,
+			Serve: func() error { defer close(done); p.Run(d.runCtx); return nil },
 			Shutdown: func(c context.Context) error {
-				stopRun()
+				d.stopRun()
 				select {
 				case <-done:
 					return nil
@@ -198,11 +198,12 @@ func (d *leafInstance) serve(ctx context.Context) error {
 			}})
 	}
 	d.fed.node.StartReload()
-
-	status := func() {
+	register := d.register
+	d.status = func() string {
 		c, _ := b.Counts()
-		d.notify.Status(fmt.Sprintf("leaf serving: %d registrations, %d connections, %d messages, %d queued", b.Registrations(), register.Conns(), c.Messages, c.Queued))
+		return fmt.Sprintf("leaf serving: %d registrations, %d connections, %d messages, %d queued", b.Registrations(), register.Conns(), c.Messages, c.Queued)
 	}
-	return d.run(ctx, &group, status, "serving", "mode", "leaf", "principal", d.id.Principal, "service", "svc:"+d.id.Service,
-		"hubs", d.hubs, "db", cfg.DBPath, "host_label", cfg.HostLabel)
+	d.serving = []any{"mode", "leaf", "principal", l.id.Principal, "service", "svc:" + l.id.Service,
+		"hubs", l.hubs, "db", cfg.DBPath, "host_label", cfg.HostLabel}
+	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"log/slog"
@@ -11,7 +11,7 @@ import (
 	"github.com/xmsg/xmsg/internal/registersock"
 )
 
-// The fairness bounds of the three sockets (README "Reliability"), from the flags to each
+// The fairness bounds of the three sockets (docs/design.md §3), from the flags to each
 // server's Config, so that serve only passes them on.
 
 func httpLimits(cfg *config.Config) httpapi.Limits {

@@ -1,10 +1,9 @@
-package main
+package daemon
 
 import (
 	"log/slog"
 	"os"
 	"runtime/debug"
-	"time"
 
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/doctor"
@@ -34,9 +33,3 @@ func tuneGC() {
 		debug.SetGCPercent(400)
 	}
 }
-
-// testAckDelay holds acks uncommitted this long; always 0 in the xmsg binary. The e2e tests
-// run their test binary as the daemon, and there (knobs_test.go) it reads XMSG_TEST_ACK_DELAY,
-// so that a test can kill the daemon in the window a real crash after an ack would hit. A
-// knob only a test binary has cannot be set on a real daemon by a stray environment variable.
-var testAckDelay = func() time.Duration { return 0 }
