@@ -11,6 +11,7 @@ import (
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/bench"
 	"github.com/xmsg/xmsg/internal/exehelper"
+	"github.com/xmsg/xmsg/internal/relaunch"
 )
 
 // Exit codes scripts can branch on.
@@ -54,10 +55,21 @@ type exitError struct {
 
 func (e exitError) Error() string { return e.err.Error() }
 
+// silentExit ends the process with a status and no line of its own: a daemon that waited in
+// its successor's place (internal/relaunch) ends with that one's status, which said what it had
+// to say itself.
+type silentExit int
+
+func (e silentExit) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
 func main() {
 	err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	if err == nil {
 		return
+	}
+	var se silentExit
+	if errors.As(err, &se) {
+		os.Exit(int(se))
 	}
 	code := exitFailure
 	var ue usageError
@@ -96,6 +108,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	case bench.RoleArg:
 		// The child processes (fake sessions, services) that bench starts.
 		return bench.Role(rest)
+	case relaunch.Arg:
+		// The handover helper that serve starts before it applies Landlock.
+		return relaunch.RunHelper(rest)
 	case exehelper.Arg:
 		// The attestation helper that serve starts before it applies Landlock.
 		return exehelper.Serve()

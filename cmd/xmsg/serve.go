@@ -49,7 +49,7 @@ func serve(args []string, stdout io.Writer) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	d := xdaemon.New(xdaemon.Config{Config: cfg, Log: newLogger(cfg.LogLevel, os.Stderr), AckDelay: testAckDelay()})
+	d := xdaemon.New(xdaemon.Config{Config: cfg, Log: newLogger(cfg.LogLevel, os.Stderr), AckDelay: testAckDelay(), Args: args})
 	defer d.Close()
 	started, err := d.Start(ctx)
 	if !started {
@@ -59,7 +59,16 @@ func serve(args []string, stdout io.Writer) error {
 		}
 		return err
 	}
-	return d.Run(ctx)
+	if err := d.Run(ctx); err != nil {
+		return err
+	}
+	// A session dir that appeared ended the run: with the store and sockets closed, start
+	// again outside this sandbox (internal/relaunch) and end as the new daemon ends.
+	d.Close()
+	if relaunched, code := d.Relaunch(); relaunched && code != 0 {
+		return silentExit(code)
+	}
+	return nil
 }
 
 // testAckDelay holds acks uncommitted this long; always 0 in the xmsg binary. The e2e tests

@@ -63,7 +63,16 @@ type Sockets struct {
 	// Missing lists the names (http, agent, register) that have no
 	// listener, so that the daemon can log that they are not served.
 	Missing []string
+	// HandedOver is set when the sockets came by LISTEN_FDS from the daemon
+	// this one replaced (internal/relaunch), not from systemd: it says why
+	// ($XMSG_HANDOVER). They are then this process's own, as if it had bound
+	// them: Activated is false and Close removes their files.
+	HandedOver string
 }
+
+// EnvHandover is set by the relaunch helper beside LISTEN_FDS: the sockets
+// are the previous daemon's own, passed on (the reason is its value).
+const EnvHandover = "XMSG_HANDOVER"
 
 // DefaultDir returns the socket directory, $XDG_RUNTIME_DIR/xmsg. It does not
 // create or check it (see [EnsureDir]). When XDG_RUNTIME_DIR is unset or

@@ -29,9 +29,10 @@ const listenFDsStart = 3
 // otherwise make us adopt, and on error close, the runtime's own fds.
 func inherit() (*Sockets, error) {
 	pidEnv, fdsEnv, namesEnv := os.Getenv("LISTEN_PID"), os.Getenv("LISTEN_FDS"), os.Getenv("LISTEN_FDNAMES")
+	handedOver := os.Getenv(EnvHandover)
 	// Children must not mistake our fds for theirs (sd_listen_fds(3) with
 	// unset_environment).
-	for _, k := range []string{"LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"} {
+	for _, k := range []string{"LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", EnvHandover} {
 		_ = os.Unsetenv(k)
 	}
 	if pid, err := strconv.Atoi(pidEnv); err != nil || pid != os.Getpid() {
@@ -113,9 +114,10 @@ func inherit() (*Sockets, error) {
 			return fail(fmt.Errorf("activation: fd %d (name %q): %w", fd, name, err))
 		}
 		// The socket unit owns the path: removing it on close would
-		// leave systemd listening on an unreachable inode.
+		// leave systemd listening on an unreachable inode. Sockets handed
+		// over by the daemon this one replaced are ours, as if bound here.
 		if ul, ok := l.(*net.UnixListener); ok {
-			ul.SetUnlinkOnClose(false)
+			ul.SetUnlinkOnClose(handedOver != "")
 		}
 		*dst = l
 	}
@@ -123,6 +125,9 @@ func inherit() (*Sockets, error) {
 		if _, ok := seen[name]; !ok {
 			s.Missing = append(s.Missing, name)
 		}
+	}
+	if handedOver != "" {
+		s.Activated, s.HandedOver = false, handedOver
 	}
 	return s, nil
 }

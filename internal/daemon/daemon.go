@@ -27,6 +27,7 @@ import (
 	"github.com/xmsg/xmsg/internal/notify"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/registersock"
+	"github.com/xmsg/xmsg/internal/relaunch"
 	"github.com/xmsg/xmsg/internal/servergroup"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -47,6 +48,9 @@ type Config struct {
 	// AckDelay holds acks uncommitted this long (bus.Config.AckDelay); a knob of the e2e
 	// tests' daemon only, always 0 in xmsg.
 	AckDelay time.Duration
+	// Args are the `serve` arguments the daemon was started with: a relaunch (relaunch.go)
+	// starts it again with them. Nil: no relaunch helper.
+	Args []string
 	// Agent and Register, when set, adjust a server's config after the daemon filled it from
 	// the flags: for tests that probe a bound no flag sets (a 100-byte frame cap). Nil in xmsg.
 	Agent    func(*agentsock.Config)
@@ -78,6 +82,12 @@ type Daemon struct {
 	agySend func(agy.Credentials, string, string) (agy.Outcome, error) // nil: agy not configured
 	fed     *federation                                                // fed.go; its methods are no-ops without federation
 
+	// The relaunch (relaunch.go).
+	watch       *relaunch.Watch    // nil: session dirs not watched
+	handover    *relaunch.Handover // nil: under systemd (or no helper)
+	stops       <-chan byte        // a relaunched daemon's: stops passed on by the one it replaced
+	relaunchDir string             // set when a session dir ended the run
+
 	// Built by the servers step.
 	bus      *bus.Bus
 	agent    *agentsock.Server
@@ -101,6 +111,7 @@ func New(c Config) *Daemon {
 		d.leaf = &leafMode{d: d}
 	}
 	d.runCtx, d.stopRun = context.WithCancel(context.Background())
+	d.stops = relaunch.Stops()
 	d.onClose(func() error { d.stopRun(); return nil })
 	return d
 }
@@ -120,14 +131,15 @@ type step struct {
 // the entries that differ (leafMode.replace).
 func (d *Daemon) steps() []step {
 	steps := []step{
-		{name: "credentials", run: d.loadCredentials},              // 1. configuration (New) and credentials
-		{name: "store", run: d.openStore},                          // 2.
-		{name: "sockets", run: d.acquireSockets},                   // 3.
-		{name: "notify", run: d.openNotify, process: true},         // 4.
-		{name: "exe helper", run: d.startExeHelper, process: true}, // 4b.
-		{name: "agy helper", run: d.startAgyHelper, process: true}, // 4c.
-		{name: "sandbox", run: d.applySandbox, process: true},      // 5.
-		{name: "servers", run: d.buildServers},                     // 6. the bus and one server per socket
+		{name: "credentials", run: d.loadCredentials},                  // 1. configuration (New) and credentials
+		{name: "store", run: d.openStore},                              // 2.
+		{name: "sockets", run: d.acquireSockets},                       // 3.
+		{name: "notify", run: d.openNotify, process: true},             // 4.
+		{name: "exe helper", run: d.startExeHelper, process: true},     // 4b.
+		{name: "agy helper", run: d.startAgyHelper, process: true},     // 4c.
+		{name: "session dirs", run: d.watchSessionDirs, process: true}, // 4d. the relaunch watch
+		{name: "sandbox", run: d.applySandbox, process: true},          // 5.
+		{name: "servers", run: d.buildServers},                         // 6. the bus and one server per socket
 	}
 	if d.leaf != nil {
 		steps = d.leaf.replace(steps)
@@ -199,6 +211,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.group.Len() == 0 {
 		return errors.New("serve: no socket to serve (systemd passed none of http, agent, register)")
 	}
+	// A session dir that appears, or a stop passed on by the daemon this one replaced, ends
+	// the run as a signal does.
+	ctx, stopByRelaunch := context.WithCancel(ctx)
+	defer stopByRelaunch()
+	go d.watchRelaunch(ctx, stopByRelaunch)
 	// The status ticker stops with the group, whichever way it stops.
 	tickCtx, stopTicks := context.WithCancel(ctx)
 	defer stopTicks()
@@ -221,7 +238,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.group.Stopping = func() {
 		stopTicks()
 		d.stopRun()
-		if ctx.Err() != nil {
+		switch {
+		case d.relaunchDir != "":
+			d.log.Info("stopping", "reason", "relaunch")
+		case ctx.Err() != nil:
 			d.log.Info("stopping", "reason", "signal")
 		}
 		if !readyFailed {

@@ -68,6 +68,10 @@ func (d *Daemon) acquireSockets() error {
 	if !socks.Activated {
 		d.facts.SocketDir = filepath.Dir(paths.HTTP)
 	}
+	if socks.HandedOver != "" {
+		d.facts.Relaunched = socks.HandedOver
+		d.log.Info("sockets handed over by the daemon this one replaced", "reason", "session dir appeared", "dir", socks.HandedOver)
+	}
 	for _, name := range socks.Missing {
 		d.log.Warn("socket not passed by systemd; not served", "socket", name)
 	}
@@ -130,7 +134,6 @@ func (d *Daemon) startExeHelper() error {
 // applySandbox is step 5: Landlock, then a self-check from inside that what is reported is
 // in force.
 func (d *Daemon) applySandbox() error {
-	d.prepareSessionDirs()
 	cfg := d.cfg
 	policy := sandbox.Policy{
 		ReadWrite: []string{filepath.Dir(cfg.DBPath)}, // bbolt file, its lock and growth

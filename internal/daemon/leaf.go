@@ -56,12 +56,13 @@ func (l *leafMode) replace(steps []step) []step {
 // own is the leaf's version of each step that differs, by name; nil leaves the step out.
 func (l *leafMode) own() map[string]func() error {
 	return map[string]func() error{
-		"credentials": l.loadCredentials, // the principal, the federation node (the hubs)
-		"sockets":     l.bindSockets,     // TCP and the leaf register socket only
-		"exe helper":  nil,
-		"agy helper":  nil,
-		"sandbox":     l.applySandbox, // best effort
-		"servers":     l.buildServers,
+		"credentials":  l.loadCredentials, // the principal, the federation node (the hubs)
+		"sockets":      l.bindSockets,     // TCP and the leaf register socket only
+		"exe helper":   nil,
+		"agy helper":   nil,
+		"session dirs": nil,            // a leaf serves no session directory
+		"sandbox":      l.applySandbox, // best effort
+		"servers":      l.buildServers,
 	}
 }
 

@@ -46,6 +46,9 @@ type Facts struct {
 	// Pidfd is "yes" when process liveness is checked through pidfds, else why not (then
 	// /proc is read on every check); "" = no line.
 	Pidfd string `json:"pidfd,omitempty"`
+	// Relaunched names the session directory whose appearance made the daemon start again with
+	// its sockets handed over (internal/relaunch); "" = it was not.
+	Relaunched string `json:"relaunched,omitempty"`
 }
 
 // NotApplied is the Landlock value of Facts when no sandbox was applied.
@@ -71,6 +74,9 @@ func (f Facts) Lines() []string {
 		}
 	} else {
 		l = append(l, "socket activation: no (self-bound sockets in "+dir+")")
+	}
+	if f.Relaunched != "" {
+		l = append(l, "relaunched: the session dir "+f.Relaunched+" appeared or was replaced, so the daemon started again, its sockets handed over (no connection refused)")
 	}
 
 	switch {

@@ -1,0 +1,148 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/xmsg/xmsg/internal/activation"
+	"github.com/xmsg/xmsg/internal/relaunch"
+)
+
+// The relaunch (internal/relaunch, docs/operations.md §5): a session directory that appears or
+// is replaced after the start cannot enter this process's Landlock domain, so the daemon
+// watches for it and, when it comes, stops and starts again outside the domain: under systemd
+// by exiting for a restart (the socket units keep the sockets), otherwise through the
+// handover helper started here, before the sandbox.
+
+// watchSessionDirs is step 4d: the watch (before the sandbox, whose rules it would otherwise
+// need) and, when this process owns its sockets, the handover helper that holds copies of them.
+// The session directories the daemon may create are created first (prepareSessionDirs), so that
+// creating them is no change to relaunch for.
+func (d *Daemon) watchSessionDirs() error {
+	d.prepareSessionDirs()
+	if len(d.cfg.SessionsDirs) == 0 {
+		return nil
+	}
+	w, skipped, err := relaunch.NewWatch(d.cfg.SessionsDirs)
+	if err != nil {
+		d.log.Warn("session dirs not watched; one that appears later is served only after a restart", "err", err)
+		return nil
+	}
+	for dir, err := range skipped {
+		d.log.Warn("session dir not watched; if it appears later it is served only after a restart", "dir", dir, "err", err)
+	}
+	d.watch = w
+	d.onClose(w.Close)
+	if d.socks.Activated || d.c.Args == nil {
+		return nil // systemd's socket units hold the sockets across a restart
+	}
+	files, names, err := socketFiles(d.socks)
+	if err != nil {
+		d.log.Warn("no relaunch helper; a session dir that appears later is served only after a restart", "err", err)
+		return nil
+	}
+	self, err := os.Executable()
+	if err == nil {
+		d.handover, err = relaunch.Prepare(self, d.c.Args, files, names)
+	}
+	for _, f := range files {
+		f.Close() // the helper has its own copies
+	}
+	if err != nil {
+		d.log.Warn("no relaunch helper; a session dir that appears later is served only after a restart", "err", err)
+		return nil
+	}
+	// The helper ends with the daemon, unless it is the daemon's way to start again (Relaunch,
+	// after Close).
+	d.onClose(func() error {
+		if d.relaunchDir != "" {
+			return nil
+		}
+		return d.handover.Close()
+	})
+	return nil
+}
+
+// socketFiles duplicates the listening Unix sockets for the helper, with their names.
+func socketFiles(s *activation.Sockets) (files []*os.File, names []string, err error) {
+	for _, l := range []struct {
+		name string
+		l    net.Listener
+	}{{activation.NameHTTP, s.HTTP}, {activation.NameAgent, s.Agent}, {activation.NameRegister, s.Register}} {
+		ul, ok := l.l.(*net.UnixListener)
+		if !ok {
+			continue
+		}
+		f, ferr := ul.File()
+		if ferr != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, nil, ferr
+		}
+		files, names = append(files, f), append(names, l.name)
+	}
+	if len(files) == 0 {
+		return nil, nil, errors.New("no socket to hand over")
+	}
+	return files, names, nil
+}
+
+// watchRelaunch ends the run (stop) when a watched session directory changes, recording it
+// for Relaunch; and, in a relaunched daemon, when the old daemon waiting for it passes on a
+// stop (or is gone), or a reload as this process's own SIGHUP.
+func (d *Daemon) watchRelaunch(ctx context.Context, stop context.CancelFunc) {
+	var changed <-chan string
+	if d.watch != nil {
+		changed = d.watch.C()
+	}
+	stops := d.stops
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case dir := <-changed:
+			if d.handover != nil {
+				// The socket files stay: the helper's copies of the sockets listen on them.
+				for _, l := range []net.Listener{d.socks.HTTP, d.socks.Agent, d.socks.Register} {
+					if ul, ok := l.(*net.UnixListener); ok {
+						ul.SetUnlinkOnClose(false)
+					}
+				}
+			}
+			d.relaunchDir = dir
+			d.log.Info("session dir appeared or was replaced; starting again so that the sandbox includes it", "dir", dir)
+			stop()
+			return
+		case b, ok := <-stops:
+			if ok && b == 'h' {
+				syscall.Kill(os.Getpid(), syscall.SIGHUP) // a signal to itself stays in its domain
+				continue
+			}
+			d.log.Info("stop passed on by the daemon this one replaced")
+			stop()
+			return
+		}
+	}
+}
+
+// Relaunch finishes a run that a session directory ended (call it after Close, when the store
+// and the sockets are closed): it hands the sockets to the helper and waits for the new daemon
+// in its place, or under systemd returns at once. relaunched is false when the run ended for
+// any other reason; code is the exit status to end with.
+func (d *Daemon) Relaunch() (relaunched bool, code int) {
+	if d.relaunchDir == "" {
+		return false, 0
+	}
+	if d.handover == nil {
+		return true, relaunch.ExitRestart
+	}
+	if err := d.handover.Go(d.relaunchDir); err != nil {
+		d.log.Error("relaunch failed", "err", err)
+		return true, 1
+	}
+	return true, d.handover.Wait(d.stops)
+}
