@@ -320,13 +320,12 @@ let
           '';
           type = types.submodule {
             freeformType = with types; attrsOf (nullOr (oneOf [ bool int str (listOf str) ]));
-            options.require-landlock = mkOption {
-              type = types.bool;
-              default = true;
-              description = ''
-                Refuse to start unless the kernel enforces the daemon's Landlock sandbox (see
-                {option}`security.lsm`); the journal's `landlock:` line says what is enforced.
-              '';
+            options = {
+              require-landlock = mkOption {
+                type = types.bool;
+                default = true;
+                description = "Refuse to start unless the kernel enforces the daemon's Landlock sandbox (see {option}`security.lsm`).";
+              };
             };
           };
         };
