@@ -259,7 +259,7 @@ let
 
         group = mkOption {
           type = types.str;
-          default = if config.createUser then config.user else topConfig.users.users.${config.user}.group or config.user;
+          default = let g = topConfig.users.users.${config.user}.group or ""; in if config.createUser || g == "" then config.user else g;
           defaultText = literalExpression "if createUser then user else config.users.users.\${user}.group";
           description = "The group of the tier's sockets and daemon (the sockets are 0600 regardless).";
         };
