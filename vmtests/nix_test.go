@@ -10,6 +10,8 @@ package vmtests
 //     (systemd/) with per-tier keys only, and names no other key of those units.
 //   - TestNixModuleExposure: systemd-analyze security of the shipped units with the module's
 //     drop-ins, merged by systemd-analyze itself, against the Debian shape.
+//   - TestNixPackageInstallsUnits: nix/package.nix installs systemd/'s units, and its
+//     substitutions match them (the binary's store path goes into ExecStart=).
 //   - TestNixImageMatchesKubernetesExample: nix/image.nix (lib only) against deploy/'s pod.
 //   - TestNixVMTestScripts: the Python test script of every VM test parses and lints clean.
 //   - TestVendorHash: nix/source.nix's vendorHash is what `go mod vendor` gives today.
@@ -702,5 +704,55 @@ func TestNixVMTestScripts(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// TestNixPackageInstallsUnits holds nix/package.nix's postInstall to the shipped units (the
+// offline checks cannot build the package): every unit of systemd/ is installed, and every
+// `--replace-fail FROM` pattern occurs in the units it is applied to, so that the build
+// neither fails nor leaves /usr/local paths in the store's copy. The binary's pattern must be
+// ExecStart='s.
+func TestNixPackageInstallsUnits(t *testing.T) {
+	root := nixRepo(t)
+	nixTrackInputs(t, root, ".nix", ".service", ".socket")
+	pkg, err := os.ReadFile(filepath.Join(root, "nix", "package.nix"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(pkg), `install -Dm0644 -t "$out/lib/systemd/system" systemd/xmsg@.service systemd/xmsg-*@.socket`) {
+		t.Fatal("nix/package.nix does not install systemd/xmsg@.service and systemd/xmsg-*@.socket into $out/lib/systemd/system")
+	}
+	units, _ := filepath.Glob(filepath.Join(root, "systemd", "xmsg*@.*"))
+	if len(units) != 4 {
+		t.Fatalf("shipped units: %q", units)
+	}
+	text := map[string]string{}
+	for _, u := range units {
+		b, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text[filepath.Base(u)] = string(b)
+	}
+	// substituteInPlace TARGET --replace-fail FROM TO, TARGET one unit or the loop's "$unit".
+	subst := regexp.MustCompile(`substituteInPlace "([^"]+)" --replace-fail (\S+) `).FindAllStringSubmatch(string(pkg), -1)
+	if len(subst) < 2 {
+		t.Fatalf("nix/package.nix: got %d substitutions, want the documents' and the binary's", len(subst))
+	}
+	for _, m := range subst {
+		target, from := m[1], m[2]
+		for name, body := range text {
+			if target != "$unit" && target != "$out/lib/systemd/system/"+name {
+				continue
+			}
+			if !strings.Contains(body, from) {
+				t.Errorf("%s: --replace-fail %s would fail the build: not in the unit", name, from)
+			}
+		}
+	}
+	if !slices.ContainsFunc(subst, func(m []string) bool {
+		return m[1] == "$out/lib/systemd/system/xmsg@.service" && strings.Contains(text["xmsg@.service"], "\nExecStart="+m[2]+" ")
+	}) {
+		t.Error("nix/package.nix does not point xmsg@.service's ExecStart= at $out/bin/xmsg")
 	}
 }
