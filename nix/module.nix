@@ -319,7 +319,7 @@ let
             go into `systemd.services."xmsg@<name>".serviceConfig` (e.g. `MemoryMax`).
           '';
           type = types.submodule {
-            freeformType = with types; attrsOf (nullOr (oneOf [ bool int str (listOf str) ]));
+            freeformType = types.attrsOf (types.nullOr (types.oneOf [ types.bool types.int types.str (types.listOf types.str) ]));
             options = {
               require-landlock = mkOption {
                 type = types.bool;
