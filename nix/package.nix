@@ -35,9 +35,17 @@ buildGo126Module {
     runHook postCheck
   '';
 
-  # The units' Documentation= (nix/module.nix) points at these.
+  # The documents, and the units of systemd/ for systemd.packages (nix/module.nix enables them
+  # and adds per-tier drop-ins). The units stay as systemd/ ships them; only where the binary
+  # and the documents live changes. The sysusers.d/tmpfiles.d snippets name example tiers, so
+  # they are not installed: the module declares the users and directories of its own tiers.
   postInstall = ''
     install -Dm0644 -t "$out/share/doc/xmsg" README.md docs/*.md
+    install -Dm0644 -t "$out/lib/systemd/system" systemd/xmsg@.service systemd/xmsg-*@.socket
+    for unit in "$out"/lib/systemd/system/*; do
+      substituteInPlace "$unit" --replace-fail file:///usr/local/share/doc/xmsg/ "file://$out/share/doc/xmsg/"
+    done
+    substituteInPlace "$out/lib/systemd/system/xmsg@.service" --replace-fail /usr/local/bin/xmsg "$out/bin/xmsg"
   '';
 
   meta = {

@@ -114,6 +114,9 @@ func TestServiceUnit(t *testing.T) {
 		{"Service", "ProtectProc", ""},
 		{"Service", "ProcSubset", "pid"},
 		{"Service", "Restart", "on-failure"},
+		// The daemon pets the watchdog at half the interval; vmtests/nspawn stops one and
+		// watches systemd restart it.
+		{"Service", "WatchdogSec", "20s"},
 	}
 	for _, tt := range tests {
 		if got := u.get(tt.section, tt.key); got != tt.want {

@@ -3,18 +3,22 @@
 package vmtests
 
 // The nspawn stage: xmsg's own units (systemd/) under a real systemd, PID 1 of a
-// systemd-nspawn container that boots the host's /usr on a tmpfs root (vmtests/nspawn). The
-// scenarios live in vmtests/nspawn/in-container.sh, one property each; this file builds the
-// payload, boots the container once, runs every scenario as a subtest and always tears the
-// container down.
+// systemd-nspawn container that boots the host's /usr on a tmpfs root (vmtests/nspawn), in
+// both shapes a host runs them: as a Debian host (the files plus systemd/examples' drop-ins)
+// and as NixOS (the same files plus the drop-ins nix/module.nix writes, rendered here when
+// NIXPKGS_LIB names a nixpkgs lib). The scenarios live in vmtests/nspawn/in-container.sh, one
+// property each; this file builds the payload, boots the container once, runs every scenario
+// as a subtest and always tears the container down.
 
 import (
 	"bufio"
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,7 +30,7 @@ import (
 
 // nspawnScenarios are run in this order; later ones may rely on the daemons that earlier ones
 // started, and each starts what it needs when run alone (go test -run 'TestNspawn/crash').
-var nspawnScenarios = []string{"activation", "credentials", "hardening", "isolation", "crash", "fedunit", "federation"}
+var nspawnScenarios = []string{"activation", "credentials", "hardening", "isolation", "crash", "watchdog", "nixos", "units", "fedunit", "federation"}
 
 var nspawnTiers = []string{"public", "trusted"}
 
@@ -46,7 +50,7 @@ func TestNspawn(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	payload := nspawnPayload(t, repo)
+	payload, nixos := nspawnPayload(t, repo)
 	// The federation scenario needs a daemon that federates: a build without it says so in
 	// `xmsg serve --help` (and refuses --fed-listen).
 	help, _ := exec.Command(filepath.Join(payload, "bin", "xmsg"), "serve", "--help").CombinedOutput()
@@ -126,6 +130,9 @@ func TestNspawn(t *testing.T) {
 			if sc == "federation" && noFederation {
 				t.Skip("this build of xmsg has no federation (serve --help: --fed-listen not available in this build)")
 			}
+			if sc == "nixos" && !nixos {
+				t.Skip("NIXPKGS_LIB is not set: no NixOS drop-ins to boot (units checks the Debian shape only)")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			begin := time.Now()
@@ -146,9 +153,11 @@ func TestNspawn(t *testing.T) {
 }
 
 // nspawnPayload builds what the container gets read-only at /xmsg-payload: the daemon and the
-// probe (built from this tree), the unit directory, the in-container script and one
-// self-signed federation certificate per tier with its expected SPKI pin.
-func nspawnPayload(t *testing.T, repo string) string {
+// probe (built from this tree), the unit directory, the in-container script, one self-signed
+// federation certificate per tier with its expected SPKI pin and, when nix/module.nix can be
+// evaluated (NIXPKGS_LIB), the NixOS drop-ins (see nspawnNixOS). It reports whether those are
+// there.
+func nspawnPayload(t *testing.T, repo string) (string, bool) {
 	t.Helper()
 	payload := t.TempDir()
 	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
@@ -181,7 +190,33 @@ func nspawnPayload(t *testing.T, repo string) string {
 		nspawnWrite(t, filepath.Join(dir, "fed-key"), key, 0o644)
 		nspawnWrite(t, filepath.Join(dir, "pin"), []byte(pin), 0o644)
 	}
-	return payload
+	return payload, nspawnNixOS(t, repo, payload)
+}
+
+// nspawnNixOS renders what nix/module.nix writes for two tiers into payload/nixos/: tier nix
+// (booted and run: its four drop-ins and its tmpfiles rules) and the federating tier nixfed
+// (only loaded and scored: its service drop-in, for the addresses of
+// systemd/examples/xmsg@public.service.d/federation.conf). Without NIXPKGS_LIB (or
+// nix-instantiate) there is nothing to render, and the container has the Debian shape only.
+func nspawnNixOS(t *testing.T, repo, payload string) bool {
+	t.Helper()
+	lib := os.Getenv("NIXPKGS_LIB")
+	if _, err := exec.LookPath("nix-instantiate"); lib == "" || err != nil {
+		t.Logf("NixOS shape left out: NIXPKGS_LIB=%q, nix-instantiate: %v", lib, err)
+		return false
+	}
+	dropIns, tmpfiles := moduleDropIns(t, lib, repo, `{ nix.svcExecutables.probe = "/usr/local/bin/xmsg-probe"; }`, "")
+	fed, _ := moduleDropIns(t, lib, repo, nixFederationTier("nixfed", "192.0.2.10:7788", "192.0.2.20"), "")
+	const fedService = "xmsg@nixfed.service.d/overrides.conf"
+	if fed[fedService] == "" || len(dropIns) != 4 {
+		t.Fatalf("module drop-ins: tier nix %v, tier nixfed %v", slices.Sorted(maps.Keys(dropIns)), slices.Sorted(maps.Keys(fed)))
+	}
+	dropIns[fedService] = fed[fedService]
+	for path, text := range dropIns {
+		nspawnWrite(t, filepath.Join(payload, "nixos", "units", path), []byte(text), 0o644)
+	}
+	nspawnWrite(t, filepath.Join(payload, "nixos", "tmpfiles.conf"), []byte(strings.Join(tmpfiles, "\n")+"\n"), 0o644)
+	return true
 }
 
 func nspawnWrite(t *testing.T, path string, b []byte, mode os.FileMode) {

@@ -24,6 +24,10 @@ let
       };
       users.users = loose;
       users.groups = loose;
+      systemd.packages = mkOption {
+        type = types.listOf types.unspecified;
+        default = [ ];
+      };
       systemd.services = loose;
       systemd.sockets = loose;
       systemd.tmpfiles.rules = mkOption {
@@ -100,4 +104,38 @@ in
     }).config;
 
   failedAssertions = cfg: map (a: a.message) (lib.filter (a: !a.assertion) cfg.assertions);
+
+  # The drop-ins NixOS writes for the module's units, as { "<unit>.d/overrides.conf" = text; },
+  # for the nspawn stage, which boots them on top of systemd/'s units under a real systemd.
+  # The text is what nixos/lib/systemd-lib.nix makes of an overrideStrategy = "asDropin"
+  # unit: attrsToSection of serviceConfig/socketConfig (true/false, one line per list
+  # element). NixOS also adds Environment= lines (PATH, LOCALE_ARCHIVE, TZDIR) to every
+  # service, which no hardening key depends on; they are left out. A unit option this
+  # rendering does not know is an error, so that it cannot silently drop what the module sets.
+  dropIns =
+    cfg:
+    let
+      toOption =
+        x:
+        if x == true then
+          "true"
+        else if x == false then
+          "false"
+        else
+          toString x;
+      attrsToSection = as: lib.concatStrings (lib.concatLists (lib.mapAttrsToList (k: v: map (x: "${k}=${toOption x}\n") (lib.toList v)) as));
+      render =
+        suffix: section: body: name: def:
+        let
+          unknown = lib.subtractLists [ "overrideStrategy" "wantedBy" body ] (lib.attrNames def);
+        in
+        if unknown != [ ] then
+          throw "dropIns: ${name}: unit options ${toString unknown} are not rendered"
+        else if def.overrideStrategy or null != "asDropin" then
+          throw "dropIns: ${name}: not a drop-in"
+        else
+          lib.nameValuePair "${name}.${suffix}.d/overrides.conf" "[${section}]\n${attrsToSection (def.${body} or { })}";
+    in
+    lib.mapAttrs' (render "service" "Service" "serviceConfig") cfg.systemd.services
+    // lib.mapAttrs' (render "socket" "Socket" "socketConfig") cfg.systemd.sockets;
 }

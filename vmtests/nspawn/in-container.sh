@@ -10,11 +10,17 @@
 #   in-container.sh hardening    (3) the unit's sandbox and Landlock are in force
 #   in-container.sh isolation    (4) planted markers: no path from one tier to the other
 #   in-container.sh crash        (5) kill -9 loses no acknowledged message
-#   in-container.sh fedunit      (6) a federating tier's unit: one bind port, the peers only
-#   in-container.sh federation   (7) two tiers federate under the real units and Landlock
+#   in-container.sh watchdog     (6) a daemon whose loop is stopped is restarted (WatchdogSec=)
+#   in-container.sh nixos        (7) a tier with nix/module.nix's drop-ins runs
+#   in-container.sh units        (8) the merged units, Debian and NixOS shape: same hardening
+#   in-container.sh fedunit      (9) a federating tier's unit: one bind port, the peers only
+#   in-container.sh federation  (10) two tiers federate under the real units and Landlock
 #
 # Payload layout (read-only at /xmsg-payload): bin/{xmsg,xmsg-probe}, systemd/ (the repo's
-# unit directory), creds/<tier>/{fed-cert,fed-key,pin}, this script.
+# unit directory), creds/<tier>/{fed-cert,fed-key,pin}, this script, and when
+# vmtests/nspawn_test.go could evaluate nix/module.nix (NIXPKGS_LIB): nixos/units/ (the
+# drop-ins NixOS writes for tier nix and, analysed only, the federating tier nixfed) and
+# nixos/tmpfiles.conf (tier nix's rules).
 set -u
 PL=${PAYLOAD:-/xmsg-payload}
 TIERS="public trusted"
@@ -45,6 +51,12 @@ wait_for() {
   for _ in $(seq 100); do "$@" && return 0; sleep 0.1; done
   echo "INFO timed out waiting for: $d"; return 1
 }
+# wait_secs N DESC CMD...: wait_for with a deadline of N seconds (for systemd's own timers).
+wait_secs() {
+  local n=$1 d=$2; shift 2
+  for _ in $(seq $((n * 2))); do "$@" && return 0; sleep 0.5; done
+  echo "INFO timed out after ${n}s waiting for: $d"; return 1
+}
 finish() {
   [ "$fail" -eq 0 ] || { echo "--- journal of the xmsg units (tail)"; journalctl -q --no-pager -o short-monotonic -u 'xmsg*' | tail -40; }
   exit "$fail"
@@ -73,10 +85,32 @@ setup() {
       "$PL/systemd/examples/xmsg@public.service.d/credentials.conf" > "/etc/systemd/system/xmsg@$t.service.d/credentials.conf"
     printf '[Service]\nEnvironment=XMSG_SVC_EXE=probe=%s\n' "$PROBE" > "/etc/systemd/system/xmsg@$t.service.d/probe.conf"
   done
+  [ -d "$PL/nixos" ] && { setup_nixos || return 1; }
   systemctl daemon-reload
   for t in $TIERS; do systemctl enable --now "xmsg-http@$t.socket" "xmsg-agent@$t.socket" "xmsg-register@$t.socket" 2>&1 || return 1; done
+  if [ -d "$PL/nixos" ]; then
+    # As on a NixOS boot: the sockets are wanted by sockets.target (the links above), started.
+    systemctl start xmsg-http@nix.socket xmsg-agent@nix.socket xmsg-register@nix.socket || return 1
+  fi
   id xmsg-public; id xmsg-trusted
   ls -la /run/xmsg-public /run/xmsg-public/xmsg
+}
+
+# The NixOS shape of a tier, as NixOS lays it out: the package's units (here the same files,
+# systemd/, already in /etc/systemd/system) plus the drop-ins nix/module.nix writes, rendered
+# by vmtests/nspawn_test.go; the instance's sockets linked into sockets.target.wants by name
+# (NixOS links ../NAME, which exists only as the template); the user the module declares; its
+# tmpfiles rules; and the daemon at the store path the drop-in's ExecStart= names.
+setup_nixos() {
+  cp -r "$PL/nixos/units/." /etc/systemd/system/ || return 1
+  mkdir -p /etc/systemd/system/sockets.target.wants
+  local s exe
+  for s in http agent register; do ln -sfn "../xmsg-$s@nix.socket" /etc/systemd/system/sockets.target.wants/ || return 1; done
+  echo 'u xmsg-nix - "xmsg bus, tier nix" /var/lib/xmsg-nix' > /etc/sysusers.d/xmsg-nix.conf && systemd-sysusers || return 1
+  cp "$PL/nixos/tmpfiles.conf" /etc/tmpfiles.d/xmsg-nix.conf && systemd-tmpfiles --create /etc/tmpfiles.d/xmsg-nix.conf || return 1
+  exe=$(sed -n 's/^ExecStart="\([^"]*\)".*/\1/p' /etc/systemd/system/xmsg@nix.service.d/overrides.conf)
+  case "$exe" in /nix/store/*/bin/xmsg) ;; *) echo "setup_nixos: ExecStart= names $exe"; return 1 ;; esac
+  install -D -m0755 "$PL/bin/xmsg" "$exe"
 }
 
 # (1) Socket activation: the three sockets exist (0600 in a 0700 dir, tier-owned) while the
@@ -149,7 +183,7 @@ hardening() {
   # The same [Service] hardening with the probe as a oneshot ExecStart= (sockets not needed).
   local u=/etc/systemd/system/xmsg-sandbox-check@.service
   sed -e '/^\(Requires\|After\|Also\)=/d' -e 's/^Type=notify$/Type=oneshot/' -e '/^NotifyAccess=/d' \
-      -e '/^Restart/d' \
+      -e '/^Restart/d' -e '/^WatchdogSec=/d' \
       -e "s|^ExecStart=.*|ExecStart=$PROBE sandbox --readonly /usr --readonly /etc --readonly /var --readonly /run --writable /var/lib/xmsg-%i --writable /tmp|" \
       /etc/systemd/system/xmsg@.service > "$u"
   systemctl daemon-reload
@@ -238,7 +272,185 @@ crash() {
   rm -rf "$ids"
 }
 
-# (6) A federating tier's unit restrictions, from inside the unit: the repo's template with the
+# (6) The watchdog. The unit sets WatchdogSec=; systemd hands the daemon WATCHDOG_USEC and the
+# daemon pets it (positive control: systemd's timestamp of the last WATCHDOG=1 moves). Then the
+# daemon is stopped with SIGSTOP: the process exists, its loop runs no more, nothing else
+# would ever restart it. systemd must time it out, and Restart= must bring up a new daemon
+# that serves.
+watchdog() {
+  local t=public pid1 pid2 w1
+  systemctl -q is-active "xmsg@$t.service" || probe_as "xmsg-$t" "start (probe own)" own --dir "/run/xmsg-$t/xmsg" >/dev/null
+  pid1=$(mainpid $t)
+  case "$pid1" in ''|0|1|*[!0-9]*) bad "xmsg@$t.service has no MainPID ($pid1)"; return ;; esac
+  local usec; usec=$(systemctl show -P WatchdogUSec "xmsg@$t.service")
+  check "systemd runs the unit with a watchdog (WatchdogUSec=$usec)" test "$usec" = 20s
+  check "the daemon was given WATCHDOG_USEC=20000000" bash -c "tr '\\0' '\\n' < /proc/$pid1/environ | grep -qx WATCHDOG_USEC=20000000"
+  w1=$(systemctl show -P WatchdogTimestampMonotonic "xmsg@$t.service")
+  wait_secs 15 "a WATCHDOG=1 from MainPID $pid1" bash -c "[ \"\$(systemctl show -P WatchdogTimestampMonotonic xmsg@$t.service)\" != '$w1' ]"
+  check "positive control: the running daemon pets the watchdog (last ping moved from $w1)" \
+    test "$(systemctl show -P WatchdogTimestampMonotonic "xmsg@$t.service")" != "$w1"
+  check "SIGSTOP MainPID $pid1" kill -STOP "$pid1"
+  # Within WatchdogSec (20 s) systemd sends SIGABRT (and SIGCONT, so a stopped process gets
+  # it), then Restart= after RestartSec=; TimeoutAbortSec= bounds the first by SIGKILL.
+  wait_secs 50 "a new MainPID after $pid1" bash -c "p=\$(systemctl show -P MainPID xmsg@$t.service); [ -n \"\$p\" ] && [ \"\$p\" != 0 ] && [ \"\$p\" != $pid1 ]"
+  pid2=$(mainpid $t)
+  check "systemd restarted the stopped daemon (MainPID $pid1 -> $pid2)" bash -c "[ -n '$pid2' ] && [ '$pid2' != 0 ] && [ '$pid2' != '$pid1' ]"
+  check "the journal names the watchdog as the cause" bash -c "journalctl -q --no-pager -u xmsg@$t.service | grep -q 'Watchdog timeout'"
+  check "the stopped process is gone" bash -c "! kill -0 $pid1 2>/dev/null"
+  wait_for "xmsg@$t.service active" systemctl -q is-active "xmsg@$t.service"
+  probe_as "xmsg-$t" "the new daemon serves (probe own)" own --dir "/run/xmsg-$t/xmsg"
+  kill -CONT "$pid1" 2>/dev/null
+}
+
+# (8) One copy of the units: a Debian tier (public: the shipped files and the example
+# drop-ins) and a NixOS tier (nix: the same files plus the drop-ins nix/module.nix writes) as
+# systemd itself loaded and merged them. For each shape: `systemctl show` holds the hardening
+# of UNIT_WANT (a fixed list, not read from the unit, so a key missing from the unit is
+# missed here), both shapes show the same values for every property of UNIT_PROPS, and
+# `systemd-analyze security` scores at most 0.5 with the same findings. A federating tier of
+# each shape (debfed: template + systemd/examples' credentials.conf and federation.conf;
+# nixfed: the module's drop-in for the same addresses) scores at most 1.3 with the same
+# findings. Mutant: a hardening key removed from the shipped template must fail the check of
+# both shapes.
+UNIT_WANT="NoNewPrivileges=yes
+CapabilityBoundingSet=
+AmbientCapabilities=
+PrivateUsers=no
+RestrictSUIDSGID=yes
+LockPersonality=yes
+RemoveIPC=yes
+ProtectSystem=strict
+PrivateMounts=yes
+ReadOnlyPaths=/run
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+ProtectProc=default
+ProcSubset=pid
+PrivateNetwork=yes
+RestrictAddressFamilies=AF_UNIX
+DevicePolicy=closed
+RestrictNamespaces=yes
+RestrictRealtime=yes
+MemoryDenyWriteExecute=yes
+SystemCallArchitectures=native
+UMask=0077
+Type=notify
+NotifyAccess=main
+Restart=on-failure
+WatchdogUSec=20s
+LimitNOFILE=4096
+MemoryMax=536870912
+TasksMax=1024
+StateDirectoryMode=0700"
+# Environment= is left out: the Debian tiers here pass XMSG_SVC_EXE, the NixOS one --svc-exe.
+UNIT_PROPS="$(cut -d= -f1 <<<"$UNIT_WANT" | tr '\n' ,)IPAddressDeny,SystemCallFilter,SystemCallErrorNumber,StateDirectory,User,Group,KillSignal,TimeoutStopUSec,RestartUSec,Requires,After"
+# unit_show TIER: UNIT_PROPS of xmsg@TIER.service, the tier's name (user, instances) replaced by TIER.
+# List values are sorted word by word: systemd prints dependencies in hash order.
+unit_show() {
+  local k v
+  systemctl show -p "$UNIT_PROPS" "xmsg@$1.service" | sed -e "s/xmsg-$1\b/xmsg-TIER/g" -e "s/@$1\b/@TIER/g" |
+    while IFS='=' read -r k v; do printf '%s=%s\n' "$k" "$(tr ' ' '\n' <<<"$v" | sort | tr '\n' ' ' | sed 's/ $//')"; done | sort
+}
+# unit_security TIER: "EXPOSURE" then the findings of systemd-analyze security on the loaded unit.
+unit_security() {
+  local out; out=$(systemd-analyze security --no-pager "xmsg@$1.service" 2>&1)
+  sed -n 's/.*Overall exposure level for .*: \([0-9.]*\).*/\1/p' <<<"$out"
+  grep -E '^(✗|- )' <<<"$out" | cut -d' ' -f2 | sort | tr '\n' ' '; echo
+}
+# le A B: the number A is at most B (no awk in the container: /usr/bin/awk is a link into
+# the host's /etc/alternatives, which a volatile root does not have).
+le() { [ -n "$1" ] && [ "$(printf '%s\n' "$1" "$2" | sort -g | head -1)" = "$1" ]; }
+# unit_shape NAME TIER BOUND: the checks of one shape; prints PASS/FAIL lines.
+unit_shape() {
+  local name=$1 t=$2 bound=$3 show sec line
+  show=$(unit_show "$t")
+  while IFS= read -r line; do
+    check "$name xmsg@$t: $line" grep -qxF "$line" <<<"$show"
+  done <<<"$UNIT_WANT"
+  sec=$(unit_security "$t")
+  info "$name xmsg@$t: exposure $(head -1 <<<"$sec"), findings: $(tail -1 <<<"$sec")"
+  check "$name xmsg@$t: exposure $(head -1 <<<"$sec") <= $bound" le "$(head -1 <<<"$sec")" "$bound"
+}
+unit_same() { # unit_same DEBIAN NIXOS: both show and score the same
+  local d n
+  d=$(unit_show "$1"); n=$(unit_show "$2")
+  check "xmsg@$2 (NixOS) shows what xmsg@$1 (Debian) shows for $(tr ',' '\n' <<<"$UNIT_PROPS" | wc -l) properties" test "$d" = "$n"
+  [ "$d" = "$n" ] || diff <(echo "$d") <(echo "$n") | sed 's/^/INFO diff: /'
+  check "xmsg@$2 (NixOS) has the exposure and findings of xmsg@$1 (Debian)" test "$(unit_security "$1")" = "$(unit_security "$2")"
+}
+units() {
+  local nixos=1 d=/etc/systemd/system/xmsg@debfed.service.d
+  [ -d "$PL/nixos" ] || { nixos=0; info "no NixOS drop-ins in the payload (NIXPKGS_LIB unset): the Debian shape only"; }
+  mkdir -p "$d"
+  cp "$PL/systemd/examples/xmsg@public.service.d/credentials.conf" "$PL/systemd/examples/xmsg@public.service.d/federation.conf" "$d/"
+  systemctl daemon-reload
+  # WatchdogUSec= shows what a started service got (infinity before its first start): the
+  # tiers compared must both run.
+  systemctl -q is-active xmsg@public.service || probe_as xmsg-public "start public (probe own)" own --dir /run/xmsg-public/xmsg >/dev/null
+  [ "$nixos" = 1 ] && { systemctl -q is-active xmsg@nix.service || probe_as xmsg-nix "start nix (probe own)" own --dir /run/xmsg-nix/xmsg >/dev/null; }
+  check "positive control: the federating instance loads its drop-ins" bash -c "systemctl show -P DropInPaths xmsg@debfed.service | grep -q federation.conf"
+  unit_shape Debian public 0.5
+  if [ "$nixos" = 1 ]; then
+    check "positive control: xmsg@nix loads the module's drop-in" bash -c "systemctl show -P DropInPaths xmsg@nix.service | grep -q 'xmsg@nix.service.d/overrides.conf'"
+    unit_shape NixOS nix 0.5
+    unit_same public nix
+  fi
+  local fed; fed=$(unit_security debfed)
+  info "Debian federating xmsg@debfed: exposure $(head -1 <<<"$fed"), findings: $(tail -1 <<<"$fed")"
+  check "Debian federating xmsg@debfed: exposure $(head -1 <<<"$fed") <= 1.3" le "$(head -1 <<<"$fed")" 1.3
+  if [ "$nixos" = 1 ]; then
+    check "NixOS federating xmsg@nixfed has the exposure and findings of xmsg@debfed" test "$(unit_security nixfed)" = "$fed"
+    local p
+    for p in PrivateNetwork RestrictAddressFamilies SocketBindAllow SocketBindDeny IPAddressAllow IPAddressDeny; do
+      check "xmsg@nixfed shows the $p of xmsg@debfed ($(systemctl show -P $p xmsg@debfed.service))" \
+        test "$(systemctl show -P $p xmsg@nixfed.service)" = "$(systemctl show -P $p xmsg@debfed.service)"
+    done
+  fi
+
+  # Mutant: ProtectClock=yes removed from the shipped template; both shapes must fail.
+  local tpl=/etc/systemd/system/xmsg@.service out
+  cp "$tpl" /etc/xmsg-template.orig
+  sed -i '/^ProtectClock=/d' "$tpl"
+  systemctl daemon-reload
+  for line in "Debian public" "NixOS nix"; do
+    set -- $line
+    [ "$1" = NixOS ] && [ "$nixos" = 0 ] && continue
+    out=$(fail=0; unit_shape "$1" "$2" 0.5)
+    grep '^FAIL ' <<<"$out" | sed 's/^FAIL /INFO mutant: /'
+    check "mutant ProtectClock= removed from the template is caught for the $1 shape" grep -q '^FAIL ' <<<"$out"
+  done
+  cp /etc/xmsg-template.orig "$tpl"; rm -f /etc/xmsg-template.orig
+  rm -rf "$d"
+  systemctl daemon-reload
+}
+
+# (7) The NixOS tier runs: its sockets are wanted by sockets.target through the links NixOS
+# makes, the first connection starts the daemon from the drop-in's ExecStart= (the store
+# path, the module's quoting), and it serves with the unit's sandbox and Landlock in force.
+nixos() {
+  local t=nix s pid
+  [ -d "$PL/nixos" ] || { info "no NixOS drop-ins in the payload (NIXPKGS_LIB unset)"; return; }
+  for s in http agent register; do
+    check "xmsg-$s@$t.socket is wanted by sockets.target" bash -c "systemctl show -P WantedBy xmsg-$s@$t.socket | grep -qw sockets.target"
+    check "xmsg-$s@$t.socket is listening, $s.sock a 0600 xmsg-$t socket" bash -c "systemctl -q is-active xmsg-$s@$t.socket && test \"\$(stat -c '%F %a %U' /run/xmsg-$t/xmsg/$s.sock)\" = 'socket 600 xmsg-$t'"
+  done
+  check "xmsg@$t.service is not running before the first connection" test "$(systemctl is-active xmsg@$t.service)" != active
+  probe_as "xmsg-$t" "first connect (probe own)" own --dir "/run/xmsg-$t/xmsg"
+  pid=$(mainpid $t)
+  check "the daemon runs from the store path of the drop-in ($(readlink /proc/$pid/exe))" bash -c "readlink /proc/$pid/exe | grep -q '^/nix/store/.*-xmsg-.*/bin/xmsg\$'"
+  check "... with the module's command line" bash -c "tr '\\0' ' ' < /proc/$pid/cmdline | grep -q 'serve --require-landlock --svc-exe=probe=$PROBE'"
+  check "the daemon runs as xmsg-$t with NoNewPrivs" bash -c "grep -qE '^Uid:\s+$(id -u xmsg-$t)\s' /proc/$pid/status && grep -qE '^NoNewPrivs:\s+1' /proc/$pid/status"
+  check "journal: landlock fs=enforced" bash -c "journalctl -q --no-pager -o cat -u xmsg@$t.service | grep -qE 'landlock: abi=[0-9]+ fs=enforced'"
+}
+
+# (9) A federating tier's unit restrictions, from inside the unit: the repo's template with the
 # shipped federation drop-in (systemd/examples/xmsg@public.service.d/federation.conf) on
 # loopback addresses, and `probe netcheck` as the process in it. It may bind the listener's
 # port over IPv4 only, reach the peer's address only, and make IPv4/IPv6 sockets but no
@@ -250,7 +462,7 @@ FED_LISTEN=127.0.0.2:27788 FED_PEER=127.0.0.3 FED_OUTSIDER=127.0.0.4 FED_PEER_PO
 fedunit_run() { # fedunit_run N NAME DROPIN: run netcheck in a fresh unit (number N) with that drop-in
   local n=$1 name=$2 drop=$3
   local unit=xmsg-netcheck$n u=/etc/systemd/system/xmsg-netcheck$n@.service
-  sed -e '/^\(Requires\|After\|Also\)=/d' -e 's/^Type=notify$/Type=oneshot/' -e '/^NotifyAccess=/d' -e '/^Restart/d' \
+  sed -e '/^\(Requires\|After\|Also\)=/d' -e 's/^Type=notify$/Type=oneshot/' -e '/^NotifyAccess=/d' -e '/^Restart/d' -e '/^WatchdogSec=/d' \
       -e "s|^ExecStart=.*|ExecStart=$PROBE netcheck --families --bind-ok $FED_LISTEN $FED_BIND_CHECKS --dial-ok $FED_PEER:$FED_PEER_PORT --dial-denied $FED_OUTSIDER:$FED_PEER_PORT|" \
       /etc/systemd/system/xmsg@.service > "$u"
   mkdir -p "/etc/systemd/system/$unit@public.service.d"
@@ -312,7 +524,7 @@ MUTANTS
   systemctl daemon-reload
 }
 
-# (7) Two tiers federate under the real units: public listens on 127.0.0.2:27791, trusted on
+# (10) Two tiers federate under the real units: public listens on 127.0.0.2:27791, trusted on
 # 127.0.0.3:27792, each the other's pinned peer, each with the shipped federation drop-in
 # (moved to loopback) and its peers file as the credential `peers`. Positive control: a
 # message from public to svc:probe@trusted is answered and the reply comes back. In force:
@@ -403,6 +615,6 @@ federation() {
 
 case "${1:-}" in
   setup) setup || { echo "FAIL setup"; exit 1; }; exit 0 ;;
-  activation|credentials|hardening|isolation|crash|fedunit|federation) "$1"; finish ;;
-  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash|fedunit|federation" >&2; exit 64 ;;
+  activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation) "$1"; finish ;;
+  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation" >&2; exit 64 ;;
 esac
