@@ -188,8 +188,10 @@ func (b *Bus) FlushAgy(r *Registration) int {
 			return n
 		}
 		if err := b.cfg.Store.Update(func(tx *store.Tx) error {
-			_, err := tx.Ack(agyQueue(r.Conversation), p.ID)
-			return err
+			if _, err := tx.Ack(agyQueue(r.Conversation), p.ID); err != nil {
+				return err
+			}
+			return markFlushed(tx, p.ID)
 		}); err != nil {
 			b.cfg.Log.Error("agy flush: ack failed", "message_id", p.ID, "err", err)
 			return n
@@ -197,6 +199,17 @@ func (b *Bus) FlushAgy(r *Registration) int {
 		b.cfg.Log.Info("accepted", "socket", "register", "actor", r.Caller().Actor(), "request", "flush", "message_id", p.ID)
 		n++
 	}
+}
+
+// markFlushed records that a queued message (or a pushed reply) reached agentapi: its row
+// (if it has one: a push's row was already written as delivered) reads delivered from now on.
+func markFlushed(tx *store.Tx, id string) error {
+	m, found, err := tx.Message(id)
+	if err != nil || !found || m.Outcome != "queued" {
+		return err
+	}
+	m.Outcome = "delivered"
+	return tx.PutMessage(m)
 }
 
 // resolveAgy matches live agy sessions by session id (agy:<pid>:<start>, so a recycled pid

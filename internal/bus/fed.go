@@ -427,6 +427,13 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 	if m.Return != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = m.Return.Harness, m.Return.SessionID, m.PushReplies
 	}
+	if t.reg != nil && t.reg.agy != nil {
+		// An agy session is reached the way a local send reaches it: agentapi now, or its
+		// conversation's queue (which its credential frame flushes), never its session id's
+		// queue, which nothing reads.
+		msg.Outcome = "delivered"
+		return b.sendAgy(Send{FromName: m.FromName, Bytes: len(m.Body), Text: m.Body}, t, msg, nil)
+	}
 	// Like a local send (bus.Send), the row is committed as delivered BEFORE the Claude
 	// inbox sees the message (the session may reply at once, and its reply must find the
 	// row), and rewritten as delivery_failed if the inbox refuses it: one commit on the
