@@ -13,7 +13,7 @@ import (
 	"github.com/xmsg/xmsg/internal/store"
 )
 
-// agySession is what a registration of harness "agy" holds beyond the common fields. Its
+// agySession is what an agy registration holds beyond the common fields. Its
 // credentials live in memory only (docs/protocol.md §9), guarded by Bus.mu, never logged.
 type agySession struct {
 	presence agy.Presence
@@ -95,7 +95,7 @@ func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials)
 	defer b.mu.Unlock()
 	r := b.regs[id]
 	if r == nil || r.agy == nil || r.agy.presence != p {
-		r = &Registration{Harness: "agy", SessionID: id, Name: p.Conversation, Cwd: "/", PID: st.PID, Start: st.StartTime,
+		r = &Registration{Harness: agy.Name, SessionID: id, Name: p.Conversation, Cwd: "/", PID: st.PID, Start: st.StartTime,
 			RegisteredAt: time.Now().Unix(), Lock: p.Lock, Conversation: p.Conversation, agy: &agySession{presence: p}}
 		b.install(r)
 		b.cfg.Log.Info("agy session", "session_id", id, "peer_pid", st.PID)
@@ -113,7 +113,7 @@ func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials)
 func (b *Bus) HasCredentials(ref string) bool {
 	ref = strings.ToLower(strings.TrimSpace(ref))
 	for _, r := range b.liveRegistrations() {
-		if r.Harness != "agy" || (r.Conversation != ref && r.SessionID != ref && r.SessionID != "agy:"+ref) {
+		if r.agy == nil || (r.Conversation != ref && r.SessionID != ref && r.SessionID != "agy:"+ref) {
 			continue
 		}
 		if c, _ := b.agyCredentials(r); c != nil {
@@ -218,7 +218,7 @@ func markFlushed(tx *store.Tx, id string) error {
 func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 	var hits []*Registration
 	for _, r := range b.liveRegistrations() {
-		if r.Harness != "agy" {
+		if r.agy == nil {
 			continue
 		}
 		if strings.EqualFold(strings.TrimPrefix(r.SessionID, "agy:"), bare) || strings.EqualFold(r.Conversation, bare) {
@@ -232,7 +232,7 @@ func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 		r := hits[0]
 		_, registered := b.agyCredentials(r)
 		exact := strings.EqualFold(strings.TrimPrefix(r.SessionID, "agy:"), bare)
-		return Target{Harness: "agy", SessionID: r.SessionID, View: b.agyView(r), Offline: !registered && !exact, reg: r}, nil, true
+		return Target{Harness: agy.Name, SessionID: r.SessionID, View: b.agyView(r), Offline: !registered && !exact, reg: r}, nil, true
 	}
 	ids := make([]string, len(hits))
 	for i, r := range hits {
@@ -242,7 +242,7 @@ func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 }
 
 func (b *Bus) agyView(r *Registration) SessionView {
-	v := regView(r)
+	v := b.regView(r)
 	_, registered := b.agyCredentials(r)
 	v.Registered = &registered
 	if !registered {
@@ -313,7 +313,7 @@ func (b *Bus) sendAgy(s Send, t Target, msg store.Message, idem *store.Idem) (De
 func (b *Bus) pushAgy(sessionID string, pushed *store.Message, badge, body string, now int64, text string) (string, *store.Pending, func() string) {
 	var r *Registration
 	for _, x := range b.liveRegistrations() {
-		if x.SessionID == sessionID && x.Harness == "agy" {
+		if x.SessionID == sessionID && x.agy != nil {
 			r = x
 		}
 	}

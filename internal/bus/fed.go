@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -120,7 +121,7 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 	}
 	now := nowUnix()
 	msg := store.Message{ID: id.String(), CreatedAt: now, SessionID: target, FromName: s.FromName, Bytes: s.Bytes,
-		Outcome: "accepted", RecipientHarness: "fed", ThreadID: id.String(), ReturnHost: b.cfg.Host}
+		Outcome: "accepted", RecipientHarness: remoteHarness, ThreadID: id.String(), ReturnHost: b.cfg.Host}
 	p := s.fedPrincipal()
 	if s.Caller != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
@@ -202,7 +203,7 @@ func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
 	}
 	now := nowUnix()
 	msg := store.Message{ID: id.String(), CreatedAt: now, SessionID: target, FromName: s.FromName, Bytes: s.Bytes,
-		Outcome: "queued", RecipientHarness: "fed", ThreadID: id.String(), ReturnHost: b.cfg.Host}
+		Outcome: "queued", RecipientHarness: remoteHarness, ThreadID: id.String(), ReturnHost: b.cfg.Host}
 	if s.Caller != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
 	}
@@ -347,7 +348,7 @@ func (b *Bus) pushRemote(ctx context.Context, caller Caller, msg store.Message, 
 		return pushPlan{outcome: "push_failed"}
 	}
 	pushed := &store.Message{ID: id.String(), CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name),
-		Bytes: len(text), Outcome: "accepted", RecipientHarness: "fed", ReturnHarness: caller.Harness, ReturnSessionID: caller.SessionID,
+		Bytes: len(text), Outcome: "accepted", RecipientHarness: remoteHarness, ReturnHarness: caller.Harness, ReturnSessionID: caller.SessionID,
 		ReturnHost: b.cfg.Host, PushReplies: true, ThreadID: msg.ThreadID}
 	out := &store.Outbound{ID: pushed.ID, Peer: msg.ReturnHost, TargetRef: msg.ReturnSessionID, Outcome: "accepted", CreatedAt: now}
 	return pushPlan{outcome: "pushed", msg: pushed, out: out, deliver: func() string {
@@ -377,7 +378,7 @@ func (b *Bus) FedStored(id, peer string) (Delivery, bool, error) {
 	if err != nil || !found {
 		return Delivery{}, false, err
 	}
-	if m.ReturnHost != peer || m.RecipientHarness == "fed" {
+	if m.ReturnHost != peer || m.RecipientHarness == remoteHarness {
 		return Delivery{}, true, errorf(http.StatusConflict, "conflict", "message id '%s' is already in use", id)
 	}
 	switch m.Outcome {
@@ -427,7 +428,8 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 	if m.Return != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = m.Return.Harness, m.Return.SessionID, m.PushReplies
 	}
-	if t.reg != nil && t.reg.agy != nil {
+	h := b.h.Lookup(t.Harness) // never nil: the target was resolved here
+	if h.Delivery() == harness.Agentapi {
 		// An agy session is reached the way a local send reaches it: agentapi now, or its
 		// conversation's queue (which its credential frame flushes), never its session id's
 		// queue, which nothing reads.
@@ -441,10 +443,10 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 	// commits together with its queue entry, so "delivered" is true at once.
 	msg.Outcome = "delivered"
 	var pending *store.Pending
-	if t.Harness != "claude" {
+	if h.Delivery() == harness.Queue {
 		pending = &store.Pending{ID: m.ID, SessionID: t.SessionID, CreatedAt: now, FromName: m.FromName, Bytes: len(m.Body),
-			Text: m.Body, Envelope: envelope.Plain(m.FromName, m.ID, m.Body)}
-		if t.Harness == "svc" {
+			Text: m.Body, Envelope: h.Envelope(m.FromName, envelope.ClaudeBody(m.Body, m.ID), envelope.Plain(m.FromName, m.ID, m.Body))}
+		if h.Origin() {
 			pending.Origin = fedOrigin(m.Peer, m.Badge)
 		}
 	}
@@ -563,7 +565,7 @@ func (b *Bus) FedReplies(ctx context.Context, peer, id string, after uint64, wai
 	if !found {
 		return nil, messageNotFound(id)
 	}
-	if m.ReturnHost != peer || m.RecipientHarness == "fed" {
+	if m.ReturnHost != peer || m.RecipientHarness == remoteHarness {
 		return nil, errorf(http.StatusForbidden, "op_denied", "message '%s' did not come from peer '%s'", id, peer)
 	}
 	return b.Replies(ctx, id, after, wait)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -156,7 +157,7 @@ func (b *Bus) DeliverPulled(p Pulled) (string, error) {
 	session := "svc:" + b.cfg.Leaf.Service
 	now := nowUnix()
 	msg := store.Message{ID: p.ID, CreatedAt: now, SessionID: session, FromName: p.FromName, Bytes: len(p.Body), Outcome: "delivered",
-		RecipientHarness: "svc", ReturnHost: p.Peer, ThreadID: p.ThreadID}
+		RecipientHarness: svc.Name, ReturnHost: p.Peer, ThreadID: p.ThreadID}
 	if msg.ThreadID == "" {
 		msg.ThreadID = p.ID
 	}

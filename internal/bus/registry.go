@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/xmsg/xmsg/internal/harness"
+	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -20,7 +22,7 @@ import (
 // uid-admitted session is durable, though: it belongs to the session process, not to the
 // registration (see RegisterSession).
 type Registration struct {
-	Harness      string // "svc", "pi", "opencode", "hermes"
+	Harness      string // a harness name (Config.Harnesses)
 	SessionID    string // "svc:<name>" or "<harness>:<uuid v4>"
 	Name         string
 	Cwd          string
@@ -67,9 +69,6 @@ func (r *Registration) Caller() Caller {
 	return Caller{Harness: r.Harness, SessionID: r.SessionID, Name: r.Name}
 }
 
-// SessionHarnesses are the harnesses admitted on register.sock by uid alone.
-var SessionHarnesses = map[string]bool{"pi": true, "opencode": true, "hermes": true}
-
 func (b *Bus) checkUID(cred peercred.Cred) *Error {
 	// The gate already refused other uids; checking again keeps registration fail-closed even
 	// if a listener were ever served without the gate.
@@ -107,7 +106,7 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	if cwd == "" {
 		cwd = "/"
 	}
-	r := &Registration{Harness: "svc", SessionID: "svc:" + name, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: time.Now().Unix()}
+	r := &Registration{Harness: svc.Name, SessionID: svc.Name + ":" + name, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: time.Now().Unix()}
 	if err := b.watch(r); err != nil {
 		return nil, err
 	}
@@ -148,9 +147,9 @@ func (b *Bus) attestService(name string, cred peercred.Cred) *Error {
 // connection that is no longer polled. Another process, or the same pid with another start
 // time, never matches the record. No id in the request is ever used. connectStart as for
 // RegisterService.
-func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, connectStart string) (*Registration, error) {
-	if !SessionHarnesses[harness] {
-		return nil, badRequest("unknown harness '%s'", harness)
+func (b *Bus) RegisterSession(kind, name, cwd string, cred peercred.Cred, connectStart string) (*Registration, error) {
+	if !b.h.Is(kind, harness.UID) {
+		return nil, badRequest("unknown harness '%s'", kind)
 	}
 	if b.cfg.Leaf != nil {
 		// A leaf serves exactly one service (docs/protocol.md §7.5).
@@ -166,7 +165,7 @@ func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, con
 	if connectStart != "" && start != connectStart {
 		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
 	}
-	id, err := b.processSessionID(harness, cred.PID, start)
+	id, err := b.processSessionID(kind, cred.PID, start)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +175,7 @@ func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, con
 	if cwd == "" {
 		cwd = "/"
 	}
-	r := &Registration{Harness: harness, SessionID: id, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: time.Now().Unix()}
+	r := &Registration{Harness: kind, SessionID: id, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: time.Now().Unix()}
 	if err := b.watch(r); err != nil {
 		return nil, err
 	}
@@ -266,11 +265,8 @@ func (b *Bus) matchingRegistrations(match func(*Registration) bool) []*Registrat
 	}
 	b.mu.Unlock()
 	rank := func(r *Registration) int {
-		switch r.Harness {
-		case "agy":
-			return 0
-		case "svc":
-			return 2
+		if h := b.h.Lookup(r.Harness); h != nil {
+			return h.Rank()
 		}
 		return 1
 	}
@@ -372,7 +368,7 @@ func (b *Bus) pruneProcessSessions() (int, error) {
 // Unregister ends r, unless a newer registration already replaced it.
 func (b *Bus) Unregister(r *Registration) {
 	r.stop()
-	if r.Harness != "svc" {
+	if !b.h.Is(r.Harness, harness.Exe) {
 		// Forget the queue: it is loaded again from the store should the id register again
 		// (the same session process on a new connection). Ids of uid-admitted sessions are
 		// minted per process, so keeping their queues would grow memory without bound.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/xmsg/xmsg/internal/codex"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -203,8 +203,12 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 	pushed := &store.Message{ID: newID, CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: badge, Bytes: len(text),
 		Outcome: "delivered", RecipientHarness: msg.ReturnHarness, ReturnHarness: replier.Harness,
 		ReturnSessionID: replier.SessionID, ReturnHost: replierHost, PushReplies: true, ThreadID: msg.ThreadID}
-	switch msg.ReturnHarness {
-	case "claude":
+	h := b.h.Lookup(msg.ReturnHarness)
+	if h == nil {
+		return pushPlan{outcome: "sender_gone"} // a harness this bus does not route to
+	}
+	switch {
+	case h.Delivery() == harness.Inbox:
 		target, ok := b.cfg.Claude.ByID(msg.ReturnSessionID)
 		if !ok {
 			return pushPlan{outcome: "sender_gone"}
@@ -224,29 +228,27 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 			}
 			return "pushed"
 		}}
-	case "agy":
+	case h.Delivery() == harness.Agentapi:
 		outcome, pending, deliver := b.pushAgy(msg.ReturnSessionID, pushed, badge, claudeBody, now, text)
 		if outcome != "pushed" {
 			return pushPlan{outcome: outcome}
 		}
 		return pushPlan{outcome: outcome, msg: pushed, pending: pending, deliver: deliver}
-	case "svc":
+	case h.Admission() == harness.Exe:
 		// A service's queue is durable and its id stable: queue even while it reconnects.
 	default:
 		if _, alive := b.liveProcessSession(msg.ReturnSessionID, msg.ReturnHarness); !b.registered(msg.ReturnSessionID) && !alive {
 			return pushPlan{outcome: "sender_gone"}
 		}
 	}
-	pending := &store.Pending{ID: newID, SessionID: msg.ReturnSessionID, CreatedAt: now, FromName: badge, Bytes: len(text), Text: text, Envelope: plainBody}
-	if msg.ReturnHarness == "svc" {
+	pending := &store.Pending{ID: newID, SessionID: msg.ReturnSessionID, CreatedAt: now, FromName: badge, Bytes: len(text), Text: text,
+		Envelope: h.Envelope(badge, claudeBody, plainBody)}
+	if h.Origin() {
 		if replierHost != "" {
 			pending.Origin = fedOrigin(replierHost, replier.Harness+":"+replier.Name)
 		} else {
 			pending.Origin = fmtOrigin("local", &replier)
 		}
-	}
-	if msg.ReturnHarness == "codex" {
-		pending.Envelope = codex.Envelope(badge, claudeBody)
 	}
 	return pushPlan{outcome: "pushed", msg: pushed, pending: pending}
 }
@@ -356,7 +358,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 			if found = !b.expired(m.CreatedAt); !found {
 				return nil
 			}
-			remote = m.RecipientHarness == "fed"
+			remote = m.RecipientHarness == remoteHarness
 			rs, err = tx.Replies(id, after)
 			return err
 		})

@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/claude"
-	"github.com/xmsg/xmsg/internal/codex"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -138,8 +138,9 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	// A queued recipient's place is reserved first: a full queue is refused here, before the
 	// message id, envelope and origin are built (a storm of refused sends skips that work), and
 	// before the write can enter (and fail inside) a shared commit.
+	h := b.h.Lookup(t.Harness) // never nil: Resolve returns only registered harnesses
 	var slot *queueSlot
-	if queuedHarness(t.Harness) {
+	if h.Delivery() == harness.Queue {
 		var rerr error
 		slot, rerr = b.reserve(t.SessionID)
 		if errors.Is(rerr, store.ErrQueueFull) {
@@ -160,7 +161,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
 	}
 	d = Delivery{SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: "delivered"}
-	if t.Harness == "agy" {
+	if h.Delivery() == harness.Agentapi {
 		var idem *store.Idem
 		if s.Key != "" {
 			idem = &store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
@@ -175,12 +176,8 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 			kind = "local"
 		}
 		pending = &store.Pending{ID: msg.ID, SessionID: t.SessionID, CreatedAt: msg.CreatedAt, FromName: s.FromName, Bytes: s.Bytes,
-			Text: s.Text, Envelope: envelope.Plain(s.FromName, msg.ID, s.Text)}
-		if t.Harness == "codex" {
-			// Peer data, and said so, outside the escaped body (codex.Preamble).
-			pending.Envelope = codex.Envelope(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
-		}
-		if t.Harness == "svc" {
+			Text: s.Text, Envelope: h.Envelope(s.FromName, envelope.ClaudeBody(s.Text, msg.ID), envelope.Plain(s.FromName, msg.ID, s.Text))}
+		if h.Origin() {
 			pending.Origin = fmtOrigin(kind, s.Caller)
 		}
 	}
@@ -193,7 +190,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	// commit: the session accepts while the daemon waits for the disk, not after. A failed
 	// commit leaves it a connection that carries nothing.
 	var inbox *claude.Inbox
-	if t.Harness == "claude" {
+	if h.Delivery() == harness.Inbox {
 		inbox = b.dialClaude(t.Claude.MessagingSocketPath)
 		defer func() { s.after(inbox.Close) }()
 	}
@@ -218,7 +215,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		return Delivery{}, err
 	}
 	slot.committed()
-	if t.Harness == "claude" {
+	if inbox != nil {
 		line, err := envelope.ClaudeLine(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
 		if err == nil {
 			err = inbox.Write(line)
@@ -243,11 +240,6 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	}
 	return d, nil
 }
-
-// queuedHarness reports whether a send to harness is queued for a registration to poll (and
-// so takes a place in its queue): every harness but Claude (delivered to its inbox) and agy
-// (sendAgy, bounded by Tx.Enqueue).
-func queuedHarness(harness string) bool { return harness != "claude" && harness != "agy" }
 
 func (b *Bus) idem(principal, key string) (store.Idem, bool, error) {
 	var rec store.Idem

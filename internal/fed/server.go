@@ -296,14 +296,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	// 5. the local target
 	t, resolveErr := s.bus.Resolve(e.To.Ref)
 	if resolveErr == nil {
-		var name *string
-		if t.View.Name != nil {
-			name = t.View.Name
-		} else if t.Harness == "svc" {
-			n := strings.TrimPrefix(t.SessionID, "svc:")
-			name = &n
-		}
-		if !p.allowsTarget(targetNames(t.Harness, t.SessionID, name)) {
+		// The view names every target that has a name, an offline service included.
+		if !p.allowsTarget(targetNames(t.Harness, t.SessionID, t.View.Name)) {
 			writeError(w, apiError(http.StatusForbidden, "op_denied", "target not allowed for peer"))
 			return
 		}

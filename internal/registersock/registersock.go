@@ -38,6 +38,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lineserver"
@@ -233,7 +234,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 		return
 	}
-	first, err := decodeFirst(line)
+	first, err := decodeFirst(line, s.cfg.Bus.Harnesses())
 	if err != nil {
 		s.refuse(actor, "register", "invalid json")
 		s.srv.Write(c, errorLine("bad_request", err.Error()))
@@ -512,7 +513,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		if waited && !s.cfg.Bus.Current(reg) {
 			return nil, nil, false // taken over while waiting: the new connection gets it
 		}
-		return encodeDeliver(deliverFrame(reg, p)), nil, true
+		return encodeDeliver(deliverFrame(s.origin(reg), p)), nil, true
 	case req.Action == "ack":
 		// ok, as in the original xmsg (docs/protocol.md §4.2), for an id that is not this session's pending message: that
 		// changes nothing (the bus scopes it to reg) and says nothing about it. But an ack
@@ -524,7 +525,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 			return errorLine(e.Code, e.Detail), nil, true
 		}
 		return okLine, audit, true
-	case req.Action == "reply" && reg.Harness == "svc":
+	case req.Action == "reply" && s.cfg.Bus.Harnesses().Is(reg.Harness, harness.Exe):
 		if req.MessageID == "" || req.Text == "" {
 			s.refuse(actor, "reply", "messageId and text are required")
 			return errorLine("bad_request", "messageId and text are required"), nil, true
@@ -553,15 +554,22 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 	}
 }
 
-func deliverFrame(reg *bus.Registration, p *bus.Queued) deliverResp {
+// deliverFrame is the deliver frame of p; origin: the harness's entries carry their origin.
+func deliverFrame(origin bool, p *bus.Queued) deliverResp {
 	d := deliverResp{Action: "deliver", MessageID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope}
-	if reg.Harness == "svc" {
+	if origin {
 		d.Origin = p.Origin
 		if len(d.Origin) == 0 {
 			d.Origin = json.RawMessage(`{"kind":"anonymous"}`)
 		}
 	}
 	return d
+}
+
+// origin reports whether reg's harness's queue entries carry their origin (services).
+func (s *Server) origin(reg *bus.Registration) bool {
+	h := s.cfg.Bus.Harnesses().Lookup(reg.Harness)
+	return h != nil && h.Origin()
 }
 
 // okLine is encode(okResp{Status: "ok"}), the answer to every ack: written, never changed.
@@ -657,7 +665,7 @@ type first struct {
 
 // decodeFirst classifies a first frame. Any caller-supplied session id is ignored: ids are
 // minted by the bus.
-func decodeFirst(line []byte) (first, error) {
+func decodeFirst(line []byte, hs *harness.Registry) (first, error) {
 	obj, err := jsonline.Decode(line)
 	if err != nil {
 		return first{}, errors.New(decodeError(err))
@@ -680,7 +688,7 @@ func decodeFirst(line []byte) (first, error) {
 		}
 		return first{Kind: kindCheck, Conversation: conv}, nil
 	}
-	harness, err := field("harness")
+	name, err := field("harness")
 	if err != nil {
 		return first{}, err
 	}
@@ -689,18 +697,18 @@ func decodeFirst(line []byte) (first, error) {
 		return first{}, err
 	}
 	switch {
-	case harness == "svc":
+	case hs.Is(name, harness.Exe):
 		name, err := field("name")
 		if err != nil {
 			return first{}, err
 		}
 		return first{Kind: kindService, Name: name, Cwd: cwd}, nil
-	case bus.SessionHarnesses[harness]:
-		name, err := field("sessionName", "session_name")
+	case hs.Is(name, harness.UID):
+		session, err := field("sessionName", "session_name")
 		if err != nil {
 			return first{}, err
 		}
-		return first{Kind: kindSession, Harness: harness, Name: name, Cwd: cwd}, nil
+		return first{Kind: kindSession, Harness: name, Name: session, Cwd: cwd}, nil
 	}
 	creds, err := agy.DecodeCredentials(obj)
 	return first{Kind: kindAgy, Agy: creds, AgyErr: err}, nil
