@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/envelope"
@@ -96,7 +95,7 @@ func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials)
 	r := b.regs[id]
 	if r == nil || r.agy == nil || r.agy.presence != p {
 		r = &Registration{Harness: agy.Name, SessionID: id, Name: p.Conversation, Cwd: "/", PID: st.PID, Start: st.StartTime,
-			RegisteredAt: time.Now().Unix(), Lock: p.Lock, Conversation: p.Conversation, agy: &agySession{presence: p}}
+			RegisteredAt: b.nowUnix(), Lock: p.Lock, Conversation: p.Conversation, agy: &agySession{presence: p}}
 		b.install(r)
 		b.cfg.Log.Info("agy session", "session_id", id, "peer_pid", st.PID)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/harness/uid"
+	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lockwatch"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/ratelog"
@@ -42,7 +43,7 @@ type Config struct {
 	Exe          func(pid int) (string, error)
 	Log          *slog.Logger
 	InboxTimeout time.Duration
-	MaxWaiters   int // concurrent reply long-polls (HTTP), 128
+	MaxWaiters   int // concurrent reply long-polls (HTTP); 0 means limits.HTTPMaxWaiters
 	// Codex attests Codex sessions; nil when none is configured.
 	Codex *codex.Attester
 	// Agy attests Antigravity sessions (nil: none); AgySend runs agentapi for them.
@@ -62,6 +63,9 @@ type Config struct {
 	Leaf *LeafIdentity
 	// Harnesses are the harnesses the bus routes to; nil means Builtin.
 	Harnesses *harness.Registry
+	// Now is the clock every record's time and every TTL is read from; nil means time.Now.
+	// Tests pass their own, so that no test sleeps for a TTL to pass.
+	Now func() time.Time
 }
 
 // Builtin are xmsg's harnesses, in listing order.
@@ -106,7 +110,10 @@ func New(cfg Config) *Bus {
 		cfg.Exe = cfg.Proc.Exe
 	}
 	if cfg.MaxWaiters == 0 {
-		cfg.MaxWaiters = 128
+		cfg.MaxWaiters = limits.HTTPMaxWaiters
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.Harnesses == nil {
 		cfg.Harnesses, _ = harness.NewRegistry(Builtin()...) // distinct names and prefixes
@@ -152,7 +159,7 @@ func (b *Bus) retention() {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {
-		b.Purge(time.Now())
+		b.Purge(b.cfg.Now())
 		select {
 		case <-b.stop:
 			return
@@ -556,7 +563,8 @@ func (b *Bus) registeredLocked(procs []peercred.Stat) bool {
 	return false
 }
 
-func nowUnix() int64 { return time.Now().Unix() }
+// nowUnix is the bus clock in unix seconds, the unit of every stored time.
+func (b *Bus) nowUnix() int64 { return b.cfg.Now().Unix() }
 
 func fmtOrigin(kind string, c *Caller) json.RawMessage {
 	if c == nil {

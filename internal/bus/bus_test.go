@@ -131,7 +131,7 @@ func TestLongPollWaitersAndWakeup(t *testing.T) {
 	b.waiters = make(chan struct{}, 2) // as if MaxWaiters were 2
 	id := "01890000-0000-7000-8000-000000000001"
 	err := b.cfg.Store.Update(func(tx *store.Tx) error {
-		return tx.PutMessage(store.Message{ID: id, SessionID: "svc:known", RecipientHarness: "svc", CreatedAt: nowUnix()})
+		return tx.PutMessage(store.Message{ID: id, SessionID: "svc:known", RecipientHarness: "svc", CreatedAt: b.nowUnix()})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestReplyPushToClaude(t *testing.T) {
 	put := func(id string) {
 		err := b.cfg.Store.Update(func(tx *store.Tx) error {
 			return tx.PutMessage(store.Message{ID: id, SessionID: "svc:known", RecipientHarness: "svc", ReturnHarness: "claude",
-				ReturnSessionID: alice, PushReplies: true, ThreadID: id, CreatedAt: nowUnix()})
+				ReturnSessionID: alice, PushReplies: true, ThreadID: id, CreatedAt: b.nowUnix()})
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/xmsg/xmsg/internal/codex"
 	"github.com/xmsg/xmsg/internal/peercred"
@@ -57,7 +56,7 @@ func (b *Bus) codexCaller(st peercred.Stat, raw json.RawMessage) (Caller, error)
 	r := b.regs[id]
 	if r == nil || r.PID != st.PID || r.Start != st.StartTime || r.Lock != lease.Lock {
 		r = &Registration{Harness: codex.Name, SessionID: id, Name: lease.Thread, Cwd: cwd, PID: st.PID, Start: st.StartTime,
-			RegisteredAt: time.Now().Unix(), Lock: lease.Lock}
+			RegisteredAt: b.nowUnix(), Lock: lease.Lock}
 		b.install(r)
 		b.cfg.Log.Info("codex lease", "session_id", id, "peer_pid", st.PID)
 	}

@@ -119,7 +119,7 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 	if err != nil {
 		return Delivery{}, err
 	}
-	now := nowUnix()
+	now := b.nowUnix()
 	msg := store.Message{ID: id.String(), CreatedAt: now, SessionID: target, FromName: s.FromName, Bytes: s.Bytes,
 		Outcome: "accepted", RecipientHarness: remoteHarness, ThreadID: id.String(), ReturnHost: b.cfg.Host}
 	p := s.fedPrincipal()
@@ -201,7 +201,7 @@ func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, err
 	}
-	now := nowUnix()
+	now := b.nowUnix()
 	msg := store.Message{ID: id.String(), CreatedAt: now, SessionID: target, FromName: s.FromName, Bytes: s.Bytes,
 		Outcome: "queued", RecipientHarness: remoteHarness, ThreadID: id.String(), ReturnHost: b.cfg.Host}
 	if s.Caller != nil {
@@ -402,7 +402,7 @@ func (b *Bus) FedRecordFailure(id, peer, ref, fromName string, bytes int, resolv
 	case "not_found", "ambiguous", "gone":
 		outcome = AsError(resolveErr).Code
 	}
-	m := store.Message{ID: id, CreatedAt: nowUnix(), SessionID: ref, FromName: fromName, Bytes: bytes, Outcome: outcome,
+	m := store.Message{ID: id, CreatedAt: b.nowUnix(), SessionID: ref, FromName: fromName, Bytes: bytes, Outcome: outcome,
 		RecipientHarness: "", ReturnHost: peer, ThreadID: id}
 	return b.cfg.Store.Update(func(tx *store.Tx) error { return tx.PutMessage(m) })
 }
@@ -419,7 +419,7 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 		return stored, err
 	}
 	t := m.Target
-	now := nowUnix()
+	now := b.nowUnix()
 	msg := store.Message{ID: m.ID, CreatedAt: now, SessionID: t.SessionID, FromName: m.FromName, Bytes: len(m.Body),
 		RecipientHarness: t.Harness, ReturnHost: m.Peer, ThreadID: m.ThreadID}
 	if msg.ThreadID == "" {
@@ -538,7 +538,7 @@ func (b *Bus) FedReply(ctx context.Context, r FedReplyIn) (outcome, messageID st
 	if _, err := uuid.Parse(r.ID); err != nil {
 		return "", "", badRequest("id must be a UUID")
 	}
-	now := nowUnix()
+	now := b.nowUnix()
 	badge := envelope.AttestedBadge(r.Peer, r.Replier.Harness, r.Replier.Name)
 	plan := b.push(r.Replier, r.Peer, msg, r.ID, badge, envelope.ReplyBody(msg.ID, r.ID, r.Text),
 		envelope.FedReplyPlain(msg.ID, badge, r.ID, r.Text), r.Text, now)

@@ -155,7 +155,7 @@ func (b *Bus) DeliverPulled(p Pulled) (string, error) {
 		return "", ErrNotLeaf
 	}
 	session := "svc:" + b.cfg.Leaf.Service
-	now := nowUnix()
+	now := b.nowUnix()
 	msg := store.Message{ID: p.ID, CreatedAt: now, SessionID: session, FromName: p.FromName, Bytes: len(p.Body), Outcome: "delivered",
 		RecipientHarness: svc.Name, ReturnHost: p.Peer, ThreadID: p.ThreadID}
 	if msg.ThreadID == "" {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -106,7 +105,7 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	if cwd == "" {
 		cwd = "/"
 	}
-	r := &Registration{Harness: svc.Name, SessionID: svc.Name + ":" + name, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: time.Now().Unix()}
+	r := &Registration{Harness: svc.Name, SessionID: svc.Name + ":" + name, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: b.nowUnix()}
 	if err := b.watch(r); err != nil {
 		return nil, err
 	}
@@ -175,7 +174,7 @@ func (b *Bus) RegisterSession(kind, name, cwd string, cred peercred.Cred, connec
 	if cwd == "" {
 		cwd = "/"
 	}
-	r := &Registration{Harness: kind, SessionID: id, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: time.Now().Unix()}
+	r := &Registration{Harness: kind, SessionID: id, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: b.nowUnix()}
 	if err := b.watch(r); err != nil {
 		return nil, err
 	}
@@ -290,7 +289,7 @@ func (b *Bus) processSessionID(harness string, pid int, start string) (string, e
 		return "", errorf(http.StatusInternalServerError, "internal", "internal error")
 	}
 	minted := store.ProcessSession{Harness: harness, Boot: boot, PID: pid, Start: start,
-		SessionID: harness + ":" + uuid.NewString(), CreatedAt: time.Now().Unix()}
+		SessionID: harness + ":" + uuid.NewString(), CreatedAt: b.nowUnix()}
 	var id string
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		rec, found, err := tx.ProcessSession(harness, boot, pid, start)

@@ -80,7 +80,7 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket 
 		return res, errorf(http.StatusForbidden, "not_recipient", "caller session '%s' is not recipient of message '%s' (expected '%s')",
 			qualified(caller.Harness, caller.SessionID), messageID, qualified(msg.RecipientHarness, msg.SessionID))
 	}
-	now := nowUnix()
+	now := b.nowUnix()
 	reply := store.Reply{MessageID: messageID, CreatedAt: now, ReplierSessionID: caller.SessionID, Text: text}
 	var plan pushPlan
 	if msg.ReturnHarness != "" && msg.ReturnSessionID != "" {
@@ -276,7 +276,7 @@ func (b *Bus) message(id string) (store.Message, bool, error) {
 // Reads ignore such rows (docs/protocol.md §5.6): the purge runs on a timer, and until it has
 // run an expired message, reply or queue entry must look exactly as if it had.
 func (b *Bus) expired(createdAt int64) bool {
-	return b.cfg.ReplyTTL > 0 && createdAt < nowUnix()-int64(b.cfg.ReplyTTL/time.Second)
+	return b.cfg.ReplyTTL > 0 && createdAt < b.nowUnix()-int64(b.cfg.ReplyTTL/time.Second)
 }
 
 // fresh drops expired replies.

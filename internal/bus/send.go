@@ -155,7 +155,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	if err != nil {
 		return d, err
 	}
-	msg := store.Message{ID: id.String(), CreatedAt: nowUnix(), SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes,
+	msg := store.Message{ID: id.String(), CreatedAt: b.nowUnix(), SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes,
 		Outcome: "delivered", RecipientHarness: t.Harness, ThreadID: id.String()}
 	if s.Caller != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
@@ -249,7 +249,7 @@ func (b *Bus) idem(principal, key string) (store.Idem, bool, error) {
 		return err
 	})
 	// Records older than the TTL are ignored even before the purge removes them.
-	if found && rec.CreatedAt < nowUnix()-int64(b.cfg.IdemTTL.Seconds()) {
+	if found && rec.CreatedAt < b.nowUnix()-int64(b.cfg.IdemTTL.Seconds()) {
 		found = false
 	}
 	return rec, found, err
