@@ -139,11 +139,17 @@ func (m *matrix) agy(t *testing.T) (p *daemontest.Puppet, sessionID, conv string
 	return p, sessionID, conv
 }
 
+// agyCredentials sends conv's credential frame from below p and waits until the daemon closes
+// the connection, which it does once the conversation's queue is flushed (docs/protocol.md §4.2).
 func agyCredentials(t *testing.T, p *daemontest.Puppet, sock, conv string) {
 	t.Helper()
-	r := p.Call(p.Dial(sock), map[string]any{"conversation_id": conv, "ls_address": "127.0.0.1:9", "csrf_token": "tok-" + conv[:8]})
+	c := p.Dial(sock)
+	r := p.Call(c, map[string]any{"conversation_id": conv, "ls_address": "127.0.0.1:9", "csrf_token": "tok-" + conv[:8]})
 	if r["status"] != "ok" {
 		t.Fatalf("credential frame: %v", r)
+	}
+	if line, eof := p.Recv(c); !eof {
+		t.Fatalf("after the credential frame: %q, want the connection closed after the flush", line)
 	}
 }
 

@@ -416,14 +416,14 @@ func sendError(err error, ref string) *bus.Error {
 	e := bus.AsError(err)
 	switch e.Code {
 	case "not_found", "ambiguous", "gone":
-		return &bus.Error{Status: e.Status, Code: "not_found", Detail: e.Detail}
+		return &bus.Error{Code: "not_found", Detail: e.Detail}
 	case "unregistered":
 		if e.PID == 0 {
-			return &bus.Error{Status: e.Status, Code: "unregistered", Detail: fmt.Sprintf("pid %s is unregistered", ref)}
+			return &bus.Error{Code: "unregistered", Detail: fmt.Sprintf("pid %s is unregistered", ref)}
 		}
-		return &bus.Error{Status: e.Status, Code: "unregistered", Detail: fmt.Sprintf("pid %d is unregistered", e.PID), PID: e.PID}
+		return &bus.Error{Code: "unregistered", Detail: fmt.Sprintf("pid %d is unregistered", e.PID), PID: e.PID}
 	case "inbox_unavailable", "inbox_timeout":
-		return &bus.Error{Status: e.Status, Code: "delivery_failed", Detail: e.Detail}
+		return &bus.Error{Code: "delivery_failed", Detail: e.Detail}
 	}
 	return e
 }

@@ -3,7 +3,6 @@ package bus
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/xmsg/xmsg/internal/agy"
@@ -46,7 +45,7 @@ func (b *Bus) MCPStart(pid int) (string, error) {
 			return r.SessionID, nil
 		}
 	}
-	return "", errorf(http.StatusForbidden, "unattested", "peer PID %d does not descend from a trusted agy process holding a presence lock", pid)
+	return "", errorf("unattested", "peer PID %d does not descend from a trusted agy process holding a presence lock", pid)
 }
 
 // RegisterAgy stores the credentials of a conversation (register.sock credential frame):
@@ -58,7 +57,7 @@ func (b *Bus) RegisterAgy(c agy.Credentials, cred peercred.Cred, connectStart st
 	}
 	chain, err := b.cfg.Proc.Ancestors(cred.PID, 32)
 	if err != nil || (connectStart != "" && chain[0].StartTime != connectStart) {
-		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
 	}
 	for _, st := range chain {
 		if !b.cfg.Agy.IsAgy(st.PID) {
@@ -71,23 +70,23 @@ func (b *Bus) RegisterAgy(c agy.Credentials, cred peercred.Cred, connectStart st
 		}
 		return b.agyLease(st, p, &c)
 	}
-	return nil, errorf(http.StatusForbidden, "unattested", "peer process %d does not descend from a trusted agy process holding the presence lock of conversation %s", cred.PID, c.Conversation)
+	return nil, errorf("unattested", "peer process %d does not descend from a trusted agy process holding the presence lock of conversation %s", cred.PID, c.Conversation)
 }
 
 // agyLease makes (or renews) the registration of the agy process st present in p's
 // conversation; creds, when not nil, replace its credentials.
 func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials) (*Registration, error) {
 	if b.locks == nil {
-		return nil, errorf(http.StatusForbidden, "unattested", "agy presence locks cannot be watched")
+		return nil, errorf("unattested", "agy presence locks cannot be watched")
 	}
 	// Watch before the lease exists, then check the lock again: a lock removed in between is
 	// reported or seen, never missed.
 	if err := b.locks.Watch(strings.TrimSuffix(p.Lock, "/"+p.Conversation+".lock")); err != nil {
 		b.cfg.Log.Warn("agy presence dir not watchable", "err", err)
-		return nil, errorf(http.StatusForbidden, "unattested", "the presence lock of %s cannot be watched", p.Conversation)
+		return nil, errorf("unattested", "the presence lock of %s cannot be watched", p.Conversation)
 	}
 	if !b.cfg.Agy.Held(p) {
-		return nil, errorf(http.StatusForbidden, "unattested", "the presence lock of %s is no longer held", p.Conversation)
+		return nil, errorf("unattested", "the presence lock of %s is no longer held", p.Conversation)
 	}
 	id := fmt.Sprintf("agy:%d:%s", st.PID, st.StartTime)
 	b.mu.Lock()
@@ -147,7 +146,7 @@ func (b *Bus) markStale(r *Registration) {
 // non-zero exit is 502, a timeout 504.
 func (b *Bus) agyDeliver(r *Registration, c *agy.Credentials, title, env string) error {
 	if b.cfg.AgySend == nil {
-		return errorf(http.StatusBadGateway, "inbox_unavailable", "agentapi is not configured")
+		return errorf("inbox_unavailable", "agentapi is not configured")
 	}
 	out, err := b.cfg.AgySend(*c, title, env)
 	switch out {
@@ -155,12 +154,12 @@ func (b *Bus) agyDeliver(r *Registration, c *agy.Credentials, title, env string)
 		return nil
 	case agy.AuthFailed:
 		b.markStale(r)
-		return errorf(http.StatusServiceUnavailable, "credentials_stale", "agy credentials for %s are stale; run the agy hook again", r.Conversation)
+		return errorf("credentials_stale", "agy credentials for %s are stale; run the agy hook again", r.Conversation)
 	case agy.TimedOut:
-		return errorf(http.StatusGatewayTimeout, "inbox_timeout", "agentapi did not deliver within %s", agy.Timeout)
+		return errorf("inbox_timeout", "agentapi did not deliver within %s", agy.Timeout)
 	}
 	b.cfg.Log.Warn("agentapi failed", "session_id", r.SessionID, "err", err)
-	return errorf(http.StatusBadGateway, "inbox_unavailable", "agentapi failed")
+	return errorf("inbox_unavailable", "agentapi failed")
 }
 
 // FlushAgy delivers r's conversation queue in FIFO order now that it has credentials. Each
@@ -237,7 +236,7 @@ func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 	for i, r := range hits {
 		ids[i] = r.SessionID
 	}
-	return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ",")), true
+	return Target{}, errorf("ambiguous", "%s", strings.Join(ids, ",")), true
 }
 
 func (b *Bus) agyView(r *Registration) SessionView {
@@ -282,7 +281,7 @@ func (b *Bus) sendAgy(s Send, t Target, msg store.Message, idem *store.Idem) (De
 		return tx.PutIdem(*idem)
 	})
 	if errors.Is(err, store.ErrQueueFull) {
-		return Delivery{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "agy session message queue is full")
+		return Delivery{}, errorf("service_unavailable", "agy session message queue is full")
 	}
 	if err == nil && pending != nil {
 		b.uncounted(pending.SessionID)

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -330,7 +329,7 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		// this scan found or missed, an answer now could be wrong (a live session reported
 		// not found), so none is given. The client may retry.
 		b.lim.Log(b.cfg.Log, slog.LevelError, "scan incomplete", "session scan incomplete", "err", incomplete)
-		return Target{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "session directory unreadable for lack of resources; retry later")
+		return Target{}, errorf("service_unavailable", "session directory unreadable for lack of resources; retry later")
 	}
 	switch {
 	case len(live) == 1:
@@ -341,7 +340,7 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		for i, s := range live {
 			ids[i] = s.ID
 		}
-		return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ","))
+		return Target{}, errorf("ambiguous", "%s", strings.Join(ids, ","))
 	}
 	if in(harness.Presence) {
 		if t, err, ok := b.resolveAgy(bare); ok {
@@ -361,9 +360,9 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		}
 		if OutOfResources(err) {
 			// /proc could not be read: the process may be alive, so "gone" could be wrong.
-			return Target{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "process state unreadable for lack of resources; retry later")
+			return Target{}, errorf("service_unavailable", "process state unreadable for lack of resources; retry later")
 		}
-		return Target{}, errorf(http.StatusGone, "gone", "session %s process %d exited", d.ID, d.PID)
+		return Target{}, errorf("gone", "session %s process %d exited", d.ID, d.PID)
 	}
 	if isPID {
 		if _, err := b.cfg.Proc.StartTime(pid); err == nil {
@@ -406,7 +405,7 @@ func (b *Bus) resolveRegistered(pinned harness.Harness, bare string, isPID bool,
 			for i, r := range hits {
 				ids[i] = r.SessionID
 			}
-			return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ",")), true
+			return Target{}, errorf("ambiguous", "%s", strings.Join(ids, ",")), true
 		}
 	}
 	// A uid-admitted session's id is durable and its queue too: while its process lives it
@@ -446,14 +445,14 @@ func (b *Bus) Identify(pid int) (Caller, error) {
 func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, []peercred.Stat, error) {
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
 	if err != nil && OutOfResources(err) {
-		return Caller{}, nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "process ancestry unreadable for lack of resources; retry later")
+		return Caller{}, nil, errorf("service_unavailable", "process ancestry unreadable for lack of resources; retry later")
 	}
 	if err == nil {
 		regs := b.registrations()
 		for i, st := range chain {
 			sessions, incomplete := b.cfg.Claude.ByPID(st.PID)
 			if incomplete != nil {
-				return Caller{}, nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "session directory unreadable for lack of resources; retry later")
+				return Caller{}, nil, errorf("service_unavailable", "session directory unreadable for lack of resources; retry later")
 			}
 			for _, s := range sessions {
 				// The chain entry's own start time must match too: Live was read at scan
@@ -485,7 +484,7 @@ func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, []peercred.Stat, 
 			}
 		}
 	}
-	return Caller{}, nil, errorf(http.StatusForbidden, "not_recipient", "peer PID %d does not descend from an active agent session", pid)
+	return Caller{}, nil, errorf("not_recipient", "peer PID %d does not descend from an active agent session", pid)
 }
 
 // Attested is a connection's attested caller, made once by Attest and checked again cheaply

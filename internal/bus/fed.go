@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"sync"
 	"time"
 
@@ -89,7 +88,7 @@ func fedOrigin(host, principal string) json.RawMessage {
 }
 
 func unknownPeer(host string) *Error {
-	return errorf(http.StatusBadRequest, "unknown_peer", "unknown peer '%s'", host)
+	return errorf("unknown_peer", "unknown peer '%s'", host)
 }
 
 // sendRemote sends s to target on peer and records the message row (with the caller's
@@ -294,7 +293,7 @@ func (b *Bus) LeafAck(peer, id string) error {
 		return err
 	}
 	if !acked {
-		return errorf(http.StatusNotFound, "not_found", "no mail '%s' for peer '%s'", id, peer)
+		return errorf("not_found", "no mail '%s' for peer '%s'", id, peer)
 	}
 	b.cfg.Log.Info("accepted", "socket", "fed", "actor", "fed:"+peer, "request", "inbox_ack", "message_id", id)
 	return nil
@@ -379,7 +378,7 @@ func (b *Bus) FedStored(id, peer string) (Delivery, bool, error) {
 		return Delivery{}, false, err
 	}
 	if m.ReturnHost != peer || m.RecipientHarness == remoteHarness {
-		return Delivery{}, true, errorf(http.StatusConflict, "conflict", "message id '%s' is already in use", id)
+		return Delivery{}, true, errorf("conflict", "message id '%s' is already in use", id)
 	}
 	switch m.Outcome {
 	case "delivered", "queued", "accepted":
@@ -387,11 +386,11 @@ func (b *Bus) FedStored(id, peer string) (Delivery, bool, error) {
 	case "not_found":
 		return Delivery{}, true, notFound(m.SessionID)
 	case "ambiguous":
-		return Delivery{}, true, errorf(http.StatusConflict, "ambiguous", "%s", m.SessionID)
+		return Delivery{}, true, errorf("ambiguous", "%s", m.SessionID)
 	case "gone":
-		return Delivery{}, true, errorf(http.StatusGone, "gone", "session %s exited", m.SessionID)
+		return Delivery{}, true, errorf("gone", "session %s exited", m.SessionID)
 	}
-	return Delivery{}, true, errorf(http.StatusBadGateway, "delivery_failed", "delivery of message '%s' failed", id)
+	return Delivery{}, true, errorf("delivery_failed", "delivery of message '%s' failed", id)
 }
 
 // FedRecordFailure records an inbound envelope whose target did not resolve (step 5), with
@@ -459,7 +458,7 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 		return tx.PutMessage(msg)
 	})
 	if errors.Is(err, store.ErrQueueFull) {
-		return Delivery{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "%s session message queue is full", t.Harness)
+		return Delivery{}, errorf("service_unavailable", "%s session message queue is full", t.Harness)
 	}
 	if err != nil {
 		return Delivery{}, err
@@ -501,7 +500,7 @@ type FedReplyIn struct {
 func (b *Bus) FedReply(ctx context.Context, r FedReplyIn) (outcome, messageID string, err error) {
 	defer func() { b.audit("fed", "fed:"+r.Peer, "reply", r.InReplyTo, messageID, err) }()
 	if len(r.Text) > b.cfg.MaxBody {
-		return "", "", errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "text %d exceeds limit %d", len(r.Text), b.cfg.MaxBody)
+		return "", "", errorf("payload_too_large", "text %d exceeds limit %d", len(r.Text), b.cfg.MaxBody)
 	}
 	idemPrincipal := "fed-reply:" + r.Peer
 	defer b.keys.lock(idemPrincipal + "\x00" + r.ID)()
@@ -528,10 +527,10 @@ func (b *Bus) FedReply(ctx context.Context, r FedReplyIn) (outcome, messageID st
 		return "", "", err
 	}
 	if !foundOut || !foundMsg || out.Peer != r.Peer || b.expired(msg.CreatedAt) {
-		return "", "", errorf(http.StatusForbidden, "not_recipient", "message '%s' was not sent to peer '%s'", r.InReplyTo, r.Peer)
+		return "", "", errorf("not_recipient", "message '%s' was not sent to peer '%s'", r.InReplyTo, r.Peer)
 	}
 	if msg.ReturnHarness == "" || msg.ReturnSessionID == "" || !msg.PushReplies {
-		return "", "", errorf(http.StatusForbidden, "not_recipient", "message '%s' takes no pushed replies", r.InReplyTo)
+		return "", "", errorf("not_recipient", "message '%s' takes no pushed replies", r.InReplyTo)
 	}
 	// The new message id is the peer's: it is the pushed message here, and the peer holds
 	// the outbound row for it, so the sender can reply to the reply.
@@ -566,7 +565,7 @@ func (b *Bus) FedReplies(ctx context.Context, peer, id string, after uint64, wai
 		return nil, messageNotFound(id)
 	}
 	if m.ReturnHost != peer || m.RecipientHarness == remoteHarness {
-		return nil, errorf(http.StatusForbidden, "op_denied", "message '%s' did not come from peer '%s'", id, peer)
+		return nil, errorf("op_denied", "message '%s' did not come from peer '%s'", id, peer)
 	}
 	return b.Replies(ctx, id, after, wait)
 }
@@ -574,7 +573,7 @@ func (b *Bus) FedReplies(ctx context.Context, peer, id string, after uint64, wai
 // RemoteSessions lists peer's sessions (GET /v1/sessions?peer=P).
 func (b *Bus) RemoteSessions(ctx context.Context, peer string) ([]RemoteSession, error) {
 	if b.cfg.Fed == nil || !b.cfg.Fed.Known(peer) {
-		return nil, errorf(http.StatusNotFound, "not_found", "unknown peer '%s'", peer)
+		return nil, errorf("not_found", "unknown peer '%s'", peer)
 	}
 	list, err := b.cfg.Fed.Sessions(ctx, peer)
 	if err != nil {

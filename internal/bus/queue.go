@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -603,7 +602,7 @@ func (b *Bus) forceAcks(all bool) error {
 
 // queueFull is the refusal of a send to a full queue.
 func queueFull(harness string) *Error {
-	return errorf(http.StatusServiceUnavailable, "service_unavailable", "%s session message queue is full", harness)
+	return errorf("service_unavailable", "%s session message queue is full", harness)
 }
 
 // Counts summarizes the store for STATUS= and doctor.

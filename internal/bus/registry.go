@@ -3,7 +3,6 @@ package bus
 import (
 	"errors"
 	"log/slog"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -72,7 +71,7 @@ func (b *Bus) checkUID(cred peercred.Cred) *Error {
 	// The gate already refused other uids; checking again keeps registration fail-closed even
 	// if a listener were ever served without the gate.
 	if int(cred.UID) != os.Geteuid() {
-		return errorf(http.StatusForbidden, "not_recipient", "peer UID %d does not match server UID %d", cred.UID, os.Geteuid())
+		return errorf("not_recipient", "peer UID %d does not match server UID %d", cred.UID, os.Geteuid())
 	}
 	return nil
 }
@@ -97,10 +96,10 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	}
 	start, err := b.cfg.Proc.StartTime(cred.PID)
 	if err != nil {
-		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
 	}
 	if connectStart != "" && start != connectStart {
-		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
 	}
 	if cwd == "" {
 		cwd = "/"
@@ -113,7 +112,7 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	defer b.mu.Unlock()
 	if old := b.regs[r.SessionID]; old != nil && (old.PID != r.PID || old.Start != r.Start) && b.regAlive(old) {
 		r.stop()
-		return nil, errorf(http.StatusConflict, "conflict", "service '%s' already has an active registration", r.SessionID)
+		return nil, errorf("conflict", "service '%s' already has an active registration", r.SessionID)
 	}
 	// The same process registering again (or a new one after the old exited) takes over.
 	b.install(r)
@@ -124,7 +123,7 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 func (b *Bus) attestService(name string, cred peercred.Cred) *Error {
 	trusted, ok := b.cfg.SvcExe[name]
 	if !ok {
-		return errorf(http.StatusForbidden, "not_recipient", "no trusted executable configured for service '%s'", name)
+		return errorf("not_recipient", "no trusted executable configured for service '%s'", name)
 	}
 	// Both sides are canonicalized now, not at startup: if the trusted path is a symlink that
 	// was re-pointed, a process started from the old target no longer matches (fail closed).
@@ -133,7 +132,7 @@ func (b *Bus) attestService(name string, cred peercred.Cred) *Error {
 	got, err2 := b.cfg.Exe(cred.PID)
 	if err1 != nil || err2 != nil || got != want {
 		b.lim.Log(b.cfg.Log, slog.LevelWarn, "svc attestation failed", "svc attestation failed", "service", name, "peer_pid", cred.PID, "trusted_err", err1, "exe_err", err2)
-		return errorf(http.StatusForbidden, "not_recipient", "peer process %d executable does not match trusted executable for service '%s'", cred.PID, name)
+		return errorf("not_recipient", "peer process %d executable does not match trusted executable for service '%s'", cred.PID, name)
 	}
 	return nil
 }
@@ -152,17 +151,17 @@ func (b *Bus) RegisterSession(kind, name, cwd string, cred peercred.Cred, connec
 	}
 	if b.cfg.Leaf != nil {
 		// A leaf serves exactly one service (docs/protocol.md §7.5).
-		return nil, errorf(http.StatusForbidden, "not_recipient", "a leaf admits only its service '%s' (leaf principal '%s')", b.cfg.Leaf.Service, b.cfg.Leaf.Principal)
+		return nil, errorf("not_recipient", "a leaf admits only its service '%s' (leaf principal '%s')", b.cfg.Leaf.Service, b.cfg.Leaf.Principal)
 	}
 	if err := b.checkUID(cred); err != nil {
 		return nil, err
 	}
 	start, err := b.cfg.Proc.StartTime(cred.PID)
 	if err != nil {
-		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
 	}
 	if connectStart != "" && start != connectStart {
-		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
 	}
 	id, err := b.processSessionID(kind, cred.PID, start)
 	if err != nil {
@@ -197,7 +196,7 @@ func (b *Bus) watch(r *Registration) error {
 			}
 		}()
 	case errors.Is(err, peercred.ErrExited):
-		return errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", r.PID)
+		return errorf("not_recipient", "peer process %d is gone", r.PID)
 	default:
 		b.pidfdOnce.Do(func() {
 			b.cfg.Log.Warn("registrations cannot be watched; their processes are checked in /proc instead", "err", err)
@@ -286,7 +285,7 @@ func (b *Bus) processSessionID(harness string, pid int, start string) (string, e
 	if err != nil {
 		// Without the boot id a record could be inherited by a process of a later boot.
 		b.cfg.Log.Error("boot id unreadable; session ids cannot be kept", "err", err)
-		return "", errorf(http.StatusInternalServerError, "internal", "internal error")
+		return "", errorf("internal", "internal error")
 	}
 	minted := store.ProcessSession{Harness: harness, Boot: boot, PID: pid, Start: start,
 		SessionID: harness + ":" + uuid.NewString(), CreatedAt: b.nowUnix()}

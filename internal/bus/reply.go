@@ -3,7 +3,6 @@ package bus
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"syscall"
 	"time"
@@ -67,17 +66,17 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket 
 		return res, badRequest("messageId and text are required")
 	}
 	if len(text) > b.cfg.MaxBody {
-		return res, errorf(http.StatusRequestEntityTooLarge, "body_too_large", "text %d exceeds limit %d", len(text), b.cfg.MaxBody)
+		return res, errorf("body_too_large", "text %d exceeds limit %d", len(text), b.cfg.MaxBody)
 	}
 	msg, found, err := b.message(messageID)
 	if err != nil {
 		return res, err
 	}
 	if !found {
-		return res, errorf(http.StatusNotFound, "not_found", "message '%s'", messageID)
+		return res, errorf("not_found", "message '%s'", messageID)
 	}
 	if caller.Harness != msg.RecipientHarness || caller.SessionID != msg.SessionID {
-		return res, errorf(http.StatusForbidden, "not_recipient", "caller session '%s' is not recipient of message '%s' (expected '%s')",
+		return res, errorf("not_recipient", "caller session '%s' is not recipient of message '%s' (expected '%s')",
 			qualified(caller.Harness, caller.SessionID), messageID, qualified(msg.RecipientHarness, msg.SessionID))
 	}
 	now := b.nowUnix()
@@ -388,7 +387,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 	case b.waiters <- struct{}{}:
 		defer func() { <-b.waiters }()
 	default:
-		return nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "too many waiting reply polls")
+		return nil, errorf("service_unavailable", "too many waiting reply polls")
 	}
 	if remote {
 		// A message we sent to a peer, with nothing cached here: ask the peer (docs/protocol.md §3.7).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"os"
 	"sync"
 	"syscall"
@@ -106,7 +105,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		return d, badRequest("text must not be empty")
 	}
 	if len(s.Text) > b.cfg.MaxBody {
-		return d, errorf(http.StatusRequestEntityTooLarge, "body_too_large", "text %d exceeds limit %d", len(s.Text), b.cfg.MaxBody)
+		return d, errorf("body_too_large", "text %d exceeds limit %d", len(s.Text), b.cfg.MaxBody)
 	}
 	if s.Key != "" {
 		if err := envelope.ValidIdempotencyKey(s.Key); err != nil {
@@ -119,7 +118,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		}
 		if found {
 			if rec.Body != s.Text {
-				return d, errorf(http.StatusConflict, "conflict", "idempotency key reused with a different body")
+				return d, errorf("conflict", "idempotency key reused with a different body")
 			}
 			return Delivery{SessionID: rec.SessionID, FromName: rec.FromName, Bytes: rec.Bytes, MessageID: rec.MessageID, Outcome: rec.Outcome}, nil
 		}
@@ -307,16 +306,16 @@ func (b *Bus) ownSocket(path string) bool {
 
 func inboxError(err error) *Error {
 	if errors.Is(err, errOwnSocket) {
-		return errorf(http.StatusBadGateway, "inbox_unavailable", "session inbox unavailable: its messaging socket is the bus itself")
+		return errorf("inbox_unavailable", "session inbox unavailable: its messaging socket is the bus itself")
 	}
 	if OutOfResources(err) {
 		// The delivery could not even be attempted; nothing is wrong with the session.
-		return errorf(http.StatusServiceUnavailable, "service_unavailable", "out of file descriptors or memory; delivery not attempted, retry later")
+		return errorf("service_unavailable", "out of file descriptors or memory; delivery not attempted, retry later")
 	}
 	if errors.Is(err, claude.ErrInboxTimeout) {
-		return errorf(http.StatusGatewayTimeout, "inbox_timeout", "session inbox did not accept the message within the timeout")
+		return errorf("inbox_timeout", "session inbox did not accept the message within the timeout")
 	}
-	return errorf(http.StatusBadGateway, "inbox_unavailable", "session inbox unavailable: %s", errText(err))
+	return errorf("inbox_unavailable", "session inbox unavailable: %s", errText(err))
 }
 
 // errText names the failing syscall condition without echoing paths of other users.
