@@ -94,7 +94,7 @@ func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials)
 	r := b.regs[id]
 	if r == nil || r.agy == nil || r.agy.presence != p {
 		r = &Registration{Harness: agy.Name, SessionID: id, Name: p.Conversation, Cwd: "/", PID: st.PID, Start: st.StartTime,
-			RegisteredAt: b.nowUnix(), Lock: p.Lock, Conversation: p.Conversation, agy: &agySession{presence: p}}
+			RegisteredAt: b.nowUnix(), Lock: p.Lock, agy: &agySession{presence: p}}
 		b.install(r)
 		b.cfg.Log.Info("agy session", "session_id", id, "peer_pid", st.PID)
 	}
@@ -111,7 +111,7 @@ func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials)
 func (b *Bus) HasCredentials(ref string) bool {
 	ref = strings.ToLower(strings.TrimSpace(ref))
 	for _, r := range b.liveRegistrations() {
-		if r.agy == nil || (r.Conversation != ref && r.SessionID != ref && r.SessionID != "agy:"+ref) {
+		if r.agy == nil || (r.agy.presence.Conversation != ref && r.SessionID != ref && r.SessionID != "agy:"+ref) {
 			continue
 		}
 		if c, _ := b.agyCredentials(r); c != nil {
@@ -154,7 +154,7 @@ func (b *Bus) agyDeliver(r *Registration, c *agy.Credentials, title, env string)
 		return nil
 	case agy.AuthFailed:
 		b.markStale(r)
-		return errorf("credentials_stale", "agy credentials for %s are stale; run the agy hook again", r.Conversation)
+		return errorf("credentials_stale", "agy credentials for %s are stale; run the agy hook again", r.agy.presence.Conversation)
 	case agy.TimedOut:
 		return errorf("inbox_timeout", "agentapi did not deliver within %s", agy.Timeout)
 	}
@@ -175,7 +175,7 @@ func (b *Bus) FlushAgy(r *Registration) int {
 		var p store.Pending
 		var found bool
 		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
-			p, found, err = tx.Head(agyQueue(r.Conversation))
+			p, found, err = tx.Head(agyQueue(r.agy.presence.Conversation))
 			return err
 		})
 		if err != nil || !found {
@@ -186,7 +186,7 @@ func (b *Bus) FlushAgy(r *Registration) int {
 			return n
 		}
 		if err := b.cfg.Store.Update(func(tx *store.Tx) error {
-			if _, err := tx.Ack(agyQueue(r.Conversation), p.ID); err != nil {
+			if _, err := tx.Ack(agyQueue(r.agy.presence.Conversation), p.ID); err != nil {
 				return err
 			}
 			return markFlushed(tx, p.ID)
@@ -219,7 +219,7 @@ func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 		if r.agy == nil {
 			continue
 		}
-		if strings.EqualFold(strings.TrimPrefix(r.SessionID, "agy:"), bare) || strings.EqualFold(r.Conversation, bare) {
+		if strings.EqualFold(strings.TrimPrefix(r.SessionID, "agy:"), bare) || strings.EqualFold(r.agy.presence.Conversation, bare) {
 			hits = append(hits, r)
 		}
 	}
@@ -259,8 +259,8 @@ func (b *Bus) sendAgy(s Send, t Target, msg store.Message, idem *store.Idem) (De
 	c, ok := b.agyCredentials(r)
 	var pending *store.Pending
 	if !ok {
-		d.SessionID, d.Outcome, msg.Outcome = r.Conversation, "queued", "queued"
-		pending = &store.Pending{ID: msg.ID, SessionID: agyQueue(r.Conversation), CreatedAt: msg.CreatedAt, FromName: s.FromName,
+		d.SessionID, d.Outcome, msg.Outcome = r.agy.presence.Conversation, "queued", "queued"
+		pending = &store.Pending{ID: msg.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: msg.CreatedAt, FromName: s.FromName,
 			Bytes: s.Bytes, Text: s.Text, Envelope: env}
 	}
 	if idem != nil {
@@ -326,6 +326,6 @@ func (b *Bus) pushAgy(sessionID string, pushed *store.Message, badge, body strin
 			return "pushed"
 		}
 	}
-	return "pushed", &store.Pending{ID: pushed.ID, SessionID: agyQueue(r.Conversation), CreatedAt: now, FromName: badge,
+	return "pushed", &store.Pending{ID: pushed.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: now, FromName: badge,
 		Bytes: len(text), Text: text, Envelope: body}, nil
 }

@@ -27,13 +27,11 @@ type Registration struct {
 	PID          int
 	Start        string // /proc start time, the pid-reuse guard
 	RegisteredAt int64
-	// Lock is the lock file whose removal ends the registration (a Codex writer lock); "" for
-	// registrations that end with their connection.
+	// Lock is the lock file whose removal ends the registration (a lease's: a Codex writer
+	// lock, an agy presence lock); "" for registrations that end with their connection.
 	Lock string
-	// Conversation is an agy session's conversation id.
-	Conversation string
 
-	agy      *agySession   // agy only
+	agy      *agySession   // what a presence-attested (agy) session holds beyond these
 	replaced chan struct{} // closed when a newer registration of the same process takes over
 
 	// watch tells when the process exits (a pidfd); nil where pidfds are unavailable, and
