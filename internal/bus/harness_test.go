@@ -8,22 +8,19 @@ import (
 	"github.com/xmsg/xmsg/internal/harness"
 )
 
-// zed is a harness of the test's own: uid-admitted, queued, with an envelope of its own.
-// This is all that adding a harness takes.
-type zed struct{ harness.Plain }
+// zed is a harness of the test's own: uid-admitted and queued, with an envelope of its own.
+// This is all that adding a harness takes (one with the plain envelope is one Spec value).
+type zed struct{ harness.Spec }
 
-func (zed) Name() string                       { return "zed" }
-func (zed) Refs() []string                     { return []string{"zed", "z"} }
-func (zed) Admission() harness.Admission       { return harness.UID }
-func (zed) Delivery() harness.Delivery         { return harness.Queue }
-func (zed) Rank() int                          { return 1 }
 func (zed) Envelope(_, _, plain string) string { return "[zed] " + plain }
+
+var zedHarness = zed{harness.Spec{ID: "zed", Prefixes: []string{"zed", "z"}, Admit: harness.UID, Deliver: harness.Queue, Order: 1}}
 
 // TestOwnHarness: a harness registered by a test is admitted on uid, resolved by its
 // prefixes, listed, queued to with its own envelope, polled and acknowledged once; a bus
 // without it refuses the same registration.
 func TestOwnHarness(t *testing.T) {
-	hs, err := harness.NewRegistry(append(Builtin(), zed{})...)
+	hs, err := harness.NewRegistry(append(Builtin(), zedHarness)...)
 	if err != nil {
 		t.Fatal(err)
 	}

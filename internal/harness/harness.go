@@ -119,15 +119,38 @@ func (r *Registry) Delivers(name string, d Delivery) bool {
 	return h != nil && h.Delivery() == d
 }
 
-// Plain is the common part of most harnesses: the plain envelope, no origin. A harness type
-// embeds it and overrides what differs.
-type Plain struct{}
+// Spec is a Harness given by its facts. Most harnesses are one Spec value; one whose
+// envelope differs (Codex) embeds a Spec and overrides Envelope.
+type Spec struct {
+	ID       string   // Name
+	Prefixes []string // Refs; nil means {ID}
+	Admit    Admission
+	Deliver  Delivery
+	Daemon   bool // listed with kind "daemon" rather than "interactive"
+	Order    int  // Rank
+	Origins  bool // Origin
+}
 
-// Envelope returns plain.
-func (Plain) Envelope(_, _, plain string) string { return plain }
+func (s Spec) Name() string { return s.ID }
 
-// Origin is false.
-func (Plain) Origin() bool { return false }
+func (s Spec) Refs() []string {
+	if s.Prefixes == nil {
+		return []string{s.ID}
+	}
+	return s.Prefixes
+}
 
-// Kind is "interactive".
-func (Plain) Kind() string { return "interactive" }
+func (s Spec) Admission() Admission { return s.Admit }
+func (s Spec) Delivery() Delivery   { return s.Deliver }
+func (s Spec) Rank() int            { return s.Order }
+func (s Spec) Origin() bool         { return s.Origins }
+
+func (s Spec) Kind() string {
+	if s.Daemon {
+		return "daemon"
+	}
+	return "interactive"
+}
+
+// Envelope is the plain envelope.
+func (Spec) Envelope(_, _, plain string) string { return plain }

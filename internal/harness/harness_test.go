@@ -36,3 +36,13 @@ func TestRegistry(t *testing.T) {
 		t.Error("a ref prefix registered twice was accepted")
 	}
 }
+
+func TestSpec(t *testing.T) {
+	s := harness.Spec{ID: "x"}
+	if refs := s.Refs(); len(refs) != 1 || refs[0] != "x" || s.Kind() != "interactive" || s.Envelope("b", "c", "p") != "p" {
+		t.Errorf("Spec defaults: refs %v, kind %s", refs, s.Kind())
+	}
+	if svc.Harness.Kind() != "daemon" || !svc.Harness.Origin() || uid.Pi.Origin() {
+		t.Error("svc is listed as a daemon with origins; pi has none")
+	}
+}

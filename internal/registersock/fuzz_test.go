@@ -24,10 +24,7 @@ func FuzzDecodeFirst(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	hs, err := harness.NewRegistry(bus.Builtin()...)
-	if err != nil {
-		f.Fatal(err)
-	}
+	hs, _ := harness.NewRegistry(bus.Builtin()...) // the builtin names and prefixes are distinct
 	f.Fuzz(func(t *testing.T, line []byte) {
 		fr, err := decodeFirst(line, hs)
 		if err != nil {

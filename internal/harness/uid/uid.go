@@ -5,19 +5,10 @@ package uid
 
 import "github.com/xmsg/xmsg/internal/harness"
 
-type uidHarness struct {
-	harness.Plain
-	name string
+// New returns a uid-admitted harness named name.
+func New(name string) harness.Harness {
+	return harness.Spec{ID: name, Admit: harness.UID, Deliver: harness.Queue, Order: 1}
 }
-
-func (h uidHarness) Name() string               { return h.name }
-func (h uidHarness) Refs() []string             { return []string{h.name} }
-func (uidHarness) Admission() harness.Admission { return harness.UID }
-func (uidHarness) Delivery() harness.Delivery   { return harness.Queue }
-func (uidHarness) Rank() int                    { return 1 }
-
-// New returns a uid-admitted harness named name (a test adds its own with one call).
-func New(name string) harness.Harness { return uidHarness{name: name} }
 
 // The uid-admitted harnesses.
 var (
