@@ -427,7 +427,10 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 	if m.Return != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = m.Return.Harness, m.Return.SessionID, m.PushReplies
 	}
-	h := b.h.Lookup(t.Harness) // never nil: the target was resolved here
+	h := b.h.Lookup(t.Harness)
+	if h == nil {
+		return Delivery{}, errorf("internal", "internal error") // as in Send
+	}
 	if h.Delivery() == harness.Agentapi {
 		// An agy session is reached the way a local send reaches it: agentapi now, or its
 		// conversation's queue (which its credential frame flushes), never its session id's

@@ -137,7 +137,12 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	// A queued recipient's place is reserved first: a full queue is refused here, before the
 	// message id, envelope and origin are built (a storm of refused sends skips that work), and
 	// before the write can enter (and fail inside) a shared commit.
-	h := b.h.Lookup(t.Harness) // never nil: Resolve returns only registered harnesses
+	h := b.h.Lookup(t.Harness)
+	if h == nil {
+		// A session of a harness this bus's registry lacks (a Codex lease on a bus built
+		// without codex): nothing says how to deliver to it.
+		return d, errorf("internal", "internal error")
+	}
 	var slot *queueSlot
 	if h.Delivery() == harness.Queue {
 		var rerr error
