@@ -388,11 +388,11 @@ func (b *Bus) resolveRegistered(pinned harness.Harness, bare string, isPID bool,
 		id := strings.TrimPrefix(r.SessionID, r.Harness+":")
 		return strings.EqualFold(id, bare) || strings.EqualFold(r.Name, bare) || (isPID && r.PID == pid)
 	})
-	for _, svc := range []bool{false, true} {
+	for _, services := range []bool{false, true} {
 		var hits []*Registration
 		for _, r := range regs {
 			// Liveness only for the registrations that match (their pidfd says at once).
-			if b.h.Is(r.Harness, harness.Exe) == svc && b.regAlive(r) {
+			if b.h.Is(r.Harness, harness.Exe) == services && b.regAlive(r) {
 				hits = append(hits, r)
 			}
 		}
