@@ -29,8 +29,8 @@ import (
 // uid-admitted sessions and services polling register.sock, a fake agentapi, and federation
 // inbound over real mTLS on loopback. Each row checks the answer (outcome or refusal code),
 // that the recipient gets the message exactly once once it acknowledged it (a queue that
-// hands it out again after the ack, or a second inbox line or agentapi run, is red), and what
-// GET /v1/messages/{id} says afterwards. A leaf's pull is not a row: the leaf end-to-end tests
+// hands it out again after the ack, or a second inbox line or agentapi run, is red), what
+// GET /v1/messages/{id} says afterwards, and the send's audit line. A leaf's pull is not a row: the leaf end-to-end tests
 // (leaf_e2e_test.go) need their own hub and namespaces.
 
 // answer is what a way in answered, in one shape for all of them.
@@ -348,6 +348,17 @@ func (m *matrix) do(t *testing.T, method, path, body string) (int, any) {
 	return resp.StatusCode, v
 }
 
+// audited reports whether log holds the accepted-send line of message id from socket.
+func audited(log, socket, id string) bool {
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "msg=accepted") && strings.Contains(l, "socket="+socket+" ") && strings.Contains(l, "request=send") &&
+			strings.HasSuffix(l, "message_id="+id) {
+			return true
+		}
+	}
+	return false
+}
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -421,6 +432,10 @@ func TestConformance(t *testing.T) {
 					if status != 200 || field(v, "outcome") != r.wantStored || field(v, "recipientHarness") != harness {
 						t.Fatalf("GET /v1/messages/%s: %d %v, want outcome %s, recipient %s", got.messageID, status, v, r.wantStored, harness)
 					}
+					// Each accepted send has its audit line, from the socket it came in on
+					// (written once the answer is out, so it may trail the answer).
+					socket := map[string]string{"http": "http", "agent": "agent", "svc": "agent", "fed": "fed"}[w.name]
+					daemontest.WaitFor(t, "the send's audit line", func() bool { return audited(m.d.stderr.String(), socket, got.messageID) })
 				})
 			}
 		}

@@ -75,8 +75,9 @@ type Config struct {
 
 // Server serves agent.sock. Safe for concurrent use.
 type Server struct {
-	cfg Config
-	srv *lineserver.Server
+	cfg   Config
+	srv   *lineserver.Server
+	audit *bus.Audit // the audit lines of its bus calls
 
 	// ctx is passed to the bus; it is cancelled only when Shutdown's deadline expires.
 	ctx    context.Context
@@ -114,7 +115,7 @@ func New(cfg Config) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, audit: bus.NewAudit(cfg.Log)}
 	s.srv = lineserver.New(lineserver.Config{Socket: "agent", Proc: cfg.Proc, Log: cfg.Log,
 		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.PendingTimeout,
 		WriteTimeout: cfg.WriteTimeout, Handle: s.serveConn})
@@ -393,17 +394,15 @@ func (s *Server) send(caller bus.Caller, req request, after func(func())) []byte
 	}
 	// Every identity field comes from attestation: the badge, the idempotency principal and
 	// the return address (Caller). Nothing in req can name another sender.
-	d, err := s.cfg.Bus.Send(s.ctx, bus.Send{
+	d, err := s.cfg.Bus.Send(bus.WithAfter(s.ctx, after), bus.Send{
 		Ref: ref, Text: text, Bytes: len(text),
 		FromName:    envelope.AttestedBadge(s.cfg.Host, caller.Harness, caller.Name),
 		Principal:   "session:" + caller.SessionID,
 		Caller:      &caller,
 		PushReplies: push,
 		Key:         req.Key,
-		Socket:      "agent",
-		Actor:       caller.Actor(),
-		After:       after,
 	})
+	after(func() { s.audit.Record("agent", caller.Actor(), "send", ref, d.MessageID, err) })
 	if err != nil {
 		e := sendError(err, ref)
 		return errorLine(e.Code, e.Detail)
@@ -439,7 +438,8 @@ func (s *Server) reply(caller bus.Caller, req request) []byte {
 		s.refuse(caller.Actor(), "reply", "bad_request", "messageId and text are required")
 		return errorLine("bad_request", "messageId and text are required")
 	}
-	res, err := s.cfg.Bus.Reply(s.ctx, caller, id, text, "agent")
+	res, err := s.cfg.Bus.Reply(s.ctx, caller, id, text)
+	s.audit.Record("agent", caller.Actor(), "reply", id, res.MessageID, err)
 	if err != nil {
 		e := bus.AsError(err)
 		return errorLine(e.Code, e.Detail)

@@ -42,7 +42,7 @@ func TestExpiredRowsInvisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Reply(ctx, r.Caller(), d.MessageID, "r", "test"); err != nil {
+	if _, err := b.Reply(ctx, r.Caller(), d.MessageID, "r"); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Ack(r, d.MessageID); err != nil {

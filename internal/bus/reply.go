@@ -59,9 +59,9 @@ func replyView(r store.Reply) ReplyView {
 }
 
 // Reply records caller's reply to messageID and pushes it to the original sender when the
-// message has a return address and asked for pushes. Only the recipient may reply.
-func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket string) (res ReplyResult, err error) {
-	defer func() { b.audit(socket, caller.Actor(), "reply", messageID, res.MessageID, err) }()
+// message has a return address and asked for pushes. Only the recipient may reply. The audit
+// line is the transport's (Audit).
+func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text string) (res ReplyResult, err error) {
 	if messageID == "" || text == "" {
 		return res, badRequest("messageId and text are required")
 	}

@@ -3,11 +3,9 @@ package bus
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -18,33 +16,38 @@ import (
 )
 
 // Send is one message to deliver. The servers fill it from attested facts only: FromName,
-// Principal and Caller come from the socket and the kernel, never from request fields.
+// Principal and Caller come from the socket and the kernel, never from request fields. Where
+// the request came from (its audit line) and when the work that can wait runs are the
+// transport's decoration (Audit, WithAfter), not the message's.
 type Send struct {
 	Ref         string
 	Text        string
-	Bytes       int     // the protocol's `bytes`: whole HTTP body for HTTP sends, text length elsewhere
+	Bytes       int     // the protocol's `bytes` (docs/protocol.md §3.4): as the transport counts them
 	FromName    string  // sender badge
 	Principal   string  // idempotency scope
 	Caller      *Caller // attested sender; nil for anonymous HTTP (then no return address)
 	PushReplies bool
 	Key         string // idempotency key, optional
-	Socket      string // for the audit log
-	Actor       string
 	From        string // anonymous sender's sanitized name: its federation principal
 	// FedPrincipal, when set, is the federation principal of a remote send instead of one
 	// derived from Caller or From: a leaf attributes every send to its configured principal.
 	FedPrincipal *Principal
-	// After, when set, takes the work that can wait until the answer is out instead of Send
-	// doing it before it returns: the audit line, and closing a Claude inbox's connection
-	// (the line is already written). The servers run it once the answer is written, off the
-	// sender's wait. The effects are the same either way.
-	After func(work func())
 }
 
-// after hands work to s.After, or does it now.
-func (s *Send) after(work func()) {
-	if s.After != nil {
-		s.After(work)
+type afterKey struct{}
+
+// WithAfter decorates ctx for the bus: work that can wait until the transport's answer is out
+// (closing a Claude inbox's connection, its line already written) is handed to after, which
+// the transport runs once the answer is written, off the sender's wait. Without it the work
+// is done before the call returns. The effects are the same either way.
+func WithAfter(ctx context.Context, after func(work func())) context.Context {
+	return context.WithValue(ctx, afterKey{}, after)
+}
+
+// later hands work to ctx's WithAfter, or does it now.
+func later(ctx context.Context, work func()) {
+	if after, ok := ctx.Value(afterKey{}).(func(func())); ok && after != nil {
+		after(work)
 		return
 	}
 	work()
@@ -97,10 +100,6 @@ func (k *keyLocks) lock(key string) func() {
 // Send delivers a message and records it. It returns only after the record is committed
 // and fsynced; a refused send changes nothing.
 func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
-	defer func() {
-		id, err := d.MessageID, err
-		s.after(func() { b.audit(s.Socket, s.Actor, "send", s.Ref, id, err) })
-	}()
 	if s.Text == "" {
 		return d, badRequest("text must not be empty")
 	}
@@ -196,7 +195,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	var inbox *claude.Inbox
 	if h.Delivery() == harness.Inbox {
 		inbox = b.dialClaude(t.Claude.MessagingSocketPath)
-		defer func() { s.after(inbox.Close) }()
+		defer later(ctx, inbox.Close)
 	}
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		if pending != nil {
@@ -330,34 +329,4 @@ func errText(err error) string {
 		return errno.Error()
 	}
 	return "connection failed"
-}
-
-// audit logs one state-changing request: actor, socket, kind, target, outcome; never a body.
-// Refusals are rate-limited per (socket, request, code): one line a second, carrying the
-// count of those suppressed, so a client looping on a full queue cannot flood the journal.
-// Accepted requests are each logged: they are the bus's work, paid for by a commit each.
-func (b *Bus) audit(socket, actor, kind, target, messageID string, err error) {
-	if err != nil {
-		e := AsError(err)
-		lvl := slog.LevelWarn
-		key := socket + " " + kind + " " + e.Code
-		if e.Code == "internal" || e.Code == "insufficient_storage" || (e.Code == "service_unavailable" && OutOfResources(err)) {
-			lvl = slog.LevelError
-			b.lim.Log(b.cfg.Log, lvl, key+" err", "request failed", "socket", socket, "actor", actor, "request", kind, "err", err)
-		}
-		b.lim.Log(b.cfg.Log, lvl, key, "refused", "socket", socket, "actor", actor, "request", kind, "target", target, "code", e.Code, "reason", e.Detail)
-		return
-	}
-	// The record goes to the handler directly: the same line as Info with these pairs, without
-	// boxing each value, and without the caller's program counter that Logger looks up for
-	// every record (runtime.Callers, about 1% of a send) though xmsg's handler never prints it.
-	ctx := context.Background()
-	h := b.cfg.Log.Handler()
-	if !h.Enabled(ctx, slog.LevelInfo) {
-		return
-	}
-	r := slog.NewRecord(time.Now(), slog.LevelInfo, "accepted", 0)
-	r.AddAttrs(slog.String("socket", socket), slog.String("actor", actor),
-		slog.String("request", kind), slog.String("target", target), slog.String("message_id", messageID))
-	h.Handle(ctx, r)
 }

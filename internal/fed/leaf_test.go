@@ -242,7 +242,7 @@ func TestPullLoop(t *testing.T) {
 	}
 
 	// The service replies on the leaf; the reply is pushed to the hub sender's queue.
-	res, err := l1.bus.Reply(ctx, svc.Caller(), d.MessageID, "pong", "test")
+	res, err := l1.bus.Reply(ctx, svc.Caller(), d.MessageID, "pong")
 	if err != nil || res.PushOutcome == nil || *res.PushOutcome != "pushed" {
 		t.Fatalf("leaf reply = %+v %v", res, err)
 	}
@@ -288,7 +288,7 @@ func TestPullLoop(t *testing.T) {
 	if got := hub.queued("svc:bot"); got != 1 {
 		t.Fatalf("hub svc:bot queue = %d", got)
 	}
-	r4, err := hub.bus.Reply(ctx, hubSvc, d4.MessageID, "answer", "test")
+	r4, err := hub.bus.Reply(ctx, hubSvc, d4.MessageID, "answer")
 	if err != nil || r4.PushOutcome == nil || *r4.PushOutcome != "disabled" {
 		t.Errorf("reply to a leaf-originated message: %+v %v, want disabled", r4, err)
 	}

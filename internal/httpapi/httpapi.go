@@ -4,6 +4,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,7 +37,7 @@ type Config struct {
 // Handler returns the API router.
 func Handler(cfg Config) http.Handler {
 	cfg.Limits = cfg.Limits.withDefaults()
-	h := &handler{cfg: cfg, waiters: &waiters{max: cfg.Limits.MaxWaitersPerPID}}
+	h := &handler{cfg: cfg, waiters: &waiters{max: cfg.Limits.MaxWaitersPerPID}, audit: bus.NewAudit(cfg.Log)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /v1/sessions", h.sessions)
@@ -137,6 +138,16 @@ type handler struct {
 	cfg     Config
 	waiters *waiters
 	lim     ratelog.Limiter
+	audit   *bus.Audit // the audit lines of its sends
+}
+
+// sendAudited runs s on the bus and writes its audit line once the answer is out, where the work
+// Send leaves for then goes too.
+func (h *handler) sendAudited(ctx context.Context, w http.ResponseWriter, actor string, s bus.Send) (bus.Delivery, error) {
+	after := afterAnswer(w)
+	d, err := h.cfg.Bus.Send(bus.WithAfter(ctx, after), s)
+	after(func() { h.audit.Record(h.cfg.Socket, actor, "send", s.Ref, d.MessageID, err) })
+	return d, err
 }
 
 // writeJSON answers v as JSON (jsonline's encoding: no HTML escaping, one line).
@@ -297,10 +308,9 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 	if l := h.cfg.Bus.Leaf(); l != nil {
 		// Leaf mode (docs/protocol.md §7.5): every send is the leaf principal's; `from` is ignored.
 		from := "xmsg@" + h.cfg.Bus.Host() + " \u00b7 " + l.Principal
-		d, err := h.cfg.Bus.Send(hangupContext(w, r), bus.Send{
+		d, err := h.sendAudited(hangupContext(w, r), w, l.Principal, bus.Send{
 			Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from, Principal: l.Principal,
-			Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: l.Principal, FedPrincipal: &l.Fed, From: l.Fed.From,
-			After: afterAnswer(w),
+			Key: req.IdempotencyKey, FedPrincipal: &l.Fed, From: l.Fed.From,
 		})
 		if err != nil {
 			writeError(w, err)
@@ -321,10 +331,9 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 		// A send to a peer waits on the network: a client that hangs up cancels it.
 		ctx = hangupContext(w, r)
 	}
-	d, err := h.cfg.Bus.Send(ctx, bus.Send{
+	d, err := h.sendAudited(ctx, w, "anon:"+clean, bus.Send{
 		Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from,
-		Principal: "http:" + from, Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: "anon:" + clean, From: clean,
-		After: afterAnswer(w),
+		Principal: "http:" + from, Key: req.IdempotencyKey, From: clean,
 	})
 	if err != nil {
 		writeError(w, err)

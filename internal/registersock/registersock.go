@@ -94,6 +94,7 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	lim    ratelog.Limiter
+	audit  *bus.Audit // the audit lines of its bus calls
 
 	mu      sync.Mutex
 	uidOnly map[string]int // uid-only registrations now, by process (pid and start time)
@@ -123,7 +124,7 @@ func New(cfg Config) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, audit: bus.NewAudit(cfg.Log)}
 	s.srv = lineserver.New(lineserver.Config{Socket: "register", Proc: cfg.Proc, Log: cfg.Log,
 		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.FirstFrameTimeout,
 		WriteTimeout: writeTimeout, Handle: s.serveConn})
@@ -456,7 +457,7 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 			return
 		}
 		if audit != nil {
-			audit() // after the answer, off the client's wait (bus.AckAfter)
+			audit() // after the answer, off the client's wait (bus.AckAfter, Audit)
 		}
 	}
 }
@@ -532,14 +533,15 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		}
 		// Unlike the original xmsg (which recorded `pushed` without pushing), a local reply
 		// here is pushed like an agent.sock reply (docs/protocol.md §7.4).
-		res, err := s.cfg.Bus.Reply(context.WithoutCancel(ctx), reg.Caller(), req.MessageID, req.Text, "register")
+		res, err := s.cfg.Bus.Reply(context.WithoutCancel(ctx), reg.Caller(), req.MessageID, req.Text)
+		audit = func() { s.audit.Record("register", actor, "reply", req.MessageID, res.MessageID, err) }
 		if err != nil {
 			e := bus.AsError(err)
 			detail := e.Detail
 			if e.Code == "not_found" {
 				detail += " not found"
 			}
-			return errorLine(e.Code, detail), nil, true
+			return errorLine(e.Code, detail), audit, true
 		}
 		// The pushed message is the reply's new message id; with no push (no return address,
 		// pushes disabled, sender gone) there is none, and the original id is returned.
@@ -547,7 +549,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		if res.PushedMessageID != nil {
 			id = *res.PushedMessageID
 		}
-		return encode(replyResp{Status: "ok", MessageID: id}), nil, true
+		return encode(replyResp{Status: "ok", MessageID: id}), audit, true
 	default:
 		s.refuse(actor, "frame", "unknown action")
 		return errorLine("bad_request", "unknown action: "+req.Action), nil, true
