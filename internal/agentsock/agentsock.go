@@ -209,8 +209,8 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		}
 		resp, keep := s.frame(c, cred, actor, peer, &att, line, after)
 		wrote := s.srv.Write(c, resp)
-		// The work the frame handed over (bus.Send.After) is done once the answer is out, off
-		// the client's wait, whether or not it could be written.
+		// The work the frame handed over (bus.WithAfter, the audit line) is done once the
+		// answer is out, off the client's wait, whether or not it could be written.
 		for i, fn := range later {
 			fn()
 			later[i] = nil
@@ -303,7 +303,7 @@ func encode(v any) []byte {
 // The caller is attested once per connection (the ancestor walk) and, before each later
 // frame, only re-checked: the peer's start time (serveConn), the ancestor's start time and
 // its session (bus.Recheck). When that fails, the ancestry is walked again. after takes the
-// work that can wait until the answer is written (bus.Send.After).
+// work that can wait until the answer is written (bus.WithAfter).
 func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peercred.Guard, att **bus.Attested, line []byte, after func(func())) (resp []byte, keep bool) {
 	req, err := decodeRequest(line)
 	if err != nil {

@@ -344,7 +344,7 @@ func (b *Bus) Ack(r *Registration, messageID string) error {
 
 // AckAfter is Ack whose audit line (of an ack that removed a message) is handed to after
 // instead of written before it returns: register.sock writes it once the answer is out, off
-// the consumer's wait, as the HTTP server does a send's (Send.After). The line is the
+// the consumer's wait, as the HTTP server does a send's (WithAfter). The line is the
 // same either way. nil: written before it returns.
 func (b *Bus) AckAfter(r *Registration, messageID string, after func(line func())) error {
 	q := &b.q
