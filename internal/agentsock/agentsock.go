@@ -75,8 +75,9 @@ type Config struct {
 
 // Server serves agent.sock. Safe for concurrent use.
 type Server struct {
-	cfg Config
-	srv *lineserver.Server
+	cfg   Config
+	srv   *lineserver.Server
+	audit *bus.Audit // the audit lines of its bus calls
 
 	// ctx is passed to the bus; it is cancelled only when Shutdown's deadline expires.
 	ctx    context.Context
@@ -114,7 +115,7 @@ func New(cfg Config) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, audit: bus.NewAudit(cfg.Log)}
 	s.srv = lineserver.New(lineserver.Config{Socket: "agent", Proc: cfg.Proc, Log: cfg.Log,
 		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.PendingTimeout,
 		WriteTimeout: cfg.WriteTimeout, Handle: s.serveConn})
@@ -208,8 +209,8 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		}
 		resp, keep := s.frame(c, cred, actor, peer, &att, line, after)
 		wrote := s.srv.Write(c, resp)
-		// The work the frame handed over (bus.Send.After) is done once the answer is out, off
-		// the client's wait, whether or not it could be written.
+		// The work the frame handed over (bus.WithAfter, the audit line) is done once the
+		// answer is out, off the client's wait, whether or not it could be written.
 		for i, fn := range later {
 			fn()
 			later[i] = nil
@@ -316,7 +317,7 @@ func encode(v any) []byte {
 // The caller is attested once per connection (the ancestor walk) and, before each later
 // frame, only re-checked: the peer's start time (serveConn), the ancestor's start time and
 // its session (bus.Recheck). When that fails, the ancestry is walked again. after takes the
-// work that can wait until the answer is written (bus.Send.After).
+// work that can wait until the answer is written (bus.WithAfter).
 func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peercred.Guard, att **bus.Attested, line []byte, after func(func())) (resp []byte, keep bool) {
 	req, err := decodeRequest(line)
 	if err != nil {
@@ -407,17 +408,15 @@ func (s *Server) send(caller bus.Caller, req request, after func(func())) []byte
 	}
 	// Every identity field comes from attestation: the badge, the idempotency principal and
 	// the return address (Caller). Nothing in req can name another sender.
-	d, err := s.cfg.Bus.Send(s.ctx, bus.Send{
+	d, err := s.cfg.Bus.Send(bus.WithAfter(s.ctx, after), bus.Send{
 		Ref: ref, Text: text, Bytes: len(text),
 		FromName:    envelope.AttestedBadge(s.cfg.Host, caller.Harness, caller.Name),
 		Principal:   "session:" + caller.SessionID,
 		Caller:      &caller,
 		PushReplies: push,
 		Key:         req.Key,
-		Socket:      "agent",
-		Actor:       caller.Actor(),
-		After:       after,
 	})
+	after(func() { s.audit.Record("agent", caller.Actor(), "send", ref, d.MessageID, err) })
 	if err != nil {
 		e := sendError(err, ref)
 		return errorLine(e.Code, e.Detail)
@@ -430,14 +429,14 @@ func sendError(err error, ref string) *bus.Error {
 	e := bus.AsError(err)
 	switch e.Code {
 	case "not_found", "ambiguous", "gone":
-		return &bus.Error{Status: e.Status, Code: "not_found", Detail: e.Detail}
+		return &bus.Error{Code: "not_found", Detail: e.Detail}
 	case "unregistered":
 		if e.PID == 0 {
-			return &bus.Error{Status: e.Status, Code: "unregistered", Detail: fmt.Sprintf("pid %s is unregistered", ref)}
+			return &bus.Error{Code: "unregistered", Detail: fmt.Sprintf("pid %s is unregistered", ref)}
 		}
-		return &bus.Error{Status: e.Status, Code: "unregistered", Detail: fmt.Sprintf("pid %d is unregistered", e.PID), PID: e.PID}
+		return &bus.Error{Code: "unregistered", Detail: fmt.Sprintf("pid %d is unregistered", e.PID), PID: e.PID}
 	case "inbox_unavailable", "inbox_timeout":
-		return &bus.Error{Status: e.Status, Code: "delivery_failed", Detail: e.Detail}
+		return &bus.Error{Code: "delivery_failed", Detail: e.Detail}
 	}
 	return e
 }
@@ -453,7 +452,8 @@ func (s *Server) reply(caller bus.Caller, req request) []byte {
 		s.refuse(caller.Actor(), "reply", "bad_request", "messageId and text are required")
 		return errorLine("bad_request", "messageId and text are required")
 	}
-	res, err := s.cfg.Bus.Reply(s.ctx, caller, id, text, "agent")
+	res, err := s.cfg.Bus.Reply(s.ctx, caller, id, text)
+	s.audit.Record("agent", caller.Actor(), "reply", id, res.MessageID, err)
 	if err != nil {
 		e := bus.AsError(err)
 		return errorLine(e.Code, e.Detail)

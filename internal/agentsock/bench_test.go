@@ -103,7 +103,7 @@ func BenchmarkServicePollDeliverAck(b *testing.B) {
 			b.StopTimer()
 			for j := 0; j < min(100, b.N-i); j++ {
 				_, err := e.Bus.Send(context.Background(), bus.Send{Ref: "svc:bench", Text: "benchmark message", Bytes: 17,
-					FromName: "xmsg@testhost · bench", Principal: "http:bench", Socket: "bench", Actor: "anon:bench"})
+					FromName: "xmsg@testhost · bench", Principal: "http:bench"})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/harness"
 )
 
 // deliverResp is a queued message handed to a Codex session (the shape of register.sock's
@@ -19,7 +20,8 @@ type deliverResp struct {
 // queue answers poll and ack for a Codex session: it has no register.sock connection, so its
 // queue is read here, by the attested thread only. Other callers have their own channels.
 func (s *Server) queue(caller bus.Caller, req request) []byte {
-	if caller.Harness != "codex" {
+	// Only a leased session has no connection of its own to poll on (Codex).
+	if !s.cfg.Bus.Harnesses().Is(caller.Harness, harness.Lease) {
 		s.refuse(caller.Actor(), req.Action, "bad_request", "queue frames are for codex sessions")
 		return errorLine("bad_request", "unknown action: '"+req.Action+"'")
 	}

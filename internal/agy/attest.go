@@ -86,7 +86,8 @@ func (a *Attester) Attest(pid int, conversation string) (Presence, error) {
 
 func (a *Attester) check(dir, conv string, pid int, f peercred.OpenFile, locks []peercred.Lock) (Presence, error) {
 	// The descriptor must be of the file at the lock's path now (same device and inode), and
-	// the kernel must hold an exclusive flock on it.
+	// the kernel must show an exclusive flock on it taken by pid itself: an open descriptor of
+	// a lock some other process (not this ancestor) flocked proves nothing about this one.
 	id, err := safeopen.Stat(dir, conv+".lock")
 	if err != nil {
 		return Presence{}, fmt.Errorf("agy: presence lock: %w", err)
@@ -94,24 +95,26 @@ func (a *Attester) check(dir, conv string, pid int, f peercred.OpenFile, locks [
 	if id.Dev != f.Dev || id.Ino != f.Ino {
 		return Presence{}, fmt.Errorf("agy: pid %d holds a replaced presence lock of %s", pid, conv)
 	}
-	if !Flocked(locks, id) {
-		return Presence{}, fmt.Errorf("agy: presence lock of %s is not exclusively flocked", conv)
+	if !Flocked(locks, id, pid) {
+		return Presence{}, fmt.Errorf("agy: presence lock of %s is not exclusively flocked by pid %d", conv, pid)
 	}
 	return Presence{Conversation: conv, PID: pid, Lock: filepath.Join(dir, conv+".lock"), ID: id}, nil
 }
 
-// Flocked reports whether /proc/locks shows an exclusive FLOCK on the file id.
-func Flocked(locks []peercred.Lock, id safeopen.ID) bool {
+// Flocked reports whether /proc/locks shows an exclusive FLOCK on the file id taken by pid.
+// (A flock stays with the open file description: a holder that forked and exited leaves a
+// lock that names a dead pid, and that no longer attests anyone; fail closed.)
+func Flocked(locks []peercred.Lock, id safeopen.ID, pid int) bool {
 	for _, l := range locks {
-		if l.Kind == "FLOCK" && l.Exclusive && l.Major == id.Major() && l.Minor == id.Minor() && l.Ino == id.Ino {
+		if l.Kind == "FLOCK" && l.Exclusive && l.PID == pid && l.Major == id.Major() && l.Minor == id.Minor() && l.Ino == id.Ino {
 			return true
 		}
 	}
 	return false
 }
 
-// Held reports whether p's lock is still the same file and still exclusively flocked (the
-// holder's liveness is checked by the caller).
+// Held reports whether p's lock is still the same file and still exclusively flocked by
+// p.PID (the holder's liveness is checked by the caller).
 func (a *Attester) Held(p Presence) bool {
 	if a == nil {
 		return false
@@ -121,5 +124,5 @@ func (a *Attester) Held(p Presence) bool {
 		return false
 	}
 	locks, err := a.cfg.Locks()
-	return err == nil && Flocked(locks, id)
+	return err == nil && Flocked(locks, id, p.PID)
 }

@@ -3,9 +3,7 @@ package bus
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
-	"time"
 
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/envelope"
@@ -13,7 +11,7 @@ import (
 	"github.com/xmsg/xmsg/internal/store"
 )
 
-// agySession is what a registration of harness "agy" holds beyond the common fields. Its
+// agySession is what an agy registration holds beyond the common fields. Its
 // credentials live in memory only (docs/protocol.md §9), guarded by Bus.mu, never logged.
 type agySession struct {
 	presence agy.Presence
@@ -47,7 +45,7 @@ func (b *Bus) MCPStart(pid int) (string, error) {
 			return r.SessionID, nil
 		}
 	}
-	return "", errorf(http.StatusForbidden, "unattested", "peer PID %d does not descend from a trusted agy process holding a presence lock", pid)
+	return "", errorf("unattested", "peer PID %d does not descend from a trusted agy process holding a presence lock", pid)
 }
 
 // RegisterAgy stores the credentials of a conversation (register.sock credential frame):
@@ -59,7 +57,7 @@ func (b *Bus) RegisterAgy(c agy.Credentials, cred peercred.Cred, connectStart st
 	}
 	chain, err := b.cfg.Proc.Ancestors(cred.PID, 32)
 	if err != nil || (connectStart != "" && chain[0].StartTime != connectStart) {
-		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
 	}
 	for _, st := range chain {
 		if !b.cfg.Agy.IsAgy(st.PID) {
@@ -72,31 +70,31 @@ func (b *Bus) RegisterAgy(c agy.Credentials, cred peercred.Cred, connectStart st
 		}
 		return b.agyLease(st, p, &c)
 	}
-	return nil, errorf(http.StatusForbidden, "unattested", "peer process %d does not descend from a trusted agy process holding the presence lock of conversation %s", cred.PID, c.Conversation)
+	return nil, errorf("unattested", "peer process %d does not descend from a trusted agy process holding the presence lock of conversation %s", cred.PID, c.Conversation)
 }
 
 // agyLease makes (or renews) the registration of the agy process st present in p's
 // conversation; creds, when not nil, replace its credentials.
 func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials) (*Registration, error) {
 	if b.locks == nil {
-		return nil, errorf(http.StatusForbidden, "unattested", "agy presence locks cannot be watched")
+		return nil, errorf("unattested", "agy presence locks cannot be watched")
 	}
 	// Watch before the lease exists, then check the lock again: a lock removed in between is
 	// reported or seen, never missed.
 	if err := b.locks.Watch(strings.TrimSuffix(p.Lock, "/"+p.Conversation+".lock")); err != nil {
 		b.cfg.Log.Warn("agy presence dir not watchable", "err", err)
-		return nil, errorf(http.StatusForbidden, "unattested", "the presence lock of %s cannot be watched", p.Conversation)
+		return nil, errorf("unattested", "the presence lock of %s cannot be watched", p.Conversation)
 	}
 	if !b.cfg.Agy.Held(p) {
-		return nil, errorf(http.StatusForbidden, "unattested", "the presence lock of %s is no longer held", p.Conversation)
+		return nil, errorf("unattested", "the presence lock of %s is no longer held", p.Conversation)
 	}
 	id := fmt.Sprintf("agy:%d:%s", st.PID, st.StartTime)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := b.regs[id]
 	if r == nil || r.agy == nil || r.agy.presence != p {
-		r = &Registration{Harness: "agy", SessionID: id, Name: p.Conversation, Cwd: "/", PID: st.PID, Start: st.StartTime,
-			RegisteredAt: time.Now().Unix(), Lock: p.Lock, Conversation: p.Conversation, agy: &agySession{presence: p}}
+		r = &Registration{Harness: agy.Name, SessionID: id, Name: p.Conversation, Cwd: "/", PID: st.PID, Start: st.StartTime,
+			RegisteredAt: b.nowUnix(), Lock: p.Lock, agy: &agySession{presence: p}}
 		b.install(r)
 		b.cfg.Log.Info("agy session", "session_id", id, "peer_pid", st.PID)
 	}
@@ -113,7 +111,7 @@ func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials)
 func (b *Bus) HasCredentials(ref string) bool {
 	ref = strings.ToLower(strings.TrimSpace(ref))
 	for _, r := range b.liveRegistrations() {
-		if r.Harness != "agy" || (r.Conversation != ref && r.SessionID != ref && r.SessionID != "agy:"+ref) {
+		if r.agy == nil || (r.agy.presence.Conversation != ref && r.SessionID != ref && r.SessionID != "agy:"+ref) {
 			continue
 		}
 		if c, _ := b.agyCredentials(r); c != nil {
@@ -148,7 +146,7 @@ func (b *Bus) markStale(r *Registration) {
 // non-zero exit is 502, a timeout 504.
 func (b *Bus) agyDeliver(r *Registration, c *agy.Credentials, title, env string) error {
 	if b.cfg.AgySend == nil {
-		return errorf(http.StatusBadGateway, "inbox_unavailable", "agentapi is not configured")
+		return errorf("inbox_unavailable", "agentapi is not configured")
 	}
 	out, err := b.cfg.AgySend(*c, title, env)
 	switch out {
@@ -156,12 +154,12 @@ func (b *Bus) agyDeliver(r *Registration, c *agy.Credentials, title, env string)
 		return nil
 	case agy.AuthFailed:
 		b.markStale(r)
-		return errorf(http.StatusServiceUnavailable, "credentials_stale", "agy credentials for %s are stale; run the agy hook again", r.Conversation)
+		return errorf("credentials_stale", "agy credentials for %s are stale; run the agy hook again", r.agy.presence.Conversation)
 	case agy.TimedOut:
-		return errorf(http.StatusGatewayTimeout, "inbox_timeout", "agentapi did not deliver within %s", agy.Timeout)
+		return errorf("inbox_timeout", "agentapi did not deliver within %s", agy.Timeout)
 	}
 	b.cfg.Log.Warn("agentapi failed", "session_id", r.SessionID, "err", err)
-	return errorf(http.StatusBadGateway, "inbox_unavailable", "agentapi failed")
+	return errorf("inbox_unavailable", "agentapi failed")
 }
 
 // FlushAgy delivers r's conversation queue in FIFO order now that it has credentials. Each
@@ -177,7 +175,7 @@ func (b *Bus) FlushAgy(r *Registration) int {
 		var p store.Pending
 		var found bool
 		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
-			p, found, err = tx.Head(agyQueue(r.Conversation))
+			p, found, err = tx.Head(agyQueue(r.agy.presence.Conversation))
 			return err
 		})
 		if err != nil || !found {
@@ -188,8 +186,10 @@ func (b *Bus) FlushAgy(r *Registration) int {
 			return n
 		}
 		if err := b.cfg.Store.Update(func(tx *store.Tx) error {
-			_, err := tx.Ack(agyQueue(r.Conversation), p.ID)
-			return err
+			if _, err := tx.Ack(agyQueue(r.agy.presence.Conversation), p.ID); err != nil {
+				return err
+			}
+			return markFlushed(tx, p.ID)
 		}); err != nil {
 			b.cfg.Log.Error("agy flush: ack failed", "message_id", p.ID, "err", err)
 			return n
@@ -199,16 +199,27 @@ func (b *Bus) FlushAgy(r *Registration) int {
 	}
 }
 
+// markFlushed records that a queued message (or a pushed reply) reached agentapi: its row
+// (if it has one: a push's row was already written as delivered) reads delivered from now on.
+func markFlushed(tx *store.Tx, id string) error {
+	m, found, err := tx.Message(id)
+	if err != nil || !found || m.Outcome != "queued" {
+		return err
+	}
+	m.Outcome = "delivered"
+	return tx.PutMessage(m)
+}
+
 // resolveAgy matches live agy sessions by session id (agy:<pid>:<start>, so a recycled pid
 // never matches) or by conversation id. An unregistered session is only visible (GET) by its
 // exact session id; it can still be sent to by conversation, which queues.
 func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 	var hits []*Registration
 	for _, r := range b.liveRegistrations() {
-		if r.Harness != "agy" {
+		if r.agy == nil {
 			continue
 		}
-		if strings.EqualFold(strings.TrimPrefix(r.SessionID, "agy:"), bare) || strings.EqualFold(r.Conversation, bare) {
+		if strings.EqualFold(strings.TrimPrefix(r.SessionID, "agy:"), bare) || strings.EqualFold(r.agy.presence.Conversation, bare) {
 			hits = append(hits, r)
 		}
 	}
@@ -219,17 +230,17 @@ func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 		r := hits[0]
 		_, registered := b.agyCredentials(r)
 		exact := strings.EqualFold(strings.TrimPrefix(r.SessionID, "agy:"), bare)
-		return Target{Harness: "agy", SessionID: r.SessionID, View: b.agyView(r), Offline: !registered && !exact, reg: r}, nil, true
+		return Target{Harness: agy.Name, SessionID: r.SessionID, View: b.agyView(r), Offline: !registered && !exact, reg: r}, nil, true
 	}
 	ids := make([]string, len(hits))
 	for i, r := range hits {
 		ids[i] = r.SessionID
 	}
-	return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ",")), true
+	return Target{}, errorf("ambiguous", "%s", strings.Join(ids, ",")), true
 }
 
 func (b *Bus) agyView(r *Registration) SessionView {
-	v := regView(r)
+	v := b.regView(r)
 	_, registered := b.agyCredentials(r)
 	v.Registered = &registered
 	if !registered {
@@ -248,8 +259,8 @@ func (b *Bus) sendAgy(s Send, t Target, msg store.Message, idem *store.Idem) (De
 	c, ok := b.agyCredentials(r)
 	var pending *store.Pending
 	if !ok {
-		d.SessionID, d.Outcome, msg.Outcome = r.Conversation, "queued", "queued"
-		pending = &store.Pending{ID: msg.ID, SessionID: agyQueue(r.Conversation), CreatedAt: msg.CreatedAt, FromName: s.FromName,
+		d.SessionID, d.Outcome, msg.Outcome = r.agy.presence.Conversation, "queued", "queued"
+		pending = &store.Pending{ID: msg.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: msg.CreatedAt, FromName: s.FromName,
 			Bytes: s.Bytes, Text: s.Text, Envelope: env}
 	}
 	if idem != nil {
@@ -270,7 +281,7 @@ func (b *Bus) sendAgy(s Send, t Target, msg store.Message, idem *store.Idem) (De
 		return tx.PutIdem(*idem)
 	})
 	if errors.Is(err, store.ErrQueueFull) {
-		return Delivery{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "agy session message queue is full")
+		return Delivery{}, errorf("service_unavailable", "agy session message queue is full")
 	}
 	if err == nil && pending != nil {
 		b.uncounted(pending.SessionID)
@@ -300,7 +311,7 @@ func (b *Bus) sendAgy(s Send, t Target, msg store.Message, idem *store.Idem) (De
 func (b *Bus) pushAgy(sessionID string, pushed *store.Message, badge, body string, now int64, text string) (string, *store.Pending, func() string) {
 	var r *Registration
 	for _, x := range b.liveRegistrations() {
-		if x.SessionID == sessionID && x.Harness == "agy" {
+		if x.SessionID == sessionID && x.agy != nil {
 			r = x
 		}
 	}
@@ -315,6 +326,6 @@ func (b *Bus) pushAgy(sessionID string, pushed *store.Message, badge, body strin
 			return "pushed"
 		}
 	}
-	return "pushed", &store.Pending{ID: pushed.ID, SessionID: agyQueue(r.Conversation), CreatedAt: now, FromName: badge,
+	return "pushed", &store.Pending{ID: pushed.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: now, FromName: badge,
 		Bytes: len(text), Text: text, Envelope: body}, nil
 }

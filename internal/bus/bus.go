@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -18,6 +17,10 @@ import (
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/codex"
+	"github.com/xmsg/xmsg/internal/harness"
+	"github.com/xmsg/xmsg/internal/harness/svc"
+	"github.com/xmsg/xmsg/internal/harness/uid"
+	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lockwatch"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/ratelog"
@@ -39,7 +42,7 @@ type Config struct {
 	Exe          func(pid int) (string, error)
 	Log          *slog.Logger
 	InboxTimeout time.Duration
-	MaxWaiters   int // concurrent reply long-polls (HTTP), 128
+	MaxWaiters   int // concurrent reply long-polls (HTTP); 0 means limits.HTTPMaxWaiters
 	// Codex attests Codex sessions; nil when none is configured.
 	Codex *codex.Attester
 	// Agy attests Antigravity sessions (nil: none); AgySend runs agentapi for them.
@@ -57,11 +60,26 @@ type Config struct {
 	// Leaf, when set, makes this bus a leaf's (docs/protocol.md §7.5): one local service, admitted
 	// on uid alone, and every HTTP send attributed to the leaf principal.
 	Leaf *LeafIdentity
+	// Harnesses are the harnesses the bus routes to; nil means Builtin.
+	Harnesses *harness.Registry
+	// Now is the clock every record's time and every TTL is read from; nil means time.Now.
+	// Tests pass their own, so that no test sleeps for a TTL to pass.
+	Now func() time.Time
 }
+
+// Builtin are xmsg's harnesses, in listing order.
+func Builtin() []harness.Harness {
+	return []harness.Harness{claude.Harness, agy.Harness, codex.Harness, uid.Pi, uid.OpenCode, uid.Hermes, svc.Harness}
+}
+
+// remoteHarness is the recipient harness of a message sent to another node (its row's
+// RecipientHarness): no harness of this bus, so a reply to it comes from that node.
+const remoteHarness = "fed"
 
 // Bus is the router. Safe for concurrent use.
 type Bus struct {
 	cfg      Config
+	h        *harness.Registry
 	mu       sync.Mutex
 	regs     map[string]*Registration
 	replies  signals // keyed by message id
@@ -73,6 +91,7 @@ type Bus struct {
 	stopped  sync.WaitGroup
 	locks    *lockwatch.Watcher // follows the locks of leases; nil without Codex
 	lim      ratelog.Limiter    // refusal log lines
+	aud      *Audit             // the audit lines of the work the bus does on its own
 	inflight inflight           // remote sends not yet recorded
 	bg       sync.WaitGroup     // final records of remote sends, written after the answer
 	q        queueState
@@ -91,9 +110,15 @@ func New(cfg Config) *Bus {
 		cfg.Exe = cfg.Proc.Exe
 	}
 	if cfg.MaxWaiters == 0 {
-		cfg.MaxWaiters = 128
+		cfg.MaxWaiters = limits.HTTPMaxWaiters
 	}
-	b := &Bus{cfg: cfg, regs: map[string]*Registration{}, waiters: make(chan struct{}, cfg.MaxWaiters), stop: make(chan struct{})}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Harnesses == nil {
+		cfg.Harnesses, _ = harness.NewRegistry(Builtin()...) // distinct names and prefixes
+	}
+	b := &Bus{cfg: cfg, h: cfg.Harnesses, aud: NewAudit(cfg.Log), regs: map[string]*Registration{}, waiters: make(chan struct{}, cfg.MaxWaiters), stop: make(chan struct{})}
 	if cfg.Codex != nil || cfg.Agy != nil {
 		w, err := lockwatch.New(b.locksGone, cfg.Log)
 		if err != nil {
@@ -120,8 +145,16 @@ func (b *Bus) Close() {
 	b.bg.Wait()
 }
 
+// audit writes the audit line of work the bus does on its own (Audit.Record).
+func (b *Bus) audit(socket, actor, kind, target, messageID string, err error) {
+	b.aud.Record(socket, actor, kind, target, messageID, err)
+}
+
 // Host is the host label.
 func (b *Bus) Host() string { return b.cfg.Host }
+
+// Harnesses are the harnesses this bus routes to.
+func (b *Bus) Harnesses() *harness.Registry { return b.h }
 
 // retention purges old rows at start and then every minute. The protocol purges on every
 // send; doing it on a timer keeps full scans off the send path, and lookups ignore expired
@@ -131,7 +164,7 @@ func (b *Bus) retention() {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {
-		b.Purge(time.Now())
+		b.Purge(b.cfg.Now())
 		select {
 		case <-b.stop:
 			return
@@ -200,14 +233,14 @@ func rawOrNull(r json.RawMessage) json.RawMessage {
 
 func claudeView(s claude.Session) SessionView {
 	return SessionView{SessionID: s.ID, Name: s.Name, PID: s.PID, Cwd: s.Cwd, Status: s.Status, Kind: s.Kind,
-		Entrypoint: s.Entrypoint, Version: s.Version, StartedAt: rawOrNull(s.StartedAt), UpdatedAt: rawOrNull(s.UpdatedAt), Harness: "claude"}
+		Entrypoint: s.Entrypoint, Version: s.Version, StartedAt: rawOrNull(s.StartedAt), UpdatedAt: rawOrNull(s.UpdatedAt), Harness: claude.Name}
 }
 
-func regView(r *Registration) SessionView {
+func (b *Bus) regView(r *Registration) SessionView {
 	name, t, yes := r.Name, json.RawMessage(strconv.FormatInt(r.RegisteredAt, 10)), true
 	kind := "interactive"
-	if r.Harness == "svc" {
-		kind = "daemon"
+	if h := b.h.Lookup(r.Harness); h != nil {
+		kind = h.Kind()
 	}
 	return SessionView{SessionID: r.SessionID, Name: &name, PID: r.PID, Cwd: r.Cwd, Status: "idle", Kind: kind,
 		StartedAt: t, UpdatedAt: t, Harness: r.Harness, Registered: &yes}
@@ -232,10 +265,10 @@ func (b *Bus) Sessions(cwd, status string) []SessionView {
 		}
 	}
 	for _, r := range b.liveRegistrations() {
-		if r.Harness == "agy" {
+		if r.agy != nil {
 			keep(b.agyView(r))
 		} else {
-			keep(regView(r))
+			keep(b.regView(r))
 		}
 	}
 	return out
@@ -265,19 +298,6 @@ type Target struct {
 	reg     *Registration // for agy targets
 }
 
-// refHarnesses are the prefixes that pin a ref to one harness.
-var refHarnesses = map[string]string{"claude": "claude", "session": "claude", "svc": "svc", "pi": "pi", "opencode": "opencode", "hermes": "hermes", "codex": "codex", "agy": "agy"}
-
-// splitHarness splits "svc:x" into ("svc", "x"); a ref without a known prefix gives ("", ref).
-func splitHarness(ref string) (harness, bare string) {
-	if p, rest, ok := strings.Cut(ref, ":"); ok && rest != "" {
-		if h, known := refHarnesses[strings.ToLower(p)]; known {
-			return h, rest
-		}
-	}
-	return "", ref
-}
-
 // Resolve finds the one live local session ref names (docs/protocol.md §5.2). A harness prefix
 // pins the search to that harness: "svc:guard" never resolves to a session that merely
 // calls itself "svc:guard", whatever its harness.
@@ -286,12 +306,15 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 	if ref == "" {
 		return Target{}, notFound(ref)
 	}
-	harness, bare := splitHarness(ref)
+	pinned, bare := b.h.Split(ref)
+	// in reports whether the ref may mean a session admitted as a: no prefix, or that of
+	// such a harness.
+	in := func(a harness.Admission) bool { return pinned == nil || pinned.Admission() == a }
 	pid, numErr := strconv.Atoi(bare)
 	isPID := numErr == nil && pid > 0
 	var live, dead []claude.Session
 	var incomplete error
-	if harness == "" || harness == "claude" {
+	if in(harness.SessionFile) {
 		lookupPID := 0
 		if isPID {
 			lookupPID = pid
@@ -312,26 +335,26 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		// this scan found or missed, an answer now could be wrong (a live session reported
 		// not found), so none is given. The client may retry.
 		b.lim.Log(b.cfg.Log, slog.LevelError, "scan incomplete", "session scan incomplete", "err", incomplete)
-		return Target{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "session directory unreadable for lack of resources; retry later")
+		return Target{}, errorf("service_unavailable", "session directory unreadable for lack of resources; retry later")
 	}
 	switch {
 	case len(live) == 1:
 		s := live[0]
-		return Target{Harness: "claude", SessionID: s.ID, Claude: &s, View: claudeView(s)}, nil
+		return Target{Harness: claude.Name, SessionID: s.ID, Claude: &s, View: claudeView(s)}, nil
 	case len(live) > 1:
 		ids := make([]string, len(live))
 		for i, s := range live {
 			ids[i] = s.ID
 		}
-		return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ","))
+		return Target{}, errorf("ambiguous", "%s", strings.Join(ids, ","))
 	}
-	if harness == "" || harness == "agy" {
+	if in(harness.Presence) {
 		if t, err, ok := b.resolveAgy(bare); ok {
 			return t, err
 		}
 	}
-	if harness != "claude" && harness != "agy" {
-		if t, err, ok := b.resolveRegistered(harness, bare, isPID, pid); ok {
+	if pinned == nil || (pinned.Admission() != harness.SessionFile && pinned.Admission() != harness.Presence) {
+		if t, err, ok := b.resolveRegistered(pinned, bare, isPID, pid); ok {
 			return t, err
 		}
 	}
@@ -343,9 +366,9 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		}
 		if OutOfResources(err) {
 			// /proc could not be read: the process may be alive, so "gone" could be wrong.
-			return Target{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "process state unreadable for lack of resources; retry later")
+			return Target{}, errorf("service_unavailable", "process state unreadable for lack of resources; retry later")
 		}
-		return Target{}, errorf(http.StatusGone, "gone", "session %s process %d exited", d.ID, d.PID)
+		return Target{}, errorf("gone", "session %s process %d exited", d.ID, d.PID)
 	}
 	if isPID {
 		if _, err := b.cfg.Proc.StartTime(pid); err == nil {
@@ -355,53 +378,60 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 	return Target{}, notFound(ref)
 }
 
-// resolveRegistered matches registered sessions, then services (only those of harness when
+// resolveRegistered matches registered sessions, then services (only those of pinned when
 // it is set): by session id, by name, or by pid; case-insensitive. ok is false when nothing
 // matched.
-func (b *Bus) resolveRegistered(harness, bare string, isPID bool, pid int) (Target, error, bool) {
+func (b *Bus) resolveRegistered(pinned harness.Harness, bare string, isPID bool, pid int) (Target, error, bool) {
+	name := ""
+	if pinned != nil {
+		name = pinned.Name()
+	}
 	regs := b.matchingRegistrations(func(r *Registration) bool {
-		if r.Harness == "agy" || (harness != "" && r.Harness != harness) {
+		if r.agy != nil || (name != "" && r.Harness != name) {
 			return false
 		}
 		// Session ids carry their harness ("svc:x", "pi:<uuid>"); compare without it.
 		id := strings.TrimPrefix(r.SessionID, r.Harness+":")
 		return strings.EqualFold(id, bare) || strings.EqualFold(r.Name, bare) || (isPID && r.PID == pid)
 	})
-	for _, svc := range []bool{false, true} {
+	for _, services := range []bool{false, true} {
 		var hits []*Registration
 		for _, r := range regs {
 			// Liveness only for the registrations that match (their pidfd says at once).
-			if (r.Harness == "svc") == svc && b.regAlive(r) {
+			if b.h.Is(r.Harness, harness.Exe) == services && b.regAlive(r) {
 				hits = append(hits, r)
 			}
 		}
 		if len(hits) == 1 {
 			r := hits[0]
-			return Target{Harness: r.Harness, SessionID: r.SessionID, View: regView(r)}, nil, true
+			return Target{Harness: r.Harness, SessionID: r.SessionID, View: b.regView(r)}, nil, true
 		}
 		if len(hits) > 1 {
 			ids := make([]string, len(hits))
 			for i, r := range hits {
 				ids[i] = r.SessionID
 			}
-			return Target{}, errorf(http.StatusConflict, "ambiguous", "%s", strings.Join(ids, ",")), true
+			return Target{}, errorf("ambiguous", "%s", strings.Join(ids, ",")), true
 		}
 	}
 	// A uid-admitted session's id is durable and its queue too: while its process lives it
 	// stays addressable by that id, also between a daemon restart and its re-registration.
-	if harness == "" || SessionHarnesses[harness] {
-		if rec, ok := b.liveProcessSession(bare, harness); ok {
+	if pinned == nil || pinned.Admission() == harness.UID {
+		if rec, ok := b.liveProcessSession(bare, name); ok {
 			return Target{Harness: rec.Harness, SessionID: rec.SessionID, Offline: true}, nil, true
 		}
 	}
 	// A service queues durably, so it stays addressable by its stable id while it reconnects.
-	if harness == "svc" {
+	if pinned != nil && pinned.Admission() == harness.Exe {
+		offline := func(n string) Target {
+			return Target{Harness: name, SessionID: name + ":" + n, Offline: true, View: SessionView{Name: &n}}
+		}
 		if l := b.cfg.Leaf; l != nil && strings.EqualFold(l.Service, bare) {
-			return Target{Harness: "svc", SessionID: "svc:" + l.Service, Offline: true}, nil, true
+			return offline(l.Service), nil, true
 		}
 		for n := range b.cfg.SvcExe {
 			if strings.EqualFold(n, bare) {
-				return Target{Harness: "svc", SessionID: "svc:" + n, Offline: true}, nil, true
+				return offline(n), nil, true
 			}
 		}
 	}
@@ -421,14 +451,14 @@ func (b *Bus) Identify(pid int) (Caller, error) {
 func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, []peercred.Stat, error) {
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
 	if err != nil && OutOfResources(err) {
-		return Caller{}, nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "process ancestry unreadable for lack of resources; retry later")
+		return Caller{}, nil, errorf("service_unavailable", "process ancestry unreadable for lack of resources; retry later")
 	}
 	if err == nil {
 		regs := b.registrations()
 		for i, st := range chain {
 			sessions, incomplete := b.cfg.Claude.ByPID(st.PID)
 			if incomplete != nil {
-				return Caller{}, nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "session directory unreadable for lack of resources; retry later")
+				return Caller{}, nil, errorf("service_unavailable", "session directory unreadable for lack of resources; retry later")
 			}
 			for _, s := range sessions {
 				// The chain entry's own start time must match too: Live was read at scan
@@ -438,7 +468,7 @@ func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, []peercred.Stat, 
 					if s.Name != nil && *s.Name != "" {
 						name = *s.Name
 					}
-					return Caller{Harness: "claude", SessionID: s.ID, Name: name, path: s.Path}, chain[:i+1], nil
+					return Caller{Harness: claude.Name, SessionID: s.ID, Name: name, path: s.Path}, chain[:i+1], nil
 				}
 			}
 			for _, r := range regs {
@@ -446,7 +476,7 @@ func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, []peercred.Stat, 
 				// decided by its _meta below, never by the pid alone. The chain entry was
 				// just read: a matching start time is the live process (an agy session
 				// must also still hold its presence lock).
-				if r.Harness != "codex" && r.PID == st.PID && r.Start == st.StartTime && (r.agy == nil || b.regAlive(r)) {
+				if !b.h.Is(r.Harness, harness.Lease) && r.PID == st.PID && r.Start == st.StartTime && (r.agy == nil || b.regAlive(r)) {
 					c := r.Caller()
 					c.reg = r
 					return c, chain[:i+1], nil
@@ -460,7 +490,7 @@ func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, []peercred.Stat, 
 			}
 		}
 	}
-	return Caller{}, nil, errorf(http.StatusForbidden, "not_recipient", "peer PID %d does not descend from an active agent session", pid)
+	return Caller{}, nil, errorf("not_recipient", "peer PID %d does not descend from an active agent session", pid)
 }
 
 // Attested is a connection's attested caller, made once by Attest and checked again cheaply
@@ -530,7 +560,7 @@ func (b *Bus) Recheck(a Attested) bool {
 func (b *Bus) registeredLocked(procs []peercred.Stat) bool {
 	for _, st := range procs {
 		for _, r := range b.regs {
-			if r.Harness != "codex" && r.PID == st.PID && r.Start == st.StartTime {
+			if !b.h.Is(r.Harness, harness.Lease) && r.PID == st.PID && r.Start == st.StartTime {
 				return true
 			}
 		}
@@ -538,7 +568,8 @@ func (b *Bus) registeredLocked(procs []peercred.Stat) bool {
 	return false
 }
 
-func nowUnix() int64 { return time.Now().Unix() }
+// nowUnix is the bus clock in unix seconds, the unit of every stored time.
+func (b *Bus) nowUnix() int64 { return b.cfg.Now().Unix() }
 
 func fmtOrigin(kind string, c *Caller) json.RawMessage {
 	if c == nil {

@@ -131,7 +131,7 @@ func TestLongPollWaitersAndWakeup(t *testing.T) {
 	b.waiters = make(chan struct{}, 2) // as if MaxWaiters were 2
 	id := "01890000-0000-7000-8000-000000000001"
 	err := b.cfg.Store.Update(func(tx *store.Tx) error {
-		return tx.PutMessage(store.Message{ID: id, SessionID: "svc:known", RecipientHarness: "svc", CreatedAt: nowUnix()})
+		return tx.PutMessage(store.Message{ID: id, SessionID: "svc:known", RecipientHarness: "svc", CreatedAt: b.nowUnix()})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestLongPollWaitersAndWakeup(t *testing.T) {
 	for len(b.waiters) < 2 {
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := b.Replies(ctx, id, 0, time.Second); AsError(err).Status != 503 {
+	if _, err := b.Replies(ctx, id, 0, time.Second); AsError(err).Code != "service_unavailable" {
 		t.Fatalf("third waiter: got %v, want 503", err)
 	}
 	// A zero wait never needs a permit.
@@ -159,7 +159,7 @@ func TestLongPollWaitersAndWakeup(t *testing.T) {
 		t.Fatalf("wait=0: %v, %v", rs, err)
 	}
 	caller := Caller{Harness: "svc", SessionID: "svc:known", Name: "known"}
-	if _, err := b.Reply(ctx, caller, id, "pong", "test"); err != nil {
+	if _, err := b.Reply(ctx, caller, id, "pong"); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -206,7 +206,7 @@ func TestReplyPushToClaude(t *testing.T) {
 	put := func(id string) {
 		err := b.cfg.Store.Update(func(tx *store.Tx) error {
 			return tx.PutMessage(store.Message{ID: id, SessionID: "svc:known", RecipientHarness: "svc", ReturnHarness: "claude",
-				ReturnSessionID: alice, PushReplies: true, ThreadID: id, CreatedAt: nowUnix()})
+				ReturnSessionID: alice, PushReplies: true, ThreadID: id, CreatedAt: b.nowUnix()})
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +215,7 @@ func TestReplyPushToClaude(t *testing.T) {
 	svc := Caller{Harness: "svc", SessionID: "svc:known", Name: "known"}
 
 	put("01890000-0000-7000-8000-0000000000a1")
-	res, err := b.Reply(ctx, svc, "01890000-0000-7000-8000-0000000000a1", "no inbox", "test")
+	res, err := b.Reply(ctx, svc, "01890000-0000-7000-8000-0000000000a1", "no inbox")
 	if err != nil || res.PushOutcome == nil || *res.PushOutcome != "sender_gone" || res.PushedMessageID != nil {
 		t.Fatalf("reply to a gone inbox = %+v, %v; want sender_gone and no pushed id", res, err)
 	}
@@ -245,7 +245,7 @@ func TestReplyPushToClaude(t *testing.T) {
 		seen <- err == nil // the pushed message was already stored when the line arrived
 	}()
 	put("01890000-0000-7000-8000-0000000000a2")
-	res, err = b.Reply(ctx, svc, "01890000-0000-7000-8000-0000000000a2", "hello", "test")
+	res, err = b.Reply(ctx, svc, "01890000-0000-7000-8000-0000000000a2", "hello")
 	if err != nil || *res.PushOutcome != "pushed" || res.PushedMessageID == nil {
 		t.Fatalf("reply = %+v, %v; want pushed", res, err)
 	}
@@ -255,22 +255,13 @@ func TestReplyPushToClaude(t *testing.T) {
 }
 
 // TestRefusalAuditRateLimited: a client looping on a full queue gets its refusals, but the
-// log gets one line a second per kind of refusal, not one per request. Mutant tried: audit
+// log gets one line a second per kind of refusal, not one per request. Mutant tried: Record
 // logging every refusal directly: 200 lines.
 func TestRefusalAuditRateLimited(t *testing.T) {
-	b, _ := newBus(t)
 	var logs strings.Builder
-	b.cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
-	for i := range store.MaxQueue {
-		if _, err := b.Send(context.Background(), Send{Ref: "svc:known", Text: "x", FromName: "f", Principal: "p", Actor: "a", Socket: "test"}); err != nil {
-			t.Fatalf("send %d: %v", i, err)
-		}
-	}
+	a := NewAudit(slog.New(slog.NewTextHandler(&logs, nil)))
 	for range 200 {
-		_, err := b.Send(context.Background(), Send{Ref: "svc:known", Text: "x", FromName: "f", Principal: "p", Actor: "a", Socket: "test"})
-		if AsError(err).Code != "service_unavailable" {
-			t.Fatalf("over the queue bound: %v", err)
-		}
+		a.Record("test", "a", "send", "svc:known", "", queueFull("svc"))
 	}
 	if n := strings.Count(logs.String(), "msg=refused"); n < 1 || n > 5 {
 		t.Fatalf("%d refusal lines for 200 refusals, want one a second:\n%s", n, logs.String())
@@ -281,62 +272,43 @@ func TestRefusalAuditRateLimited(t *testing.T) {
 // internal error, also when bbolt has flattened the errno to text.
 func TestAsErrorRetryable(t *testing.T) {
 	cases := []struct {
-		err    error
-		status int
-		code   string
+		err  error
+		code string
 	}{
-		{&os.PathError{Op: "write", Path: "x.db", Err: syscall.ENOSPC}, 507, "insufficient_storage"},
-		{fmt.Errorf("store: %w", syscall.EDQUOT), 507, "insufficient_storage"},
-		{errors.New("file resize error: " + syscall.ENOSPC.Error()), 507, "insufficient_storage"},
-		{&os.PathError{Op: "open", Path: "dir", Err: syscall.EMFILE}, 503, "service_unavailable"},
-		{errors.New("boom"), 500, "internal"},
+		{&os.PathError{Op: "write", Path: "x.db", Err: syscall.ENOSPC}, "insufficient_storage"},
+		{fmt.Errorf("store: %w", syscall.EDQUOT), "insufficient_storage"},
+		{errors.New("file resize error: " + syscall.ENOSPC.Error()), "insufficient_storage"},
+		{&os.PathError{Op: "open", Path: "dir", Err: syscall.EMFILE}, "service_unavailable"},
+		{errors.New("boom"), "internal"},
 	}
 	for _, c := range cases {
-		if e := AsError(c.err); e.Status != c.status || e.Code != c.code {
-			t.Errorf("AsError(%v) = %d %s, want %d %s", c.err, e.Status, e.Code, c.status, c.code)
+		if e := AsError(c.err); e.Code != c.code {
+			t.Errorf("AsError(%v) = %s, want %s", c.err, e.Code, c.code)
 		}
 	}
 }
 
-// TestAuditAfter: with After a send's audit line is handed over, not written, and is the
-// line Send would have written (accepted and refused alike). Mutant tried: ignoring
-// After (writing at once): red on the first check.
-func TestAuditAfter(t *testing.T) {
-	b, _ := newBus(t)
+// TestAuditLine: the accepted line is the line Logger.Info would write with its pairs (Record
+// writes it to the handler directly), and a refusal names its code.
+func TestAuditLine(t *testing.T) {
 	var logs strings.Builder
-	b.cfg.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 		if a.Key == slog.TimeKey {
 			return slog.Attr{}
 		}
 		return a
 	}}))
-	for _, ref := range []string{"svc:known", "svc:unknown"} {
-		var later []func()
-		s := Send{Ref: ref, Text: "x", FromName: "f", Principal: "p", Actor: "anon:a", Socket: "http"}
-		d, _ := b.Send(context.Background(), Send{Ref: ref, Text: "x", FromName: "f", Principal: "p", Actor: "anon:a", Socket: "http",
-			After: func(fn func()) { later = append(later, fn) }})
-		if logs.Len() != 0 || len(later) != 1 {
-			t.Fatalf("%s: %d lines handed over, log %q; want one handed over and none written", ref, len(later), logs.String())
-		}
-		later[0]()
-		got := logs.String()
-		logs.Reset()
-		if ref == "svc:unknown" {
-			// Refusals are rate-limited, so a second one would not be written: the content.
-			if !strings.Contains(got, "msg=refused socket=http actor=anon:a request=send target=svc:unknown code=not_found") {
-				t.Errorf("handed-over refusal %q", got)
-			}
-			continue
-		}
-		d2, _ := b.Send(context.Background(), s)
-		want := strings.ReplaceAll(logs.String(), d2.MessageID, d.MessageID)
-		logs.Reset()
-		if got == "" || got != want {
-			t.Errorf("%s: handed-over line %q, want %q", ref, got, want)
-		}
-		// And it is the line Logger.Info would write with these pairs.
-		if line := "level=INFO msg=accepted socket=http actor=anon:a request=send target=svc:known message_id=" + d.MessageID + "\n"; got != line {
-			t.Errorf("accepted line %q, want %q", got, line)
-		}
+	a := NewAudit(log)
+	a.Record("http", "anon:a", "send", "svc:known", "m-1", nil)
+	got := logs.String()
+	logs.Reset()
+	log.Info("accepted", "socket", "http", "actor", "anon:a", "request", "send", "target", "svc:known", "message_id", "m-1")
+	if want := logs.String(); got != want {
+		t.Errorf("accepted line %q, want %q", got, want)
+	}
+	logs.Reset()
+	a.Record("http", "anon:a", "send", "svc:unknown", "", notFound("svc:unknown"))
+	if got := logs.String(); !strings.Contains(got, "msg=refused socket=http actor=anon:a request=send target=svc:unknown code=not_found") {
+		t.Errorf("refusal line %q", got)
 	}
 }

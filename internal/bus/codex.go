@@ -2,10 +2,8 @@ package bus
 
 import (
 	"encoding/json"
-	"net/http"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/xmsg/xmsg/internal/codex"
 	"github.com/xmsg/xmsg/internal/peercred"
@@ -26,27 +24,27 @@ func (b *Bus) IdentifyMeta(pid int, meta json.RawMessage) (Caller, error) {
 func (b *Bus) codexCaller(st peercred.Stat, raw json.RawMessage) (Caller, error) {
 	m, err := codex.DecodeMeta(raw)
 	if err != nil {
-		return Caller{}, errorf(http.StatusForbidden, "unattested", "codex session call: %s", strings.TrimPrefix(err.Error(), "codex: "))
+		return Caller{}, errorf("unattested", "codex session call: %s", strings.TrimPrefix(err.Error(), "codex: "))
 	}
 	if m.Thread() == "" {
-		return Caller{}, errorf(http.StatusForbidden, "unattested", "codex session call without params._meta (sessionId/threadId): the thread is never taken from tool arguments")
+		return Caller{}, errorf("unattested", "codex session call without params._meta (sessionId/threadId): the thread is never taken from tool arguments")
 	}
 	lease, err := b.cfg.Codex.Attest(st.PID, m.Thread())
 	if err != nil {
 		b.cfg.Log.Warn("codex attestation failed", "peer_pid", st.PID, "thread", m.Thread(), "err", err)
-		return Caller{}, errorf(http.StatusForbidden, "unattested", "process %d does not write codex thread %s", st.PID, m.Thread())
+		return Caller{}, errorf("unattested", "process %d does not write codex thread %s", st.PID, m.Thread())
 	}
 	if b.locks == nil {
-		return Caller{}, errorf(http.StatusForbidden, "unattested", "codex leases cannot be watched")
+		return Caller{}, errorf("unattested", "codex leases cannot be watched")
 	}
 	// Watch before the lease exists: a lock removed in between is then reported, not missed.
 	if err := b.locks.Watch(codex.LockDir(lease.Lock)); err != nil {
 		b.cfg.Log.Warn("codex lock dir not watchable", "err", err)
-		return Caller{}, errorf(http.StatusForbidden, "unattested", "codex thread %s: its lock cannot be watched", m.Thread())
+		return Caller{}, errorf("unattested", "codex thread %s: its lock cannot be watched", m.Thread())
 	}
 	// The lock may have gone between the attestation and the watch.
 	if _, err := b.cfg.Codex.Attest(st.PID, m.Thread()); err != nil {
-		return Caller{}, errorf(http.StatusForbidden, "unattested", "process %d does not write codex thread %s", st.PID, m.Thread())
+		return Caller{}, errorf("unattested", "process %d does not write codex thread %s", st.PID, m.Thread())
 	}
 	id := "codex:" + lease.Thread
 	cwd := lease.Cwd
@@ -56,8 +54,8 @@ func (b *Bus) codexCaller(st peercred.Stat, raw json.RawMessage) (Caller, error)
 	b.mu.Lock()
 	r := b.regs[id]
 	if r == nil || r.PID != st.PID || r.Start != st.StartTime || r.Lock != lease.Lock {
-		r = &Registration{Harness: "codex", SessionID: id, Name: lease.Thread, Cwd: cwd, PID: st.PID, Start: st.StartTime,
-			RegisteredAt: time.Now().Unix(), Lock: lease.Lock}
+		r = &Registration{Harness: codex.Name, SessionID: id, Name: lease.Thread, Cwd: cwd, PID: st.PID, Start: st.StartTime,
+			RegisteredAt: b.nowUnix(), Lock: lease.Lock}
 		b.install(r)
 		b.cfg.Log.Info("codex lease", "session_id", id, "peer_pid", st.PID)
 	}

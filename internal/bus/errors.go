@@ -3,15 +3,14 @@ package bus
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"syscall"
 )
 
-// Error is a refusal with the protocol's status and code (docs/protocol.md §3.1, §4.1). Servers
-// render it in their own wire shape.
+// Error is a refusal with the protocol's code (docs/protocol.md §3.1, §4.1). Servers render it
+// in their own wire shape; the HTTP status a code carries is httpapi's (httpapi.Status), not
+// the bus's, which speaks no HTTP.
 type Error struct {
-	Status int    // HTTP status
 	Code   string // protocol error code
 	Detail string // human text; never contains message bodies or secrets
 	// PID is the live process a ref named, for code unregistered (0 otherwise): agent.sock
@@ -21,14 +20,14 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Detail }
 
-func errorf(status int, code, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Detail: fmt.Sprintf(format, args...)}
+func errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Detail: fmt.Sprintf(format, args...)}
 }
 
-// AsError returns err as an *Error. A full disk (ENOSPC, EDQUOT) becomes 507
-// insufficient_storage and running out of descriptors or memory (EMFILE, ENFILE, ENOMEM)
-// 503 service_unavailable: both are conditions a client may retry, and in both nothing was
-// stored. Anything else becomes 500 internal (with a generic detail, so internal paths and
+// AsError returns err as an *Error. A full disk (ENOSPC, EDQUOT) becomes insufficient_storage
+// and running out of descriptors or memory (EMFILE, ENFILE, ENOMEM) service_unavailable: both
+// are conditions a client may retry, and in both nothing was stored. Anything else becomes
+// internal (with a generic detail, so internal paths and
 // causes don't leak to clients).
 func AsError(err error) *Error {
 	var e *Error
@@ -37,11 +36,11 @@ func AsError(err error) *Error {
 	}
 	switch {
 	case StorageFull(err):
-		return &Error{Status: http.StatusInsufficientStorage, Code: "insufficient_storage", Detail: "the store's disk is full; nothing was stored, retry later"}
+		return &Error{Code: "insufficient_storage", Detail: "the store's disk is full; nothing was stored, retry later"}
 	case OutOfResources(err):
-		return &Error{Status: http.StatusServiceUnavailable, Code: "service_unavailable", Detail: "out of file descriptors or memory; retry later"}
+		return &Error{Code: "service_unavailable", Detail: "out of file descriptors or memory; retry later"}
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: "internal", Detail: "internal error"}
+	return &Error{Code: "internal", Detail: "internal error"}
 }
 
 // StorageFull reports whether err is a full disk or quota. bbolt flattens some of its errors
@@ -69,16 +68,16 @@ func errIs(err error, errnos ...syscall.Errno) bool {
 }
 
 func badRequest(format string, args ...any) *Error {
-	return errorf(http.StatusBadRequest, "bad_request", format, args...)
+	return errorf("bad_request", format, args...)
 }
 
 func notFound(what string) *Error {
-	return errorf(http.StatusNotFound, "not_found", "no live session matches '%s'", what)
+	return errorf("not_found", "no live session matches '%s'", what)
 }
 
 // unregistered is a ref naming a live process that is no attested session.
 func unregistered(pid int) *Error {
-	e := errorf(http.StatusBadRequest, "unregistered", "process %d has no attested agent session", pid)
+	e := errorf("unregistered", "process %d has no attested agent session", pid)
 	e.PID = pid
 	return e
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -88,7 +88,7 @@ func fedOrigin(host, principal string) json.RawMessage {
 }
 
 func unknownPeer(host string) *Error {
-	return errorf(http.StatusBadRequest, "unknown_peer", "unknown peer '%s'", host)
+	return errorf("unknown_peer", "unknown peer '%s'", host)
 }
 
 // sendRemote sends s to target on peer and records the message row (with the caller's
@@ -118,9 +118,9 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 	if err != nil {
 		return Delivery{}, err
 	}
-	now := nowUnix()
+	now := b.nowUnix()
 	msg := store.Message{ID: id.String(), CreatedAt: now, SessionID: target, FromName: s.FromName, Bytes: s.Bytes,
-		Outcome: "accepted", RecipientHarness: "fed", ThreadID: id.String(), ReturnHost: b.cfg.Host}
+		Outcome: "accepted", RecipientHarness: remoteHarness, ThreadID: id.String(), ReturnHost: b.cfg.Host}
 	p := s.fedPrincipal()
 	if s.Caller != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
@@ -200,9 +200,9 @@ func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, err
 	}
-	now := nowUnix()
+	now := b.nowUnix()
 	msg := store.Message{ID: id.String(), CreatedAt: now, SessionID: target, FromName: s.FromName, Bytes: s.Bytes,
-		Outcome: "queued", RecipientHarness: "fed", ThreadID: id.String(), ReturnHost: b.cfg.Host}
+		Outcome: "queued", RecipientHarness: remoteHarness, ThreadID: id.String(), ReturnHost: b.cfg.Host}
 	if s.Caller != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
 	}
@@ -293,7 +293,7 @@ func (b *Bus) LeafAck(peer, id string) error {
 		return err
 	}
 	if !acked {
-		return errorf(http.StatusNotFound, "not_found", "no mail '%s' for peer '%s'", id, peer)
+		return errorf("not_found", "no mail '%s' for peer '%s'", id, peer)
 	}
 	b.cfg.Log.Info("accepted", "socket", "fed", "actor", "fed:"+peer, "request", "inbox_ack", "message_id", id)
 	return nil
@@ -347,7 +347,7 @@ func (b *Bus) pushRemote(ctx context.Context, caller Caller, msg store.Message, 
 		return pushPlan{outcome: "push_failed"}
 	}
 	pushed := &store.Message{ID: id.String(), CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name),
-		Bytes: len(text), Outcome: "accepted", RecipientHarness: "fed", ReturnHarness: caller.Harness, ReturnSessionID: caller.SessionID,
+		Bytes: len(text), Outcome: "accepted", RecipientHarness: remoteHarness, ReturnHarness: caller.Harness, ReturnSessionID: caller.SessionID,
 		ReturnHost: b.cfg.Host, PushReplies: true, ThreadID: msg.ThreadID}
 	out := &store.Outbound{ID: pushed.ID, Peer: msg.ReturnHost, TargetRef: msg.ReturnSessionID, Outcome: "accepted", CreatedAt: now}
 	return pushPlan{outcome: "pushed", msg: pushed, out: out, deliver: func() string {
@@ -377,8 +377,8 @@ func (b *Bus) FedStored(id, peer string) (Delivery, bool, error) {
 	if err != nil || !found {
 		return Delivery{}, false, err
 	}
-	if m.ReturnHost != peer || m.RecipientHarness == "fed" {
-		return Delivery{}, true, errorf(http.StatusConflict, "conflict", "message id '%s' is already in use", id)
+	if m.ReturnHost != peer || m.RecipientHarness == remoteHarness {
+		return Delivery{}, true, errorf("conflict", "message id '%s' is already in use", id)
 	}
 	switch m.Outcome {
 	case "delivered", "queued", "accepted":
@@ -386,11 +386,11 @@ func (b *Bus) FedStored(id, peer string) (Delivery, bool, error) {
 	case "not_found":
 		return Delivery{}, true, notFound(m.SessionID)
 	case "ambiguous":
-		return Delivery{}, true, errorf(http.StatusConflict, "ambiguous", "%s", m.SessionID)
+		return Delivery{}, true, errorf("ambiguous", "%s", m.SessionID)
 	case "gone":
-		return Delivery{}, true, errorf(http.StatusGone, "gone", "session %s exited", m.SessionID)
+		return Delivery{}, true, errorf("gone", "session %s exited", m.SessionID)
 	}
-	return Delivery{}, true, errorf(http.StatusBadGateway, "delivery_failed", "delivery of message '%s' failed", id)
+	return Delivery{}, true, errorf("delivery_failed", "delivery of message '%s' failed", id)
 }
 
 // FedRecordFailure records an inbound envelope whose target did not resolve (step 5), with
@@ -401,7 +401,7 @@ func (b *Bus) FedRecordFailure(id, peer, ref, fromName string, bytes int, resolv
 	case "not_found", "ambiguous", "gone":
 		outcome = AsError(resolveErr).Code
 	}
-	m := store.Message{ID: id, CreatedAt: nowUnix(), SessionID: ref, FromName: fromName, Bytes: bytes, Outcome: outcome,
+	m := store.Message{ID: id, CreatedAt: b.nowUnix(), SessionID: ref, FromName: fromName, Bytes: bytes, Outcome: outcome,
 		RecipientHarness: "", ReturnHost: peer, ThreadID: id}
 	return b.cfg.Store.Update(func(tx *store.Tx) error { return tx.PutMessage(m) })
 }
@@ -418,7 +418,7 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 		return stored, err
 	}
 	t := m.Target
-	now := nowUnix()
+	now := b.nowUnix()
 	msg := store.Message{ID: m.ID, CreatedAt: now, SessionID: t.SessionID, FromName: m.FromName, Bytes: len(m.Body),
 		RecipientHarness: t.Harness, ReturnHost: m.Peer, ThreadID: m.ThreadID}
 	if msg.ThreadID == "" {
@@ -427,6 +427,17 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 	if m.Return != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = m.Return.Harness, m.Return.SessionID, m.PushReplies
 	}
+	h := b.h.Lookup(t.Harness)
+	if h == nil {
+		return Delivery{}, errorf("internal", "internal error") // as in Send
+	}
+	if h.Delivery() == harness.Agentapi {
+		// An agy session is reached the way a local send reaches it: agentapi now, or its
+		// conversation's queue (which its credential frame flushes), never its session id's
+		// queue, which nothing reads.
+		msg.Outcome = "delivered"
+		return b.sendAgy(Send{FromName: m.FromName, Bytes: len(m.Body), Text: m.Body}, t, msg, nil)
+	}
 	// Like a local send (bus.Send), the row is committed as delivered BEFORE the Claude
 	// inbox sees the message (the session may reply at once, and its reply must find the
 	// row), and rewritten as delivery_failed if the inbox refuses it: one commit on the
@@ -434,10 +445,10 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 	// commits together with its queue entry, so "delivered" is true at once.
 	msg.Outcome = "delivered"
 	var pending *store.Pending
-	if t.Harness != "claude" {
+	if h.Delivery() == harness.Queue {
 		pending = &store.Pending{ID: m.ID, SessionID: t.SessionID, CreatedAt: now, FromName: m.FromName, Bytes: len(m.Body),
-			Text: m.Body, Envelope: envelope.Plain(m.FromName, m.ID, m.Body)}
-		if t.Harness == "svc" {
+			Text: m.Body, Envelope: h.Envelope(m.FromName, envelope.ClaudeBody(m.Body, m.ID), envelope.Plain(m.FromName, m.ID, m.Body))}
+		if h.Origin() {
 			pending.Origin = fedOrigin(m.Peer, m.Badge)
 		}
 	}
@@ -450,7 +461,7 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 		return tx.PutMessage(msg)
 	})
 	if errors.Is(err, store.ErrQueueFull) {
-		return Delivery{}, errorf(http.StatusServiceUnavailable, "service_unavailable", "%s session message queue is full", t.Harness)
+		return Delivery{}, errorf("service_unavailable", "%s session message queue is full", t.Harness)
 	}
 	if err != nil {
 		return Delivery{}, err
@@ -492,7 +503,7 @@ type FedReplyIn struct {
 func (b *Bus) FedReply(ctx context.Context, r FedReplyIn) (outcome, messageID string, err error) {
 	defer func() { b.audit("fed", "fed:"+r.Peer, "reply", r.InReplyTo, messageID, err) }()
 	if len(r.Text) > b.cfg.MaxBody {
-		return "", "", errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "text %d exceeds limit %d", len(r.Text), b.cfg.MaxBody)
+		return "", "", errorf("payload_too_large", "text %d exceeds limit %d", len(r.Text), b.cfg.MaxBody)
 	}
 	idemPrincipal := "fed-reply:" + r.Peer
 	defer b.keys.lock(idemPrincipal + "\x00" + r.ID)()
@@ -519,17 +530,17 @@ func (b *Bus) FedReply(ctx context.Context, r FedReplyIn) (outcome, messageID st
 		return "", "", err
 	}
 	if !foundOut || !foundMsg || out.Peer != r.Peer || b.expired(msg.CreatedAt) {
-		return "", "", errorf(http.StatusForbidden, "not_recipient", "message '%s' was not sent to peer '%s'", r.InReplyTo, r.Peer)
+		return "", "", errorf("not_recipient", "message '%s' was not sent to peer '%s'", r.InReplyTo, r.Peer)
 	}
 	if msg.ReturnHarness == "" || msg.ReturnSessionID == "" || !msg.PushReplies {
-		return "", "", errorf(http.StatusForbidden, "not_recipient", "message '%s' takes no pushed replies", r.InReplyTo)
+		return "", "", errorf("not_recipient", "message '%s' takes no pushed replies", r.InReplyTo)
 	}
 	// The new message id is the peer's: it is the pushed message here, and the peer holds
 	// the outbound row for it, so the sender can reply to the reply.
 	if _, err := uuid.Parse(r.ID); err != nil {
 		return "", "", badRequest("id must be a UUID")
 	}
-	now := nowUnix()
+	now := b.nowUnix()
 	badge := envelope.AttestedBadge(r.Peer, r.Replier.Harness, r.Replier.Name)
 	plan := b.push(r.Replier, r.Peer, msg, r.ID, badge, envelope.ReplyBody(msg.ID, r.ID, r.Text),
 		envelope.FedReplyPlain(msg.ID, badge, r.ID, r.Text), r.Text, now)
@@ -556,8 +567,8 @@ func (b *Bus) FedReplies(ctx context.Context, peer, id string, after uint64, wai
 	if !found {
 		return nil, messageNotFound(id)
 	}
-	if m.ReturnHost != peer || m.RecipientHarness == "fed" {
-		return nil, errorf(http.StatusForbidden, "op_denied", "message '%s' did not come from peer '%s'", id, peer)
+	if m.ReturnHost != peer || m.RecipientHarness == remoteHarness {
+		return nil, errorf("op_denied", "message '%s' did not come from peer '%s'", id, peer)
 	}
 	return b.Replies(ctx, id, after, wait)
 }
@@ -565,7 +576,7 @@ func (b *Bus) FedReplies(ctx context.Context, peer, id string, after uint64, wai
 // RemoteSessions lists peer's sessions (GET /v1/sessions?peer=P).
 func (b *Bus) RemoteSessions(ctx context.Context, peer string) ([]RemoteSession, error) {
 	if b.cfg.Fed == nil || !b.cfg.Fed.Known(peer) {
-		return nil, errorf(http.StatusNotFound, "not_found", "unknown peer '%s'", peer)
+		return nil, errorf("not_found", "unknown peer '%s'", peer)
 	}
 	list, err := b.cfg.Fed.Sessions(ctx, peer)
 	if err != nil {

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -154,9 +154,9 @@ func (b *Bus) DeliverPulled(p Pulled) (string, error) {
 		return "", ErrNotLeaf
 	}
 	session := "svc:" + b.cfg.Leaf.Service
-	now := nowUnix()
+	now := b.nowUnix()
 	msg := store.Message{ID: p.ID, CreatedAt: now, SessionID: session, FromName: p.FromName, Bytes: len(p.Body), Outcome: "delivered",
-		RecipientHarness: "svc", ReturnHost: p.Peer, ThreadID: p.ThreadID}
+		RecipientHarness: svc.Name, ReturnHost: p.Peer, ThreadID: p.ThreadID}
 	if msg.ThreadID == "" {
 		msg.ThreadID = p.ID
 	}
@@ -178,7 +178,7 @@ func (b *Bus) DeliverPulled(p Pulled) (string, error) {
 		return tx.PutMessage(msg)
 	})
 	if errors.Is(err, store.ErrQueueFull) {
-		return "", errorf(http.StatusServiceUnavailable, "service_unavailable", "svc session message queue is full")
+		return "", errorf("service_unavailable", "svc session message queue is full")
 	}
 	if err != nil {
 		return "", err
@@ -227,7 +227,7 @@ func (b *Bus) WaitAcked(ctx context.Context, sessionID, messageID string) error 
 // service runs in another container, whose files the leaf cannot see.
 func (b *Bus) leafService(name string) *Error {
 	if name != b.cfg.Leaf.Service {
-		return errorf(http.StatusForbidden, "not_recipient", "service '%s' does not match leaf principal '%s'", name, b.cfg.Leaf.Principal)
+		return errorf("not_recipient", "service '%s' does not match leaf principal '%s'", name, b.cfg.Leaf.Principal)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -345,7 +344,7 @@ func (b *Bus) Ack(r *Registration, messageID string) error {
 
 // AckAfter is Ack whose audit line (of an ack that removed a message) is handed to after
 // instead of written before it returns: register.sock writes it once the answer is out, off
-// the consumer's wait, as the HTTP server does a send's (Send.After). The line is the
+// the consumer's wait, as the HTTP server does a send's (WithAfter). The line is the
 // same either way. nil: written before it returns.
 func (b *Bus) AckAfter(r *Registration, messageID string, after func(line func())) error {
 	q := &b.q
@@ -603,7 +602,7 @@ func (b *Bus) forceAcks(all bool) error {
 
 // queueFull is the refusal of a send to a full queue.
 func queueFull(harness string) *Error {
-	return errorf(http.StatusServiceUnavailable, "service_unavailable", "%s session message queue is full", harness)
+	return errorf("service_unavailable", "%s session message queue is full", harness)
 }
 
 // Counts summarizes the store for STATUS= and doctor.

@@ -3,14 +3,14 @@ package bus
 import (
 	"errors"
 	"log/slog"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/xmsg/xmsg/internal/harness"
+	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -20,20 +20,18 @@ import (
 // uid-admitted session is durable, though: it belongs to the session process, not to the
 // registration (see RegisterSession).
 type Registration struct {
-	Harness      string // "svc", "pi", "opencode", "hermes"
+	Harness      string // a harness name (Config.Harnesses)
 	SessionID    string // "svc:<name>" or "<harness>:<uuid v4>"
 	Name         string
 	Cwd          string
 	PID          int
 	Start        string // /proc start time, the pid-reuse guard
 	RegisteredAt int64
-	// Lock is the lock file whose removal ends the registration (a Codex writer lock); "" for
-	// registrations that end with their connection.
+	// Lock is the lock file whose removal ends the registration (a lease's: a Codex writer
+	// lock, an agy presence lock); "" for registrations that end with their connection.
 	Lock string
-	// Conversation is an agy session's conversation id.
-	Conversation string
 
-	agy      *agySession   // agy only
+	agy      *agySession   // what a presence-attested (agy) session holds beyond these
 	replaced chan struct{} // closed when a newer registration of the same process takes over
 
 	// watch tells when the process exits (a pidfd); nil where pidfds are unavailable, and
@@ -67,14 +65,11 @@ func (r *Registration) Caller() Caller {
 	return Caller{Harness: r.Harness, SessionID: r.SessionID, Name: r.Name}
 }
 
-// SessionHarnesses are the harnesses admitted on register.sock by uid alone.
-var SessionHarnesses = map[string]bool{"pi": true, "opencode": true, "hermes": true}
-
 func (b *Bus) checkUID(cred peercred.Cred) *Error {
 	// The gate already refused other uids; checking again keeps registration fail-closed even
 	// if a listener were ever served without the gate.
 	if int(cred.UID) != os.Geteuid() {
-		return errorf(http.StatusForbidden, "not_recipient", "peer UID %d does not match server UID %d", cred.UID, os.Geteuid())
+		return errorf("not_recipient", "peer UID %d does not match server UID %d", cred.UID, os.Geteuid())
 	}
 	return nil
 }
@@ -99,15 +94,15 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	}
 	start, err := b.cfg.Proc.StartTime(cred.PID)
 	if err != nil {
-		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
 	}
 	if connectStart != "" && start != connectStart {
-		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
 	}
 	if cwd == "" {
 		cwd = "/"
 	}
-	r := &Registration{Harness: "svc", SessionID: "svc:" + name, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: time.Now().Unix()}
+	r := &Registration{Harness: svc.Name, SessionID: svc.Name + ":" + name, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: b.nowUnix()}
 	if err := b.watch(r); err != nil {
 		return nil, err
 	}
@@ -115,7 +110,7 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	defer b.mu.Unlock()
 	if old := b.regs[r.SessionID]; old != nil && (old.PID != r.PID || old.Start != r.Start) && b.regAlive(old) {
 		r.stop()
-		return nil, errorf(http.StatusConflict, "conflict", "service '%s' already has an active registration", r.SessionID)
+		return nil, errorf("conflict", "service '%s' already has an active registration", r.SessionID)
 	}
 	// The same process registering again (or a new one after the old exited) takes over.
 	b.install(r)
@@ -126,7 +121,7 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 func (b *Bus) attestService(name string, cred peercred.Cred) *Error {
 	trusted, ok := b.cfg.SvcExe[name]
 	if !ok {
-		return errorf(http.StatusForbidden, "not_recipient", "no trusted executable configured for service '%s'", name)
+		return errorf("not_recipient", "no trusted executable configured for service '%s'", name)
 	}
 	// Both sides are canonicalized now, not at startup: if the trusted path is a symlink that
 	// was re-pointed, a process started from the old target no longer matches (fail closed).
@@ -135,7 +130,7 @@ func (b *Bus) attestService(name string, cred peercred.Cred) *Error {
 	got, err2 := b.cfg.Exe(cred.PID)
 	if err1 != nil || err2 != nil || got != want {
 		b.lim.Log(b.cfg.Log, slog.LevelWarn, "svc attestation failed", "svc attestation failed", "service", name, "peer_pid", cred.PID, "trusted_err", err1, "exe_err", err2)
-		return errorf(http.StatusForbidden, "not_recipient", "peer process %d executable does not match trusted executable for service '%s'", cred.PID, name)
+		return errorf("not_recipient", "peer process %d executable does not match trusted executable for service '%s'", cred.PID, name)
 	}
 	return nil
 }
@@ -148,25 +143,25 @@ func (b *Bus) attestService(name string, cred peercred.Cred) *Error {
 // connection that is no longer polled. Another process, or the same pid with another start
 // time, never matches the record. No id in the request is ever used. connectStart as for
 // RegisterService.
-func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, connectStart string) (*Registration, error) {
-	if !SessionHarnesses[harness] {
-		return nil, badRequest("unknown harness '%s'", harness)
+func (b *Bus) RegisterSession(kind, name, cwd string, cred peercred.Cred, connectStart string) (*Registration, error) {
+	if !b.h.Is(kind, harness.UID) {
+		return nil, badRequest("unknown harness '%s'", kind)
 	}
 	if b.cfg.Leaf != nil {
 		// A leaf serves exactly one service (docs/protocol.md §7.5).
-		return nil, errorf(http.StatusForbidden, "not_recipient", "a leaf admits only its service '%s' (leaf principal '%s')", b.cfg.Leaf.Service, b.cfg.Leaf.Principal)
+		return nil, errorf("not_recipient", "a leaf admits only its service '%s' (leaf principal '%s')", b.cfg.Leaf.Service, b.cfg.Leaf.Principal)
 	}
 	if err := b.checkUID(cred); err != nil {
 		return nil, err
 	}
 	start, err := b.cfg.Proc.StartTime(cred.PID)
 	if err != nil {
-		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
 	}
 	if connectStart != "" && start != connectStart {
-		return nil, errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
 	}
-	id, err := b.processSessionID(harness, cred.PID, start)
+	id, err := b.processSessionID(kind, cred.PID, start)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +171,7 @@ func (b *Bus) RegisterSession(harness, name, cwd string, cred peercred.Cred, con
 	if cwd == "" {
 		cwd = "/"
 	}
-	r := &Registration{Harness: harness, SessionID: id, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: time.Now().Unix()}
+	r := &Registration{Harness: kind, SessionID: id, Name: name, Cwd: cwd, PID: cred.PID, Start: start, RegisteredAt: b.nowUnix()}
 	if err := b.watch(r); err != nil {
 		return nil, err
 	}
@@ -199,7 +194,7 @@ func (b *Bus) watch(r *Registration) error {
 			}
 		}()
 	case errors.Is(err, peercred.ErrExited):
-		return errorf(http.StatusForbidden, "not_recipient", "peer process %d is gone", r.PID)
+		return errorf("not_recipient", "peer process %d is gone", r.PID)
 	default:
 		b.pidfdOnce.Do(func() {
 			b.cfg.Log.Warn("registrations cannot be watched; their processes are checked in /proc instead", "err", err)
@@ -266,11 +261,8 @@ func (b *Bus) matchingRegistrations(match func(*Registration) bool) []*Registrat
 	}
 	b.mu.Unlock()
 	rank := func(r *Registration) int {
-		switch r.Harness {
-		case "agy":
-			return 0
-		case "svc":
-			return 2
+		if h := b.h.Lookup(r.Harness); h != nil {
+			return h.Rank()
 		}
 		return 1
 	}
@@ -291,10 +283,10 @@ func (b *Bus) processSessionID(harness string, pid int, start string) (string, e
 	if err != nil {
 		// Without the boot id a record could be inherited by a process of a later boot.
 		b.cfg.Log.Error("boot id unreadable; session ids cannot be kept", "err", err)
-		return "", errorf(http.StatusInternalServerError, "internal", "internal error")
+		return "", errorf("internal", "internal error")
 	}
 	minted := store.ProcessSession{Harness: harness, Boot: boot, PID: pid, Start: start,
-		SessionID: harness + ":" + uuid.NewString(), CreatedAt: time.Now().Unix()}
+		SessionID: harness + ":" + uuid.NewString(), CreatedAt: b.nowUnix()}
 	var id string
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		rec, found, err := tx.ProcessSession(harness, boot, pid, start)
@@ -372,7 +364,7 @@ func (b *Bus) pruneProcessSessions() (int, error) {
 // Unregister ends r, unless a newer registration already replaced it.
 func (b *Bus) Unregister(r *Registration) {
 	r.stop()
-	if r.Harness != "svc" {
+	if !b.h.Is(r.Harness, harness.Exe) {
 		// Forget the queue: it is loaded again from the store should the id register again
 		// (the same session process on a new connection). Ids of uid-admitted sessions are
 		// minted per process, so keeping their queues would grow memory without bound.

@@ -3,15 +3,14 @@ package bus
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/xmsg/xmsg/internal/codex"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -60,27 +59,27 @@ func replyView(r store.Reply) ReplyView {
 }
 
 // Reply records caller's reply to messageID and pushes it to the original sender when the
-// message has a return address and asked for pushes. Only the recipient may reply.
-func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text, socket string) (res ReplyResult, err error) {
-	defer func() { b.audit(socket, caller.Actor(), "reply", messageID, res.MessageID, err) }()
+// message has a return address and asked for pushes. Only the recipient may reply. The audit
+// line is the transport's (Audit).
+func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text string) (res ReplyResult, err error) {
 	if messageID == "" || text == "" {
 		return res, badRequest("messageId and text are required")
 	}
 	if len(text) > b.cfg.MaxBody {
-		return res, errorf(http.StatusRequestEntityTooLarge, "body_too_large", "text %d exceeds limit %d", len(text), b.cfg.MaxBody)
+		return res, errorf("body_too_large", "text %d exceeds limit %d", len(text), b.cfg.MaxBody)
 	}
 	msg, found, err := b.message(messageID)
 	if err != nil {
 		return res, err
 	}
 	if !found {
-		return res, errorf(http.StatusNotFound, "not_found", "message '%s'", messageID)
+		return res, errorf("not_found", "message '%s'", messageID)
 	}
 	if caller.Harness != msg.RecipientHarness || caller.SessionID != msg.SessionID {
-		return res, errorf(http.StatusForbidden, "not_recipient", "caller session '%s' is not recipient of message '%s' (expected '%s')",
+		return res, errorf("not_recipient", "caller session '%s' is not recipient of message '%s' (expected '%s')",
 			qualified(caller.Harness, caller.SessionID), messageID, qualified(msg.RecipientHarness, msg.SessionID))
 	}
-	now := nowUnix()
+	now := b.nowUnix()
 	reply := store.Reply{MessageID: messageID, CreatedAt: now, ReplierSessionID: caller.SessionID, Text: text}
 	var plan pushPlan
 	if msg.ReturnHarness != "" && msg.ReturnSessionID != "" {
@@ -203,8 +202,12 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 	pushed := &store.Message{ID: newID, CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: badge, Bytes: len(text),
 		Outcome: "delivered", RecipientHarness: msg.ReturnHarness, ReturnHarness: replier.Harness,
 		ReturnSessionID: replier.SessionID, ReturnHost: replierHost, PushReplies: true, ThreadID: msg.ThreadID}
-	switch msg.ReturnHarness {
-	case "claude":
+	h := b.h.Lookup(msg.ReturnHarness)
+	if h == nil {
+		return pushPlan{outcome: "sender_gone"} // a harness this bus does not route to
+	}
+	switch {
+	case h.Delivery() == harness.Inbox:
 		target, ok := b.cfg.Claude.ByID(msg.ReturnSessionID)
 		if !ok {
 			return pushPlan{outcome: "sender_gone"}
@@ -224,29 +227,27 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 			}
 			return "pushed"
 		}}
-	case "agy":
+	case h.Delivery() == harness.Agentapi:
 		outcome, pending, deliver := b.pushAgy(msg.ReturnSessionID, pushed, badge, claudeBody, now, text)
 		if outcome != "pushed" {
 			return pushPlan{outcome: outcome}
 		}
 		return pushPlan{outcome: outcome, msg: pushed, pending: pending, deliver: deliver}
-	case "svc":
+	case h.Admission() == harness.Exe:
 		// A service's queue is durable and its id stable: queue even while it reconnects.
 	default:
 		if _, alive := b.liveProcessSession(msg.ReturnSessionID, msg.ReturnHarness); !b.registered(msg.ReturnSessionID) && !alive {
 			return pushPlan{outcome: "sender_gone"}
 		}
 	}
-	pending := &store.Pending{ID: newID, SessionID: msg.ReturnSessionID, CreatedAt: now, FromName: badge, Bytes: len(text), Text: text, Envelope: plainBody}
-	if msg.ReturnHarness == "svc" {
+	pending := &store.Pending{ID: newID, SessionID: msg.ReturnSessionID, CreatedAt: now, FromName: badge, Bytes: len(text), Text: text,
+		Envelope: h.Envelope(badge, claudeBody, plainBody)}
+	if h.Origin() {
 		if replierHost != "" {
 			pending.Origin = fedOrigin(replierHost, replier.Harness+":"+replier.Name)
 		} else {
 			pending.Origin = fmtOrigin("local", &replier)
 		}
-	}
-	if msg.ReturnHarness == "codex" {
-		pending.Envelope = codex.Envelope(badge, claudeBody)
 	}
 	return pushPlan{outcome: "pushed", msg: pushed, pending: pending}
 }
@@ -274,7 +275,7 @@ func (b *Bus) message(id string) (store.Message, bool, error) {
 // Reads ignore such rows (docs/protocol.md §5.6): the purge runs on a timer, and until it has
 // run an expired message, reply or queue entry must look exactly as if it had.
 func (b *Bus) expired(createdAt int64) bool {
-	return b.cfg.ReplyTTL > 0 && createdAt < nowUnix()-int64(b.cfg.ReplyTTL/time.Second)
+	return b.cfg.ReplyTTL > 0 && createdAt < b.nowUnix()-int64(b.cfg.ReplyTTL/time.Second)
 }
 
 // fresh drops expired replies.
@@ -356,7 +357,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 			if found = !b.expired(m.CreatedAt); !found {
 				return nil
 			}
-			remote = m.RecipientHarness == "fed"
+			remote = m.RecipientHarness == remoteHarness
 			rs, err = tx.Replies(id, after)
 			return err
 		})
@@ -386,7 +387,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 	case b.waiters <- struct{}{}:
 		defer func() { <-b.waiters }()
 	default:
-		return nil, errorf(http.StatusServiceUnavailable, "service_unavailable", "too many waiting reply polls")
+		return nil, errorf("service_unavailable", "too many waiting reply polls")
 	}
 	if remote {
 		// A message we sent to a peer, with nothing cached here: ask the peer (docs/protocol.md §3.7).

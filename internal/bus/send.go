@@ -3,49 +3,51 @@ package bus
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"net/http"
 	"os"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/claude"
-	"github.com/xmsg/xmsg/internal/codex"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
 // Send is one message to deliver. The servers fill it from attested facts only: FromName,
-// Principal and Caller come from the socket and the kernel, never from request fields.
+// Principal and Caller come from the socket and the kernel, never from request fields. Where
+// the request came from (its audit line) and when the work that can wait runs are the
+// transport's decoration (Audit, WithAfter), not the message's.
 type Send struct {
 	Ref         string
 	Text        string
-	Bytes       int     // the protocol's `bytes`: whole HTTP body for HTTP sends, text length elsewhere
+	Bytes       int     // the protocol's `bytes` (docs/protocol.md §3.4): as the transport counts them
 	FromName    string  // sender badge
 	Principal   string  // idempotency scope
 	Caller      *Caller // attested sender; nil for anonymous HTTP (then no return address)
 	PushReplies bool
 	Key         string // idempotency key, optional
-	Socket      string // for the audit log
-	Actor       string
 	From        string // anonymous sender's sanitized name: its federation principal
 	// FedPrincipal, when set, is the federation principal of a remote send instead of one
 	// derived from Caller or From: a leaf attributes every send to its configured principal.
 	FedPrincipal *Principal
-	// After, when set, takes the work that can wait until the answer is out instead of Send
-	// doing it before it returns: the audit line, and closing a Claude inbox's connection
-	// (the line is already written). The servers run it once the answer is written, off the
-	// sender's wait. The effects are the same either way.
-	After func(work func())
 }
 
-// after hands work to s.After, or does it now.
-func (s *Send) after(work func()) {
-	if s.After != nil {
-		s.After(work)
+type afterKey struct{}
+
+// WithAfter decorates ctx for the bus: work that can wait until the transport's answer is out
+// (closing a Claude inbox's connection, its line already written) is handed to after, which
+// the transport runs once the answer is written, off the sender's wait. Without it the work
+// is done before the call returns. The effects are the same either way.
+func WithAfter(ctx context.Context, after func(work func())) context.Context {
+	return context.WithValue(ctx, afterKey{}, after)
+}
+
+// later hands work to ctx's WithAfter, or does it now.
+func later(ctx context.Context, work func()) {
+	if after, ok := ctx.Value(afterKey{}).(func(func())); ok && after != nil {
+		after(work)
 		return
 	}
 	work()
@@ -98,15 +100,11 @@ func (k *keyLocks) lock(key string) func() {
 // Send delivers a message and records it. It returns only after the record is committed
 // and fsynced; a refused send changes nothing.
 func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
-	defer func() {
-		id, err := d.MessageID, err
-		s.after(func() { b.audit(s.Socket, s.Actor, "send", s.Ref, id, err) })
-	}()
 	if s.Text == "" {
 		return d, badRequest("text must not be empty")
 	}
 	if len(s.Text) > b.cfg.MaxBody {
-		return d, errorf(http.StatusRequestEntityTooLarge, "body_too_large", "text %d exceeds limit %d", len(s.Text), b.cfg.MaxBody)
+		return d, errorf("body_too_large", "text %d exceeds limit %d", len(s.Text), b.cfg.MaxBody)
 	}
 	if s.Key != "" {
 		if err := envelope.ValidIdempotencyKey(s.Key); err != nil {
@@ -119,7 +117,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		}
 		if found {
 			if rec.Body != s.Text {
-				return d, errorf(http.StatusConflict, "conflict", "idempotency key reused with a different body")
+				return d, errorf("conflict", "idempotency key reused with a different body")
 			}
 			return Delivery{SessionID: rec.SessionID, FromName: rec.FromName, Bytes: rec.Bytes, MessageID: rec.MessageID, Outcome: rec.Outcome}, nil
 		}
@@ -138,8 +136,14 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	// A queued recipient's place is reserved first: a full queue is refused here, before the
 	// message id, envelope and origin are built (a storm of refused sends skips that work), and
 	// before the write can enter (and fail inside) a shared commit.
+	h := b.h.Lookup(t.Harness)
+	if h == nil {
+		// A session of a harness this bus's registry lacks (a Codex lease on a bus built
+		// without codex): nothing says how to deliver to it.
+		return d, errorf("internal", "internal error")
+	}
 	var slot *queueSlot
-	if queuedHarness(t.Harness) {
+	if h.Delivery() == harness.Queue {
 		var rerr error
 		slot, rerr = b.reserve(t.SessionID)
 		if errors.Is(rerr, store.ErrQueueFull) {
@@ -154,13 +158,13 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	if err != nil {
 		return d, err
 	}
-	msg := store.Message{ID: id.String(), CreatedAt: nowUnix(), SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes,
+	msg := store.Message{ID: id.String(), CreatedAt: b.nowUnix(), SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes,
 		Outcome: "delivered", RecipientHarness: t.Harness, ThreadID: id.String()}
 	if s.Caller != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
 	}
 	d = Delivery{SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: "delivered"}
-	if t.Harness == "agy" {
+	if h.Delivery() == harness.Agentapi {
 		var idem *store.Idem
 		if s.Key != "" {
 			idem = &store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
@@ -175,12 +179,8 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 			kind = "local"
 		}
 		pending = &store.Pending{ID: msg.ID, SessionID: t.SessionID, CreatedAt: msg.CreatedAt, FromName: s.FromName, Bytes: s.Bytes,
-			Text: s.Text, Envelope: envelope.Plain(s.FromName, msg.ID, s.Text)}
-		if t.Harness == "codex" {
-			// Peer data, and said so, outside the escaped body (codex.Preamble).
-			pending.Envelope = codex.Envelope(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
-		}
-		if t.Harness == "svc" {
+			Text: s.Text, Envelope: h.Envelope(s.FromName, envelope.ClaudeBody(s.Text, msg.ID), envelope.Plain(s.FromName, msg.ID, s.Text))}
+		if h.Origin() {
 			pending.Origin = fmtOrigin(kind, s.Caller)
 		}
 	}
@@ -193,9 +193,9 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	// commit: the session accepts while the daemon waits for the disk, not after. A failed
 	// commit leaves it a connection that carries nothing.
 	var inbox *claude.Inbox
-	if t.Harness == "claude" {
+	if h.Delivery() == harness.Inbox {
 		inbox = b.dialClaude(t.Claude.MessagingSocketPath)
-		defer func() { s.after(inbox.Close) }()
+		defer later(ctx, inbox.Close)
 	}
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		if pending != nil {
@@ -218,7 +218,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		return Delivery{}, err
 	}
 	slot.committed()
-	if t.Harness == "claude" {
+	if inbox != nil {
 		line, err := envelope.ClaudeLine(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
 		if err == nil {
 			err = inbox.Write(line)
@@ -244,11 +244,6 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	return d, nil
 }
 
-// queuedHarness reports whether a send to harness is queued for a registration to poll (and
-// so takes a place in its queue): every harness but Claude (delivered to its inbox) and agy
-// (sendAgy, bounded by Tx.Enqueue).
-func queuedHarness(harness string) bool { return harness != "claude" && harness != "agy" }
-
 func (b *Bus) idem(principal, key string) (store.Idem, bool, error) {
 	var rec store.Idem
 	var found bool
@@ -257,7 +252,7 @@ func (b *Bus) idem(principal, key string) (store.Idem, bool, error) {
 		return err
 	})
 	// Records older than the TTL are ignored even before the purge removes them.
-	if found && rec.CreatedAt < nowUnix()-int64(b.cfg.IdemTTL.Seconds()) {
+	if found && rec.CreatedAt < b.nowUnix()-int64(b.cfg.IdemTTL.Seconds()) {
 		found = false
 	}
 	return rec, found, err
@@ -315,16 +310,16 @@ func (b *Bus) ownSocket(path string) bool {
 
 func inboxError(err error) *Error {
 	if errors.Is(err, errOwnSocket) {
-		return errorf(http.StatusBadGateway, "inbox_unavailable", "session inbox unavailable: its messaging socket is the bus itself")
+		return errorf("inbox_unavailable", "session inbox unavailable: its messaging socket is the bus itself")
 	}
 	if OutOfResources(err) {
 		// The delivery could not even be attempted; nothing is wrong with the session.
-		return errorf(http.StatusServiceUnavailable, "service_unavailable", "out of file descriptors or memory; delivery not attempted, retry later")
+		return errorf("service_unavailable", "out of file descriptors or memory; delivery not attempted, retry later")
 	}
 	if errors.Is(err, claude.ErrInboxTimeout) {
-		return errorf(http.StatusGatewayTimeout, "inbox_timeout", "session inbox did not accept the message within the timeout")
+		return errorf("inbox_timeout", "session inbox did not accept the message within the timeout")
 	}
-	return errorf(http.StatusBadGateway, "inbox_unavailable", "session inbox unavailable: %s", errText(err))
+	return errorf("inbox_unavailable", "session inbox unavailable: %s", errText(err))
 }
 
 // errText names the failing syscall condition without echoing paths of other users.
@@ -334,34 +329,4 @@ func errText(err error) string {
 		return errno.Error()
 	}
 	return "connection failed"
-}
-
-// audit logs one state-changing request: actor, socket, kind, target, outcome; never a body.
-// Refusals are rate-limited per (socket, request, code): one line a second, carrying the
-// count of those suppressed, so a client looping on a full queue cannot flood the journal.
-// Accepted requests are each logged: they are the bus's work, paid for by a commit each.
-func (b *Bus) audit(socket, actor, kind, target, messageID string, err error) {
-	if err != nil {
-		e := AsError(err)
-		lvl := slog.LevelWarn
-		key := socket + " " + kind + " " + e.Code
-		if e.Code == "internal" || e.Code == "insufficient_storage" || (e.Code == "service_unavailable" && OutOfResources(err)) {
-			lvl = slog.LevelError
-			b.lim.Log(b.cfg.Log, lvl, key+" err", "request failed", "socket", socket, "actor", actor, "request", kind, "err", err)
-		}
-		b.lim.Log(b.cfg.Log, lvl, key, "refused", "socket", socket, "actor", actor, "request", kind, "target", target, "code", e.Code, "reason", e.Detail)
-		return
-	}
-	// The record goes to the handler directly: the same line as Info with these pairs, without
-	// boxing each value, and without the caller's program counter that Logger looks up for
-	// every record (runtime.Callers, about 1% of a send) though xmsg's handler never prints it.
-	ctx := context.Background()
-	h := b.cfg.Log.Handler()
-	if !h.Enabled(ctx, slog.LevelInfo) {
-		return
-	}
-	r := slog.NewRecord(time.Now(), slog.LevelInfo, "accepted", 0)
-	r.AddAttrs(slog.String("socket", socket), slog.String("actor", actor),
-		slog.String("request", kind), slog.String("target", target), slog.String("message_id", messageID))
-	h.Handle(ctx, r)
 }

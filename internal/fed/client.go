@@ -84,11 +84,11 @@ func callError(peer string, err error) *bus.Error {
 	var alert tls.AlertError
 	switch {
 	case errors.Is(err, errRejected), errors.As(err, &alert), strings.Contains(err.Error(), "remote error: tls"):
-		return &bus.Error{Status: http.StatusForbidden, Code: "peer_rejected", Detail: fmt.Sprintf("peer '%s' refused the TLS connection", peer)}
+		return &bus.Error{Code: "peer_rejected", Detail: fmt.Sprintf("peer '%s' refused the TLS connection", peer)}
 	case errors.Is(err, errUnreachable), errors.Is(err, context.DeadlineExceeded), isTimeout(err):
-		return &bus.Error{Status: http.StatusServiceUnavailable, Code: "peer_unreachable", Detail: fmt.Sprintf("peer '%s' unreachable", peer)}
+		return &bus.Error{Code: "peer_unreachable", Detail: fmt.Sprintf("peer '%s' unreachable", peer)}
 	}
-	return &bus.Error{Status: http.StatusServiceUnavailable, Code: "peer_unreachable", Detail: fmt.Sprintf("peer '%s' unreachable: connection failed", peer)}
+	return &bus.Error{Code: "peer_unreachable", Detail: fmt.Sprintf("peer '%s' unreachable: connection failed", peer)}
 }
 
 // call performs one request to peer and decodes a 2xx answer into out. A peer's error
@@ -104,7 +104,7 @@ func (n *Node) call(ctx context.Context, peer, method, path string, body any, ou
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "https://"+peer+path, rd)
 	if err != nil {
-		return &bus.Error{Status: http.StatusBadRequest, Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", peer)}
+		return &bus.Error{Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", peer)}
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -129,13 +129,13 @@ func (n *Node) call(ctx context.Context, peer, method, path string, body any, ou
 			Detail string `json:"detail"`
 		}
 		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
-			return &bus.Error{Status: http.StatusServiceUnavailable, Code: "service_unavailable", Detail: fmt.Sprintf("peer '%s' answered %d", peer, resp.StatusCode)}
+			return &bus.Error{Code: "service_unavailable", Detail: fmt.Sprintf("peer '%s' answered %d", peer, resp.StatusCode)}
 		}
-		return &bus.Error{Status: resp.StatusCode, Code: e.Error, Detail: "peer " + peer + ": " + e.Detail}
+		return &bus.Error{Code: e.Error, Detail: "peer " + peer + ": " + e.Detail}
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return &bus.Error{Status: http.StatusServiceUnavailable, Code: "service_unavailable", Detail: fmt.Sprintf("peer '%s' answered malformed JSON", peer)}
+			return &bus.Error{Code: "service_unavailable", Detail: fmt.Sprintf("peer '%s' answered malformed JSON", peer)}
 		}
 	}
 	return nil
@@ -155,11 +155,11 @@ func wirePrincipal(p bus.Principal) WirePrincipal {
 func (n *Node) Send(ctx context.Context, m bus.Outgoing) (bus.RemoteDelivery, error) {
 	p, ok := n.st.Load().peers.Get(m.Peer)
 	if !ok {
-		return bus.RemoteDelivery{}, &bus.Error{Status: http.StatusBadRequest, Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", m.Peer)}
+		return bus.RemoteDelivery{}, &bus.Error{Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", m.Peer)}
 	}
 	if p.Leaf {
 		// The bus queues mail for leaves (Leaf); a leaf is never dialled.
-		return bus.RemoteDelivery{}, &bus.Error{Status: http.StatusServiceUnavailable, Code: "service_unavailable", Detail: fmt.Sprintf("peer '%s' is a leaf", m.Peer)}
+		return bus.RemoteDelivery{}, &bus.Error{Code: "service_unavailable", Detail: fmt.Sprintf("peer '%s' is a leaf", m.Peer)}
 	}
 	e := Envelope{V: Version, ID: m.ID, Principal: wirePrincipal(m.Principal), Body: m.Body, PushReplies: m.PushReplies, ThreadID: m.ThreadID, CreatedAt: m.CreatedAt}
 	e.To.Ref = m.TargetRef
@@ -186,7 +186,7 @@ func (n *Node) PushReply(ctx context.Context, r bus.OutgoingReply) string {
 	case err == nil:
 		// The peer took the reply (2xx); what its own push did is its business.
 		return "pushed"
-	case bus.AsError(err).Status == http.StatusGone:
+	case bus.AsError(err).Code == "gone":
 		return "sender_gone"
 	}
 	n.cfg.Log.Warn("fed reply push failed", "peer", r.Peer, "message_id", r.InReplyTo, "code", bus.AsError(err).Code)
@@ -233,7 +233,7 @@ func (n *Node) Leaf(peer, ref string) (bool, error) {
 			names = append(names, "svc:"+ref, "session:svc:"+ref)
 		}
 		if !intersects(names, p.Targets) {
-			return true, &bus.Error{Status: http.StatusForbidden, Code: "op_denied", Detail: "target not allowed for peer"}
+			return true, &bus.Error{Code: "op_denied", Detail: "target not allowed for peer"}
 		}
 	}
 	return true, nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/httpapi"
 )
 
 // Server is the federation listener with its /fed/v2 routes (docs/protocol.md §8.3). Only those
@@ -41,7 +42,7 @@ func (n *Node) NewServer(inner net.Listener, b *bus.Bus) *Server {
 	mux.HandleFunc("GET /fed/v2/inbox", s.inbox)
 	mux.HandleFunc("POST /fed/v2/inbox/{id}/ack", s.inboxAck)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
+		writeError(w, &bus.Error{Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
 	})
 	s.srv = &http.Server{
 		Handler:           mux,
@@ -93,11 +94,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, err error) {
 	e := bus.AsError(err)
-	writeJSON(w, e.Status, map[string]string{"error": e.Code, "detail": e.Detail})
+	writeJSON(w, httpapi.Status(e.Code), map[string]string{"error": e.Code, "detail": e.Detail})
 }
 
-func apiError(status int, code, format string, args ...any) *bus.Error {
-	return &bus.Error{Status: status, Code: code, Detail: fmt.Sprintf(format, args...)}
+func apiError(code, format string, args ...any) *bus.Error {
+	return &bus.Error{Code: code, Detail: fmt.Sprintf(format, args...)}
 }
 
 // peer returns the authenticated peer of the request's connection, under the CURRENT
@@ -108,7 +109,7 @@ func apiError(status int, code, format string, args ...any) *bus.Error {
 func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 	c, _ := r.Context().Value(connKey{}).(*conn)
 	if c == nil || c.raw.peer == nil {
-		writeError(w, apiError(http.StatusForbidden, "peer_rejected", "unauthenticated connection"))
+		writeError(w, apiError("peer_rejected", "unauthenticated connection"))
 		return nil, false
 	}
 	p := c.raw.peer
@@ -116,14 +117,14 @@ func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 		np, err := st.peers.Inbound(c.raw.chain)
 		if err != nil {
 			w.Header().Set("Connection", "close")
-			writeError(w, apiError(http.StatusForbidden, "peer_rejected", "certificate no longer accepted"))
+			writeError(w, apiError("peer_rejected", "certificate no longer accepted"))
 			return nil, false
 		}
 		if np.Name != p.Name {
 			// The same certificate now names another peer: its per-peer connection slot
 			// (and everything else keyed by the name) would be wrong. Make it reconnect.
 			w.Header().Set("Connection", "close")
-			writeError(w, apiError(http.StatusForbidden, "peer_rejected", "certificate now names another peer; reconnect"))
+			writeError(w, apiError("peer_rejected", "certificate now names another peer; reconnect"))
 			return nil, false
 		}
 		// Judged under this snapshot now; requests on one connection come one at a time.
@@ -131,7 +132,7 @@ func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 		p = np
 	}
 	if !p.SourceAllowed(c.source) {
-		writeError(w, apiError(http.StatusForbidden, "peer_rejected", "source address %s not allowed for peer %q", c.source, p.Name))
+		writeError(w, apiError("peer_rejected", "source address %s not allowed for peer %q", c.source, p.Name))
 		return nil, false
 	}
 	return p, true
@@ -140,16 +141,16 @@ func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	max := s.n.cfg.MaxBody + 4096 // §5.6: fed body limit
 	if r.ContentLength > int64(max) {
-		writeError(w, apiError(http.StatusRequestEntityTooLarge, "payload_too_large", "body %d exceeds limit %d", r.ContentLength, max))
+		writeError(w, apiError("payload_too_large", "body %d exceeds limit %d", r.ContentLength, max))
 		return nil, false
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
 	if err != nil {
-		writeError(w, apiError(http.StatusBadRequest, "bad_request", "could not read body"))
+		writeError(w, apiError("bad_request", "could not read body"))
 		return nil, false
 	}
 	if len(body) > max {
-		writeError(w, apiError(http.StatusRequestEntityTooLarge, "payload_too_large", "body %d exceeds limit %d", len(body), max))
+		writeError(w, apiError("payload_too_large", "body %d exceeds limit %d", len(body), max))
 		return nil, false
 	}
 	return body, true
@@ -240,7 +241,7 @@ func (s *Server) rate(keys ...string) bool {
 }
 
 func rateLimited() *bus.Error {
-	return apiError(http.StatusTooManyRequests, "rate_limited", "rate limit exceeded")
+	return apiError("rate_limited", "rate limit exceeded")
 }
 
 // messages is POST /fed/v2/messages, its checks in the order of §8.3.
@@ -258,59 +259,53 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		err = e.Principal.check()
 	}
 	if err != nil {
-		writeError(w, apiError(http.StatusBadRequest, "bad_request", "%v", err))
+		writeError(w, apiError("bad_request", "%v", err))
 		return
 	}
 	// 1. version
 	if e.V != Version {
-		writeError(w, apiError(http.StatusBadRequest, "bad_request", "unsupported envelope version %d (want %d)", e.V, Version))
+		writeError(w, apiError("bad_request", "unsupported envelope version %d (want %d)", e.V, Version))
 		return
 	}
 	if !validID(e.ID) || e.Body == "" || (e.ThreadID != "" && !validRef(e.ThreadID)) {
-		writeError(w, apiError(http.StatusBadRequest, "bad_request", "id and thread_id must be UUIDs and body non-empty"))
+		writeError(w, apiError("bad_request", "id and thread_id must be UUIDs and body non-empty"))
 		return
 	}
 	if len(e.Body) > s.n.cfg.MaxBody {
-		writeError(w, apiError(http.StatusRequestEntityTooLarge, "payload_too_large", "body %d exceeds limit %d", len(e.Body), s.n.cfg.MaxBody))
+		writeError(w, apiError("payload_too_large", "body %d exceeds limit %d", len(e.Body), s.n.cfg.MaxBody))
 		return
 	}
 	// 2. the peer may send
 	if !p.Allow["send"] {
-		writeError(w, apiError(http.StatusForbidden, "op_denied", "send operation not allowed for peer"))
+		writeError(w, apiError("op_denied", "send operation not allowed for peer"))
 		return
 	}
 	// 3. the sender principal
 	if p.Principals != nil && !intersects(policyNames(e.Principal), p.Principals) {
-		writeError(w, apiError(http.StatusForbidden, "op_denied", "principal not authorized for peer"))
+		writeError(w, apiError("op_denied", "principal not authorized for peer"))
 		return
 	}
 	if e.To.Ref == "" || len(e.To.Ref) > 256 {
-		writeError(w, apiError(http.StatusBadRequest, "bad_request", "to.ref must be 1..256 bytes"))
+		writeError(w, apiError("bad_request", "to.ref must be 1..256 bytes"))
 		return
 	}
 	// 4. no multi-hop forwarding
 	if strings.Contains(e.To.Ref, "@") {
-		writeError(w, apiError(http.StatusBadRequest, "no_forward", "federated ref '%s' names another host; forwarding is not allowed", e.To.Ref))
+		writeError(w, apiError("no_forward", "federated ref '%s' names another host; forwarding is not allowed", e.To.Ref))
 		return
 	}
 	// 5. the local target
 	t, resolveErr := s.bus.Resolve(e.To.Ref)
 	if resolveErr == nil {
-		var name *string
-		if t.View.Name != nil {
-			name = t.View.Name
-		} else if t.Harness == "svc" {
-			n := strings.TrimPrefix(t.SessionID, "svc:")
-			name = &n
-		}
-		if !p.allowsTarget(targetNames(t.Harness, t.SessionID, name)) {
-			writeError(w, apiError(http.StatusForbidden, "op_denied", "target not allowed for peer"))
+		// The view names every target that has a name, an offline service included.
+		if !p.allowsTarget(targetNames(t.Harness, t.SessionID, t.View.Name)) {
+			writeError(w, apiError("op_denied", "target not allowed for peer"))
 			return
 		}
 	} else if p.TargetsSet {
 		// With a targets list, an unknown ref is refused like a forbidden one: the peer
 		// learns nothing about what exists here.
-		writeError(w, apiError(http.StatusForbidden, "op_denied", "target not allowed for peer"))
+		writeError(w, apiError("op_denied", "target not allowed for peer"))
 		return
 	}
 	// 6. rate limits: the peer's bucket and the principal's
@@ -358,10 +353,10 @@ func (s *Server) principal(p *Peer, wp WirePrincipal) (from string, ret *bus.Cal
 	switch wp.Kind {
 	case "session":
 		if !sessionHarnesses[wp.Harness] {
-			return "", nil, "", apiError(http.StatusBadRequest, "bad_request", "invalid harness '%s'", wp.Harness)
+			return "", nil, "", apiError("bad_request", "invalid harness '%s'", wp.Harness)
 		}
 		if wp.SessionID == "" || len(wp.SessionID) > 256 || !printable(wp.SessionID) {
-			return "", nil, "", apiError(http.StatusBadRequest, "bad_request", "invalid session_id")
+			return "", nil, "", apiError("bad_request", "invalid session_id")
 		}
 		name := wp.Name
 		if name == "" {
@@ -371,13 +366,13 @@ func (s *Server) principal(p *Peer, wp WirePrincipal) (from string, ret *bus.Cal
 		return from, &bus.Caller{Harness: wp.Harness, SessionID: wp.SessionID, Name: name}, wp.Harness + ":" + envelope.AttestedName(wp.Harness, name), nil
 	case "service":
 		if !envelope.ValidServiceName(wp.Name) {
-			return "", nil, "", apiError(http.StatusBadRequest, "bad_request", "invalid service name '%s'", wp.Name)
+			return "", nil, "", apiError("bad_request", "invalid service name '%s'", wp.Name)
 		}
 		return envelope.AttestedBadge(p.Name, "svc", wp.Name), &bus.Caller{Harness: "svc", SessionID: "svc:" + wp.Name, Name: wp.Name}, "svc:" + wp.Name, nil
 	}
 	clean, cerr := envelope.Anonymous(wp.From)
 	if cerr != nil {
-		return "", nil, "", apiError(http.StatusBadRequest, "bad_sender", "%v", cerr)
+		return "", nil, "", apiError("bad_sender", "%v", cerr)
 	}
 	return envelope.AnonymousBadge(p.Name, clean), nil, "anon:" + clean, nil
 }
@@ -403,20 +398,20 @@ func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 	}
 	e, err := DecodeReply(body)
 	if err != nil {
-		writeError(w, apiError(http.StatusBadRequest, "bad_request", "%v", err))
+		writeError(w, apiError("bad_request", "%v", err))
 		return
 	}
 	if e.V != Version {
-		writeError(w, apiError(http.StatusBadRequest, "bad_request", "unsupported envelope version %d (want %d)", e.V, Version))
+		writeError(w, apiError("bad_request", "unsupported envelope version %d (want %d)", e.V, Version))
 		return
 	}
 	if !p.Allow["reply"] {
-		writeError(w, apiError(http.StatusForbidden, "op_denied", "reply operation not allowed for peer"))
+		writeError(w, apiError("op_denied", "reply operation not allowed for peer"))
 		return
 	}
 	if !validID(e.ID) || !validRef(e.InReplyTo) || e.Text == "" || !sessionHarnesses[e.Replier.Harness] ||
 		e.Replier.SessionID == "" || len(e.Replier.SessionID) > 256 || !printable(e.Replier.SessionID) {
-		writeError(w, apiError(http.StatusBadRequest, "bad_request", "id, in_reply_to, replier and text are required"))
+		writeError(w, apiError("bad_request", "id, in_reply_to, replier and text are required"))
 		return
 	}
 	if !s.rate("peer:"+p.Name, "principal:"+p.Name+"\x00"+e.Replier.Harness+":"+e.Replier.SessionID) {
@@ -452,13 +447,13 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if v := q.Get("after"); v != "" {
 		if after, err = strconv.ParseUint(v, 10, 64); err != nil {
-			writeError(w, apiError(http.StatusBadRequest, "bad_request", "after must be a non-negative integer"))
+			writeError(w, apiError("bad_request", "after must be a non-negative integer"))
 			return
 		}
 	}
 	if v := q.Get("wait"); v != "" {
 		if wait, err = strconv.Atoi(v); err != nil || wait < 0 {
-			writeError(w, apiError(http.StatusBadRequest, "bad_request", "wait must be a non-negative integer (seconds)"))
+			writeError(w, apiError("bad_request", "wait must be a non-negative integer (seconds)"))
 			return
 		}
 	}
@@ -486,7 +481,7 @@ func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !p.Allow["list"] {
-		writeError(w, apiError(http.StatusForbidden, "op_denied", "list operation not allowed for peer"))
+		writeError(w, apiError("op_denied", "list operation not allowed for peer"))
 		return
 	}
 	if !s.rate("list:" + p.Name) {
@@ -512,7 +507,7 @@ func (s *Server) leaf(w http.ResponseWriter, r *http.Request, bucket string) (*P
 		return nil, false
 	}
 	if !p.Leaf {
-		writeError(w, apiError(http.StatusForbidden, "op_denied", "peer is not a leaf"))
+		writeError(w, apiError("op_denied", "peer is not a leaf"))
 		return nil, false
 	}
 	if !s.rate(bucket + p.Name) {
@@ -533,7 +528,7 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("wait"); v != "" {
 		var err error
 		if wait, err = strconv.Atoi(v); err != nil || wait < 0 {
-			writeError(w, apiError(http.StatusBadRequest, "bad_request", "wait must be a non-negative integer (seconds)"))
+			writeError(w, apiError("bad_request", "wait must be a non-negative integer (seconds)"))
 			return
 		}
 	}

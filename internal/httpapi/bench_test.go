@@ -259,7 +259,7 @@ func BenchmarkSendReplyRoundTrip(b *testing.B) {
 	e = newBenchEnv(b, func(line string) {
 		if m := idRE.FindStringSubmatch(line); m != nil {
 			caller := bus.Caller{Harness: "claude", SessionID: e.id, Name: e.id}
-			if _, err := e.b.Reply(context.Background(), caller, m[1], "pong", "bench"); err != nil {
+			if _, err := e.b.Reply(context.Background(), caller, m[1], "pong"); err != nil {
 				b.Error(err)
 			}
 		}

@@ -4,6 +4,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,7 +37,7 @@ type Config struct {
 // Handler returns the API router.
 func Handler(cfg Config) http.Handler {
 	cfg.Limits = cfg.Limits.withDefaults()
-	h := &handler{cfg: cfg, waiters: &waiters{max: cfg.Limits.MaxWaitersPerPID}}
+	h := &handler{cfg: cfg, waiters: &waiters{max: cfg.Limits.MaxWaitersPerPID}, audit: bus.NewAudit(cfg.Log)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /v1/sessions", h.sessions)
@@ -50,10 +51,10 @@ func Handler(cfg Config) http.Handler {
 	// Replying is attested (agent.sock / register.sock); HTTP callers are anonymous.
 	mux.HandleFunc("/v1/messages/{id}/replies", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, &bus.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Detail: "replies are sent over agent.sock"})
+		writeError(w, &bus.Error{Code: "method_not_allowed", Detail: "replies are sent over agent.sock"})
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
+		writeError(w, &bus.Error{Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
 	})
 	var root http.Handler = bodyDeadline(logReads(mux, cfg.Log, cfg.Socket), cfg.Limits.BodyTimeout)
 	if cfg.Socket == "tcp" {
@@ -74,11 +75,11 @@ func refuseBrowsers(next http.Handler) http.Handler {
 		}
 		switch {
 		case r.Header.Get("Origin") != "":
-			writeError(w, &bus.Error{Status: http.StatusForbidden, Code: "bad_request", Detail: "requests from web pages are refused"})
+			writeRefusal(w, http.StatusForbidden, &bus.Error{Code: "bad_request", Detail: "requests from web pages are refused"})
 		case host != "localhost" && net.ParseIP(strings.Trim(host, "[]")) == nil:
-			writeError(w, &bus.Error{Status: http.StatusForbidden, Code: "bad_request", Detail: "Host must be an IP address or localhost"})
+			writeRefusal(w, http.StatusForbidden, &bus.Error{Code: "bad_request", Detail: "Host must be an IP address or localhost"})
 		case r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")):
-			writeError(w, &bus.Error{Status: http.StatusUnsupportedMediaType, Code: "bad_request", Detail: "Content-Type must be application/json"})
+			writeRefusal(w, http.StatusUnsupportedMediaType, &bus.Error{Code: "bad_request", Detail: "Content-Type must be application/json"})
 		default:
 			next.ServeHTTP(w, r)
 		}
@@ -137,6 +138,16 @@ type handler struct {
 	cfg     Config
 	waiters *waiters
 	lim     ratelog.Limiter
+	audit   *bus.Audit // the audit lines of its sends
+}
+
+// sendAudited runs s on the bus and writes its audit line once the answer is out, where the work
+// Send leaves for then goes too.
+func (h *handler) sendAudited(ctx context.Context, w http.ResponseWriter, actor string, s bus.Send) (bus.Delivery, error) {
+	after := afterAnswer(w)
+	d, err := h.cfg.Bus.Send(bus.WithAfter(ctx, after), s)
+	after(func() { h.audit.Record(h.cfg.Socket, actor, "send", s.Ref, d.MessageID, err) })
+	return d, err
 }
 
 // writeJSON answers v as JSON (jsonline's encoding: no HTML escaping, one line).
@@ -160,7 +171,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, err error) {
 	e := bus.AsError(err)
-	writeJSON(w, e.Status, map[string]string{"error": e.Code, "detail": e.Detail})
+	writeJSON(w, Status(e.Code), map[string]string{"error": e.Code, "detail": e.Detail})
+}
+
+// writeRefusal writes e with a status of its own: the TCP listener's refusals of what a
+// browser could send are bad_request with 403 or 415 (docs/protocol.md §2.3, §3.1).
+func writeRefusal(w http.ResponseWriter, status int, e *bus.Error) {
+	writeJSON(w, status, map[string]string{"error": e.Code, "detail": e.Detail})
 }
 
 func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
@@ -210,7 +227,7 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) {
 	t, err := h.cfg.Bus.Resolve(ref)
 	if err == nil && t.Offline {
 		// A configured service that is not connected can be sent to, but it is no session.
-		err = &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "no live session matches '" + ref + "'"}
+		err = &bus.Error{Code: "not_found", Detail: "no live session matches '" + ref + "'"}
 	}
 	if err != nil {
 		writeError(w, err)
@@ -265,36 +282,35 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 	max := h.cfg.MaxBody
 	// The size limit applies to the raw body, before any parsing (docs/protocol.md §3.5 step 1).
 	if r.ContentLength > int64(max) {
-		writeError(w, &bus.Error{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Detail: fmt.Sprintf("body %d exceeds limit %d", r.ContentLength, max)})
+		writeError(w, &bus.Error{Code: "payload_too_large", Detail: fmt.Sprintf("body %d exceeds limit %d", r.ContentLength, max)})
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
 	if err != nil {
-		writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: "could not read body"})
+		writeError(w, &bus.Error{Code: "bad_request", Detail: "could not read body"})
 		return
 	}
 	// The body is in: the rest of the request is the daemon's time, not the client's.
 	http.NewResponseController(w).SetReadDeadline(time.Time{})
 	if len(body) > max {
-		writeError(w, &bus.Error{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Detail: fmt.Sprintf("body %d exceeds limit %d", len(body), max)})
+		writeError(w, &bus.Error{Code: "payload_too_large", Detail: fmt.Sprintf("body %d exceeds limit %d", len(body), max)})
 		return
 	}
 	req, err := DecodeSend(body)
 	if err != nil {
-		writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: err.Error()})
+		writeError(w, &bus.Error{Code: "bad_request", Detail: err.Error()})
 		return
 	}
 	if req.Text == "" {
-		writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: "text must not be empty"})
+		writeError(w, &bus.Error{Code: "bad_request", Detail: "text must not be empty"})
 		return
 	}
 	if l := h.cfg.Bus.Leaf(); l != nil {
 		// Leaf mode (docs/protocol.md §7.5): every send is the leaf principal's; `from` is ignored.
 		from := "xmsg@" + h.cfg.Bus.Host() + " \u00b7 " + l.Principal
-		d, err := h.cfg.Bus.Send(hangupContext(w, r), bus.Send{
+		d, err := h.sendAudited(hangupContext(w, r), w, l.Principal, bus.Send{
 			Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from, Principal: l.Principal,
-			Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: l.Principal, FedPrincipal: &l.Fed, From: l.Fed.From,
-			After: afterAnswer(w),
+			Key: req.IdempotencyKey, FedPrincipal: &l.Fed, From: l.Fed.From,
 		})
 		if err != nil {
 			writeError(w, err)
@@ -306,7 +322,7 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 	clean, err := envelope.Anonymous(req.From)
 	if err != nil {
 		h.lim.Log(h.cfg.Log, slog.LevelWarn, "send bad_sender", "refused", "socket", h.cfg.Socket, "actor", "anon", "request", "send", "code", "bad_sender")
-		writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_sender", Detail: err.Error()})
+		writeError(w, &bus.Error{Code: "bad_sender", Detail: err.Error()})
 		return
 	}
 	from := envelope.AnonymousBadge(h.cfg.Bus.Host(), clean)
@@ -315,10 +331,9 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 		// A send to a peer waits on the network: a client that hangs up cancels it.
 		ctx = hangupContext(w, r)
 	}
-	d, err := h.cfg.Bus.Send(ctx, bus.Send{
+	d, err := h.sendAudited(ctx, w, "anon:"+clean, bus.Send{
 		Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from,
-		Principal: "http:" + from, Key: req.IdempotencyKey, Socket: h.cfg.Socket, Actor: "anon:" + clean, From: clean,
-		After: afterAnswer(w),
+		Principal: "http:" + from, Key: req.IdempotencyKey, From: clean,
 	})
 	if err != nil {
 		writeError(w, err)
@@ -343,13 +358,13 @@ func (h *handler) replies(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if s := q.Get("after"); s != "" {
 		if after, err = strconv.ParseUint(s, 10, 64); err != nil {
-			writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: "after must be a non-negative integer"})
+			writeError(w, &bus.Error{Code: "bad_request", Detail: "after must be a non-negative integer"})
 			return
 		}
 	}
 	if s := q.Get("wait"); s != "" {
 		if wait, err = strconv.Atoi(s); err != nil || wait < 0 {
-			writeError(w, &bus.Error{Status: http.StatusBadRequest, Code: "bad_request", Detail: "wait must be a non-negative integer (seconds)"})
+			writeError(w, &bus.Error{Code: "bad_request", Detail: "wait must be a non-negative integer (seconds)"})
 			return
 		}
 	}

@@ -191,5 +191,5 @@ func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
 }
 
 func tooManyWaiters() error {
-	return &bus.Error{Status: http.StatusServiceUnavailable, Code: "service_unavailable", Detail: "too many waiting reply polls from this process"}
+	return &bus.Error{Code: "service_unavailable", Detail: "too many waiting reply polls from this process"}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -159,7 +158,7 @@ func (p *Puller) take(ctx context.Context, row *bus.InboxRow, b *backoff) error 
 func (p *Puller) ackHub(ctx context.Context, id string, b *backoff) error {
 	for {
 		err := p.Hub.AckInbox(ctx, p.Peer, id)
-		if err == nil || bus.AsError(err).Status == http.StatusNotFound {
+		if err == nil || bus.AsError(err).Code == "not_found" {
 			return nil
 		}
 		if ctx.Err() != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -37,7 +36,7 @@ func (h *fakeHub) Inbox(ctx context.Context, peer string, wait time.Duration) (*
 	if h.failPolls > 0 {
 		h.failPolls--
 		h.mu.Unlock()
-		return nil, &bus.Error{Status: http.StatusServiceUnavailable, Code: "peer_unreachable"}
+		return nil, &bus.Error{Code: "peer_unreachable"}
 	}
 	if len(h.rows) > 0 {
 		r := h.rows[0]
@@ -58,7 +57,7 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 	defer h.mu.Unlock()
 	if h.failAcks > 0 {
 		h.failAcks--
-		return &bus.Error{Status: http.StatusServiceUnavailable, Code: "peer_unreachable"}
+		return &bus.Error{Code: "peer_unreachable"}
 	}
 	if !h.localAcked[id] {
 		h.early = append(h.early, id)
@@ -70,7 +69,7 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 			return nil
 		}
 	}
-	return &bus.Error{Status: http.StatusNotFound, Code: "not_found"}
+	return &bus.Error{Code: "not_found"}
 }
 
 func TestPullerAcksTheHubAfterTheLocalAckAndRetries(t *testing.T) {

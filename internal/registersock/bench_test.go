@@ -26,7 +26,7 @@ func BenchmarkPollAck(b *testing.B) {
 	fill := func(n int) {
 		for range n {
 			if _, err := e.Bus.Send(context.Background(), bus.Send{Ref: "svc:bot", Text: text, Bytes: len(text), FromName: "bench",
-				Principal: "http:bench", Socket: "test", Actor: "anon:bench"}); err != nil {
+				Principal: "http:bench"}); err != nil {
 				b.Fatal(err)
 			}
 		}

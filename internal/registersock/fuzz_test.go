@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/harness"
 )
 
 // FuzzDecodeFirst: every first frame is classified into exactly one kind; only JSON objects
@@ -23,8 +24,9 @@ func FuzzDecodeFirst(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	hs, _ := harness.NewRegistry(bus.Builtin()...) // the builtin names and prefixes are distinct
 	f.Fuzz(func(t *testing.T, line []byte) {
-		fr, err := decodeFirst(line)
+		fr, err := decodeFirst(line, hs)
 		if err != nil {
 			return
 		}
@@ -39,7 +41,7 @@ func FuzzDecodeFirst(f *testing.F) {
 				t.Fatalf("svc with harness %q", fr.Harness)
 			}
 		case kindSession:
-			if !bus.SessionHarnesses[fr.Harness] {
+			if !hs.Is(fr.Harness, harness.UID) {
 				t.Fatalf("session kind with harness %q", fr.Harness)
 			}
 		default:

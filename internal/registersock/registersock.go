@@ -38,6 +38,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lineserver"
@@ -93,6 +94,7 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	lim    ratelog.Limiter
+	audit  *bus.Audit // the audit lines of its bus calls
 
 	mu      sync.Mutex
 	uidOnly map[string]int // uid-only registrations now, by process (pid and start time)
@@ -122,7 +124,7 @@ func New(cfg Config) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, audit: bus.NewAudit(cfg.Log)}
 	s.srv = lineserver.New(lineserver.Config{Socket: "register", Proc: cfg.Proc, Log: cfg.Log,
 		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.FirstFrameTimeout,
 		WriteTimeout: writeTimeout, Handle: s.serveConn})
@@ -233,7 +235,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
 		return
 	}
-	first, err := decodeFirst(line)
+	first, err := decodeFirst(line, s.cfg.Bus.Harnesses())
 	if err != nil {
 		s.refuse(actor, "register", "invalid json")
 		s.srv.Write(c, errorLine("bad_request", err.Error()))
@@ -455,7 +457,7 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 			return
 		}
 		if audit != nil {
-			audit() // after the answer, off the client's wait (bus.AckAfter)
+			audit() // after the answer, off the client's wait (bus.AckAfter, Audit)
 		}
 	}
 }
@@ -512,7 +514,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		if waited && !s.cfg.Bus.Current(reg) {
 			return nil, nil, false // taken over while waiting: the new connection gets it
 		}
-		return encodeDeliver(deliverFrame(reg, p)), nil, true
+		return encodeDeliver(deliverFrame(s.origin(reg), p)), nil, true
 	case req.Action == "ack":
 		// ok, as in the original xmsg (docs/protocol.md §4.2), for an id that is not this session's pending message: that
 		// changes nothing (the bus scopes it to reg) and says nothing about it. But an ack
@@ -524,21 +526,22 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 			return errorLine(e.Code, e.Detail), nil, true
 		}
 		return okLine, audit, true
-	case req.Action == "reply" && reg.Harness == "svc":
+	case req.Action == "reply" && s.cfg.Bus.Harnesses().Is(reg.Harness, harness.Exe):
 		if req.MessageID == "" || req.Text == "" {
 			s.refuse(actor, "reply", "messageId and text are required")
 			return errorLine("bad_request", "messageId and text are required"), nil, true
 		}
 		// Unlike the original xmsg (which recorded `pushed` without pushing), a local reply
 		// here is pushed like an agent.sock reply (docs/protocol.md §7.4).
-		res, err := s.cfg.Bus.Reply(context.WithoutCancel(ctx), reg.Caller(), req.MessageID, req.Text, "register")
+		res, err := s.cfg.Bus.Reply(context.WithoutCancel(ctx), reg.Caller(), req.MessageID, req.Text)
+		audit = func() { s.audit.Record("register", actor, "reply", req.MessageID, res.MessageID, err) }
 		if err != nil {
 			e := bus.AsError(err)
 			detail := e.Detail
 			if e.Code == "not_found" {
 				detail += " not found"
 			}
-			return errorLine(e.Code, detail), nil, true
+			return errorLine(e.Code, detail), audit, true
 		}
 		// The pushed message is the reply's new message id; with no push (no return address,
 		// pushes disabled, sender gone) there is none, and the original id is returned.
@@ -546,22 +549,29 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		if res.PushedMessageID != nil {
 			id = *res.PushedMessageID
 		}
-		return encode(replyResp{Status: "ok", MessageID: id}), nil, true
+		return encode(replyResp{Status: "ok", MessageID: id}), audit, true
 	default:
 		s.refuse(actor, "frame", "unknown action")
 		return errorLine("bad_request", "unknown action: "+req.Action), nil, true
 	}
 }
 
-func deliverFrame(reg *bus.Registration, p *bus.Queued) deliverResp {
+// deliverFrame is the deliver frame of p; origin: the harness's entries carry their origin.
+func deliverFrame(origin bool, p *bus.Queued) deliverResp {
 	d := deliverResp{Action: "deliver", MessageID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope}
-	if reg.Harness == "svc" {
+	if origin {
 		d.Origin = p.Origin
 		if len(d.Origin) == 0 {
 			d.Origin = json.RawMessage(`{"kind":"anonymous"}`)
 		}
 	}
 	return d
+}
+
+// origin reports whether reg's harness's queue entries carry their origin (services).
+func (s *Server) origin(reg *bus.Registration) bool {
+	h := s.cfg.Bus.Harnesses().Lookup(reg.Harness)
+	return h != nil && h.Origin()
 }
 
 // okLine is encode(okResp{Status: "ok"}), the answer to every ack: written, never changed.
@@ -657,7 +667,7 @@ type first struct {
 
 // decodeFirst classifies a first frame. Any caller-supplied session id is ignored: ids are
 // minted by the bus.
-func decodeFirst(line []byte) (first, error) {
+func decodeFirst(line []byte, hs *harness.Registry) (first, error) {
 	obj, err := jsonline.Decode(line)
 	if err != nil {
 		return first{}, errors.New(decodeError(err))
@@ -680,7 +690,7 @@ func decodeFirst(line []byte) (first, error) {
 		}
 		return first{Kind: kindCheck, Conversation: conv}, nil
 	}
-	harness, err := field("harness")
+	name, err := field("harness")
 	if err != nil {
 		return first{}, err
 	}
@@ -689,18 +699,18 @@ func decodeFirst(line []byte) (first, error) {
 		return first{}, err
 	}
 	switch {
-	case harness == "svc":
+	case hs.Is(name, harness.Exe):
 		name, err := field("name")
 		if err != nil {
 			return first{}, err
 		}
 		return first{Kind: kindService, Name: name, Cwd: cwd}, nil
-	case bus.SessionHarnesses[harness]:
-		name, err := field("sessionName", "session_name")
+	case hs.Is(name, harness.UID):
+		session, err := field("sessionName", "session_name")
 		if err != nil {
 			return first{}, err
 		}
-		return first{Kind: kindSession, Harness: harness, Name: name, Cwd: cwd}, nil
+		return first{Kind: kindSession, Harness: name, Name: session, Cwd: cwd}, nil
 	}
 	creds, err := agy.DecodeCredentials(obj)
 	return first{Kind: kindAgy, Agy: creds, AgyErr: err}, nil

@@ -33,7 +33,7 @@ func newEnv(t *testing.T, opt daemontest.Options) *daemontest.Env {
 func anonSend(t *testing.T, e *daemontest.Env, ref, text string) string {
 	t.Helper()
 	d, err := e.Bus.Send(context.Background(), bus.Send{Ref: ref, Text: text, Bytes: len(text), FromName: "xmsg@testhost · tester",
-		Principal: "http:tester", Socket: "test", Actor: "anon:tester"})
+		Principal: "http:tester"})
 	if err != nil {
 		t.Fatalf("send to %s: %v", ref, err)
 	}
