@@ -34,6 +34,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/limits"
@@ -71,6 +72,8 @@ type Config struct {
 	IdleTimeout    time.Duration // no complete line for this long: close
 	WriteTimeout   time.Duration // a response not read by the client for this long: close
 	Host           string        // host label for sender badges; "" = Bus.Host()
+	// Custody holds the secrets a service's descendant may ask for (credential.go); nil: none.
+	Custody *custody.Holder
 }
 
 // Server serves agent.sock. Safe for concurrent use.
@@ -207,7 +210,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 			return
 		}
 		resp, keep := s.frame(c, cred, actor, peer, &att, line, after)
-		wrote := s.srv.Write(c, resp)
+		wrote := resp == nil || s.srv.Write(c, resp) // nil: answered by the frame (credential.go)
 		// The work the frame handed over (bus.Send.After) is done once the answer is out, off
 		// the client's wait, whether or not it could be written.
 		for i, fn := range later {
@@ -310,7 +313,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 		return errorLine("bad_request", err.Error()), true
 	}
 	switch req.Action {
-	case "send", "reply", "poll", "ack":
+	case "send", "reply", "poll", "ack", "credential":
 	case "mcp_start":
 		// agy attestation without credentials: the chain above the peer must hold a
 		// conversation's presence lock from a trusted agy executable.
@@ -352,6 +355,10 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	}
 	if err2 != nil {
 		e := bus.AsError(err2)
+		if req.Action == "credential" && e.Code != "service_unavailable" {
+			// Custody's code for a caller not attested to any session (credential.go).
+			e = &bus.Error{Code: "unattested", Detail: e.Detail}
+		}
 		s.refuse(actor, req.Action, e.Code, e.Detail)
 		return errorLine(e.Code, e.Detail), true
 	}
@@ -367,6 +374,8 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 		return s.send(caller, req, after), true
 	case "poll", "ack":
 		return s.queue(caller, req), true
+	case "credential":
+		return s.credential(c, caller, cred.PID, line)
 	}
 	return s.reply(caller, req), true
 }
