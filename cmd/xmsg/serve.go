@@ -68,6 +68,7 @@ type instance struct {
 	files   func(pid int) ([]peercred.OpenFile, error)                 // the helper's; nil: read /proc directly
 	agySend func(agy.Credentials, string, string) (agy.Outcome, error) // nil: agy not configured
 	fed     *federation                                                // serve_fed.go; its methods are no-ops without federation
+	custody *custodian                                                 // serve_custody.go; its methods are no-ops without secrets
 
 	closers []func() error
 }
@@ -100,6 +101,7 @@ func serve(args []string, stdout io.Writer) error {
 
 	started, err := d.start(ctx, []step{
 		{"credentials", d.loadCredentials}, // 1. configuration (above) and credentials
+		{"custody", d.loadCustody},         // 1b. custody secrets (serve_custody.go)
 		{"store", d.openStore},             // 2.
 		{"sockets", d.acquireSockets},      // 3.
 		{"notify", d.openNotify},           // 4.
@@ -265,6 +267,7 @@ func (d *instance) applySandbox() error {
 		policy.ReadOnly = append(policy.ReadOnly, dir) // credential reload reads them again
 	}
 	d.fed.restrict(&policy)
+	d.custody.restrict(&policy)
 	_, err := d.sandbox(policy)
 	return err
 }
@@ -335,7 +338,7 @@ func (d *instance) serve(ctx context.Context) error {
 	doctorLines := func() []string {
 		f := d.facts
 		f.SessionWatch = sessions.WatchReport() // as of now: a watch can fail, a directory be recreated
-		return append(f.Lines(), d.fed.doctor()...)
+		return append(append(f.Lines(), d.fed.doctor()...), d.custody.doctor()...)
 	}
 	// Cancelled when the stop begins, so HTTP long-polls answer at once instead of holding
 	// the drain until its deadline.
@@ -359,18 +362,19 @@ func (d *instance) serve(ctx context.Context) error {
 	if d.socks.Agent != nil {
 		agent := agentsock.New(agentLimits(agentsock.Config{Bus: b, Proc: proc, Log: d.log, Host: cfg.HostLabel,
 			MaxLine: cfg.AgentMaxLine, MaxFrame: cfg.MaxBody*6 + 4096, MaxConns: cfg.AgentMaxConns,
-			IdleTimeout: cfg.AgentIdleTimeout, WriteTimeout: cfg.AgentWriteTimeout}, cfg))
+			IdleTimeout: cfg.AgentIdleTimeout, WriteTimeout: cfg.AgentWriteTimeout, Custody: d.custody.holder}, cfg))
 		l := gate.Listener(d.socks.Agent, uid, "agent", d.log)
 		group.Add(servergroup.Server{Name: "agent", Serve: func() error { return agent.Serve(l) }, Shutdown: agent.Shutdown})
 		conns = append(conns, agent.Conns)
 	}
 	if d.socks.Register != nil {
-		register := registersock.New(registerLimits(registersock.Config{Bus: b, Proc: proc, Log: d.log}, cfg))
+		register := registersock.New(registerLimits(registersock.Config{Bus: b, Proc: proc, Log: d.log, Custody: d.custody.holder}, cfg))
 		l := gate.Listener(d.socks.Register, uid, "register", d.log)
 		group.Add(servergroup.Server{Name: "register", Serve: func() error { return register.Serve(l) }, Shutdown: register.Shutdown})
 		conns = append(conns, register.Conns)
 	}
 	d.fed.serve(b, httpCtx, group.Add, d.onClose)
+	go d.custody.reload(httpCtx, d.fed)
 	if group.Len() == 0 {
 		return errors.New("serve: no socket to serve (systemd passed none of http, agent, register)")
 	}

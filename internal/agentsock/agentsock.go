@@ -356,8 +356,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	if err2 != nil {
 		e := bus.AsError(err2)
 		if req.Action == "credential" && e.Code != "service_unavailable" {
-			// Custody's code for a caller not attested to any session (credential.go).
-			e = &bus.Error{Code: "unattested", Detail: e.Detail}
+			return s.unattested(actor, cred.PID, line, e.Detail), true // credential.go
 		}
 		s.refuse(actor, req.Action, e.Code, e.Detail)
 		return errorLine(e.Code, e.Detail), true

@@ -42,6 +42,14 @@ func (s *Server) credential(c net.Conn, caller bus.Caller, pid int, line []byte)
 	return nil, true
 }
 
+// unattested answers a credential frame whose caller the ancestor walk attributed to no
+// session: custody's refusal (and its audit line), code unattested.
+func (s *Server) unattested(actor string, pid int, line []byte, detail string) []byte {
+	name, _ := credentialName(line)
+	err := s.cfg.Custody.Unattested(name, custody.Principal{Actor: actor, PID: pid, Via: pid}, detail)
+	return errorLine("unattested", err.(*custody.Error).Detail)
+}
+
 func credentialName(line []byte) (string, error) {
 	obj, err := jsonline.Decode(line)
 	if err != nil {

@@ -300,6 +300,12 @@ func allowed(allow []string, svc string) bool {
 	return false
 }
 
+// Unattested is the refusal of a caller attested to nobody (agent.sock's walk found no
+// session): custody's audit line and error, code unattested.
+func (h *Holder) Unattested(name string, p Principal, detail string) error {
+	return h.refuse(name, "", p, "unattested", detail)
+}
+
 func (h *Holder) refuse(name, pin string, p Principal, code, detail string) error {
 	h.audit(slog.LevelWarn, "custody refused", name, pin, p, code)
 	return &Error{Code: code, Detail: detail}

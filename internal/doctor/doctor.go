@@ -46,6 +46,9 @@ type Facts struct {
 	// Pidfd is "yes" when process liveness is checked through pidfds, else why not (then
 	// /proc is read on every check); "" = no line.
 	Pidfd string `json:"pidfd,omitempty"`
+	// PtraceScope is Yama's ptrace policy (yama.go), which bounds what credential custody
+	// can promise against the uid's other processes; "" = no line.
+	PtraceScope string `json:"ptrace_scope,omitempty"`
 }
 
 // NotApplied is the Landlock value of Facts when no sandbox was applied.
@@ -142,6 +145,9 @@ func (f Facts) Lines() []string {
 	default:
 		l = append(l, "process liveness: /proc read on every check (no pidfd: "+f.Pidfd+")")
 	}
+	if f.PtraceScope != "" {
+		l = append(l, "ptrace: "+f.PtraceScope)
+	}
 	return l
 }
 
@@ -170,6 +176,7 @@ func Machine() Facts {
 		f.SessionWatch = "inotify available"
 	}
 	f.Pidfd = PidfdProbe(peercred.Proc{})
+	f.PtraceScope = PtraceScope()
 	return f
 }
 
