@@ -42,8 +42,30 @@ func newCustodyDaemon(t *testing.T) *custodyEnv {
 	if err := os.WriteFile(e.file, []byte(e.value), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.daemon = newDaemon(t, "--svc-exe", "a="+self, "--svc-exe", "b="+self, "--custody", "tok=svc:a",
-		"--custody-file", "tok="+e.file, "--custody-reload-interval-secs", "0", "--log-level", "debug")
+	args := []string{"--svc-exe", "a=" + self, "--svc-exe", "b=" + self, "--custody", "tok=svc:a",
+		"--custody-file", "tok=" + e.file, "--custody-reload-interval-secs", "0", "--log-level", "debug"}
+	if os.Geteuid() != 0 {
+		e.daemon = newDaemon(t, args...)
+		return e
+	}
+	// As root, the daemon runs with gid 65534 so that /proc shows whether it is dumpable
+	// (TestCustodyExec). newDaemon's start, with credentials.
+	base := shortTemp(t)
+	d := &daemon{t: t, rt: filepath.Join(base, "rt"), db: filepath.Join(base, "state", "xmsg.db"), sess: filepath.Join(base, "sessions")}
+	os.Mkdir(d.rt, 0o700)
+	os.Mkdir(d.sess, 0o700)
+	d.env = []string{"XDG_RUNTIME_DIR=" + d.rt, "HOME=" + base}
+	d.args = append([]string{"serve", "--db-path", d.db, "--sessions-dir", d.sess, "--host-label", "testhost"}, args...)
+	d.stderr = &daemontest.LogBuffer{}
+	d.cmd = xmsgCmd(d.env, d.args...)
+	d.cmd.Stderr = d.stderr
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 0, Gid: 65534}}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.stop)
+	daemontest.WaitFor(t, "daemon serving", func() bool { return strings.Contains(d.stderr.String(), "msg=serving") })
+	e.daemon = d
 	return e
 }
 
@@ -126,7 +148,7 @@ func TestCustodyRefusals(t *testing.T) {
 		want  string
 	}{
 		{"another service (svc:b)", []string{reg, `CUSTODY_REGISTER={"harness":"svc","name":"b","cwd":"/"}`}, false, "op_denied"},
-		{"uid-only session (pi)", []string{reg, `CUSTODY_REGISTER={"harness":"pi","sessionName":"p","cwd":"/"}`}, false, "op_denied"},
+		{"uid-only session (pi)", []string{reg, `CUSTODY_REGISTER={"harness":"pi","sessionName":"a","cwd":"/"}`}, false, "op_denied"},
 		{"unknown secret", []string{reg, `CUSTODY_REGISTER={"harness":"svc","name":"a","cwd":"/"}`, "CUSTODY_SECRET=nope"}, false, "not_found"},
 		{"unattested process on agent.sock", []string{agent}, false, "unattested"},
 		{"claude session on agent.sock", []string{agent, "CUSTODY_WAIT=1"}, true, "op_denied"},
@@ -136,7 +158,7 @@ func TestCustodyRefusals(t *testing.T) {
 		var started func(int)
 		if c.claim {
 			started = func(pid int) {
-				daemontest.WriteClaudeSession(t, filepath.Join(e.sess, "claude-asker.json"), daemontest.ClaudeSession{PID: pid, ID: "7d9f3c1e-0000-4000-8000-000000000001", Name: "asker", Cwd: "/"})
+				daemontest.WriteClaudeSession(t, filepath.Join(e.sess, "claude-asker.json"), daemontest.ClaudeSession{PID: pid, ID: "7d9f3c1e-0000-4000-8000-000000000001", Name: "a", Cwd: "/"})
 				time.Sleep(200 * time.Millisecond) // the scanner picks the file up (inotify)
 			}
 		}
@@ -258,6 +280,16 @@ func TestCustodyExec(t *testing.T) {
 	} else if n > 0 {
 		t.Errorf("the dispatcher's memory holds the value (%d mappings)", n)
 	}
+	// The daemon is non-dumpable: /proc/<daemon>/fd (and mem, environ) belong to root, not
+	// to the daemon's credentials, so another process of its uid cannot open the memfd there.
+	// The daemon runs with gid 65534 here: /proc/<pid> itself keeps that gid (the control),
+	// its fd directory shows 0 only because the process is not dumpable.
+	if gid := statGID(t, fmt.Sprintf("/proc/%d", e.cmd.Process.Pid)); gid != 65534 {
+		t.Errorf("/proc/<daemon> gid %d, want 65534 (the control)", gid)
+	}
+	if gid := statGID(t, fmt.Sprintf("/proc/%d/fd", e.cmd.Process.Pid)); gid != 0 {
+		t.Errorf("/proc/<daemon>/fd gid %d, want 0: the daemon is dumpable", gid)
+	}
 	// Control: the scan finds what is there (this process holds the value).
 	if scanMemory(t, os.Getpid(), e.value) <= 0 {
 		t.Error("the scan does not find the value in this process's memory: the scan is broken")
@@ -377,4 +409,13 @@ func scanMemory(t *testing.T, pid int, value string) int {
 		return -1
 	}
 	return found
+}
+
+func statGID(t *testing.T, path string) uint32 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Gid
 }

@@ -158,6 +158,9 @@ func TestSealed(t *testing.T) {
 	if err := CheckSealed(fd); err != nil {
 		t.Error(err)
 	}
+	if fl, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); fl&unix.O_ACCMODE != unix.O_RDONLY {
+		t.Errorf("handed fd opened with access mode %#x, want read-only", fl&unix.O_ACCMODE)
+	}
 	if _, err := unix.Write(fd, []byte("x")); err == nil {
 		t.Error("write through the handed fd succeeded")
 	}
