@@ -338,7 +338,7 @@ func (d *instance) serve(ctx context.Context) error {
 	doctorLines := func() []string {
 		f := d.facts
 		f.SessionWatch = sessions.WatchReport() // as of now: a watch can fail, a directory be recreated
-		return append(append(f.Lines(), d.fed.doctor()...), d.custody.doctor()...)
+		return append(f.Lines(), d.fed.doctor()...)
 	}
 	// Cancelled when the stop begins, so HTTP long-polls answer at once instead of holding
 	// the drain until its deadline.
@@ -347,7 +347,7 @@ func (d *instance) serve(ctx context.Context) error {
 
 	group := servergroup.Group{Drain: drainTimeout}
 	addHTTP := func(name string, l net.Listener) {
-		srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: d.log, Socket: name, Doctor: doctorLines, Limits: httpLimits(cfg)})
+		srv := httpapi.NewServer(httpapi.Config{Bus: b, MaxBody: cfg.MaxBody, Log: d.log, Socket: name, Doctor: d.custody.doctorFor(name, doctorLines), Limits: httpLimits(cfg)})
 		srv.BaseContext = func(net.Listener) context.Context { return httpCtx }
 		group.Add(servergroup.Server{Name: name, Serve: func() error { return srv.Serve(l) },
 			Shutdown: func(c context.Context) error { stopHTTP(); return srv.Shutdown(c) }})

@@ -107,10 +107,12 @@ func (c *custodian) reload(ctx context.Context, fed *federation) {
 	}
 }
 
-// doctor lines: each secret's name, pin, who may have it, its hand-overs.
-func (c *custodian) doctor() []string {
-	if c.holder == nil {
-		return nil
+// doctorFor adds the custody lines (each secret's name, pin, who may have it, its
+// hand-overs) to the doctor of the listener named socket, except on the TCP listener, which
+// has no peer check: who holds what for whom is for the uid's own processes only.
+func (c *custodian) doctorFor(socket string, lines func() []string) func() []string {
+	if c.holder == nil || socket == "tcp" {
+		return lines
 	}
-	return c.holder.Lines()
+	return func() []string { return append(lines(), c.holder.Lines()...) }
 }

@@ -374,7 +374,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	case "poll", "ack":
 		return s.queue(caller, req), true
 	case "credential":
-		return s.credential(c, caller, cred.PID, line)
+		return s.credential(c, caller, cred.PID, line, func() bool { return peer.Alive() && s.cfg.Bus.Recheck(**att) })
 	}
 	return s.reply(caller, req), true
 }

@@ -16,13 +16,15 @@ import (
 // registered process must still run its trusted executable. A caller attributed to anything
 // but a service (a Claude session, a uid-only session, Codex, agy) is refused op_denied.
 // The answer carries the descriptor (SCM_RIGHTS) and is written here, so resp is nil.
-func (s *Server) credential(c net.Conn, caller bus.Caller, pid int, line []byte) (resp []byte, keep bool) {
+// still reports whether the caller and the service it was attributed to are still the
+// processes they were (custody asks once it has read the executable by pid).
+func (s *Server) credential(c net.Conn, caller bus.Caller, pid int, line []byte, still func() bool) (resp []byte, keep bool) {
 	name, err := credentialName(line)
 	if err != nil {
 		s.refuse(caller.Actor(), "credential", "bad_request", "invalid frame")
 		return errorLine("bad_request", err.Error()), true
 	}
-	p := custody.Principal{Actor: caller.Actor(), PID: pid, Via: pid}
+	p := custody.Principal{Actor: caller.Actor(), PID: pid, Via: pid, Alive: still}
 	if reg := caller.Service(); reg != nil {
 		p.Service, p.PID = reg.Name, reg.PID
 	}

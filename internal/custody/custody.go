@@ -223,6 +223,9 @@ type Principal struct {
 	Actor   string // the caller's audit name (svc:a, claude:alice, pid:123)
 	PID     int    // the service's process, whose executable is attested again
 	Via     int    // the descendant that asked on agent.sock; 0 = the service itself
+	// Alive reports whether PID (and Via) are still the processes the caller attested: the
+	// executable is read by pid, so a pid reused meanwhile must not pass. nil: not checked.
+	Alive func() bool
 }
 
 // Grant is what a hand-over's answer may say: the name and the pin, never the value.
@@ -259,6 +262,9 @@ func (h *Holder) Give(name string, p Principal) (*os.File, Grant, error) {
 	}
 	if err := h.attest(p); err != nil {
 		return nil, Grant{}, h.refuse(name, pin, p, "unattested", err.Error())
+	}
+	if p.Alive != nil && !p.Alive() {
+		return nil, Grant{}, h.refuse(name, pin, p, "unattested", fmt.Sprintf("process %d exited or was replaced", p.PID))
 	}
 	sec.mu.RLock()
 	f, err := reopen(sec.f)

@@ -91,6 +91,8 @@ func TestGivePolicy(t *testing.T) {
 		{"not a service (claude session)", Principal{Actor: "claude:alice", PID: 10}, "tok", "op_denied"},
 		{"exe no longer trusted (exec'd)", Principal{Service: "a", Actor: "svc:a", PID: 11}, "tok", "unattested"},
 		{"process gone", Principal{Service: "a", Actor: "svc:a", PID: 12}, "tok", "unattested"},
+		{"process replaced after its exe was read", Principal{Service: "a", Actor: "svc:a", PID: 10, Alive: func() bool { return false }}, "tok", "unattested"},
+		{"still alive", Principal{Service: "a", Actor: "svc:a", PID: 10, Alive: func() bool { return true }}, "tok", ""},
 		{"unknown secret", Principal{Service: "a", Actor: "svc:a", PID: 10}, "nope", "not_found"},
 		{"unknown secret, not a service", Principal{Actor: "pid:5", PID: 5}, "nope", "op_denied"},
 	}
@@ -116,8 +118,8 @@ func TestGivePolicy(t *testing.T) {
 		}
 		f.Close()
 	}
-	if n := h.Handed("tok"); n != 1 {
-		t.Errorf("handed %d, want 1", n)
+	if n := h.Handed("tok"); n != 2 {
+		t.Errorf("handed %d, want 2", n)
 	}
 	// Audit: a line per outcome, none with the value; an unknown name is not echoed.
 	l := logs.String()
@@ -133,7 +135,7 @@ func TestGivePolicy(t *testing.T) {
 		if strings.Contains(line, value) {
 			t.Errorf("doctor line holds the value: %s", line)
 		}
-		if !strings.Contains(line, "tok pin "+Pin([]byte(value))) || !strings.Contains(line, "svc:a") || !strings.Contains(line, "handed over 1 times") {
+		if !strings.Contains(line, "tok pin "+Pin([]byte(value))) || !strings.Contains(line, "svc:a") || !strings.Contains(line, "handed over 2 times") {
 			t.Errorf("doctor line %q", line)
 		}
 	}

@@ -21,7 +21,7 @@ func (s *Server) credential(c net.Conn, reg *bus.Registration, line []byte) (res
 		s.refuse(reg.Caller().Actor(), "credential", "bad request")
 		return errorLine("bad_request", err.Error()), true
 	}
-	p := custody.Principal{Actor: reg.Caller().Actor(), PID: reg.PID}
+	p := custody.Principal{Actor: reg.Caller().Actor(), PID: reg.PID, Alive: func() bool { return s.cfg.Bus.Alive(reg) }}
 	if reg.Harness == "svc" {
 		p.Service = reg.Name
 	}
