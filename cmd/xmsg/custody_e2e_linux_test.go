@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"go/build"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,7 +32,7 @@ type custodyEnv struct {
 
 // newCustodyDaemon starts a daemon holding secret "tok" (allowed to svc:a only; svc:a and
 // svc:b are both this binary) from a 0600 file, logging at debug level.
-func newCustodyDaemon(t *testing.T) *custodyEnv {
+func newCustodyDaemon(t *testing.T, extra ...string) *custodyEnv {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -44,6 +45,7 @@ func newCustodyDaemon(t *testing.T) *custodyEnv {
 	}
 	args := []string{"--svc-exe", "a=" + self, "--svc-exe", "b=" + self, "--custody", "tok=svc:a",
 		"--custody-file", "tok=" + e.file, "--custody-reload-interval-secs", "0", "--log-level", "debug"}
+	args = append(args, extra...)
 	if os.Geteuid() != 0 {
 		e.daemon = newDaemon(t, args...)
 		return e
@@ -133,6 +135,28 @@ func TestCustodyHandOver(t *testing.T) {
 		t.Errorf("doctor:\n%s", doc)
 	}
 	e.checkNoTrace(t)
+}
+
+// TestCustodyDoctorNotOnTCP: the TCP listener (no peer check) answers doctor without the
+// custody lines; http.sock's has them.
+func TestCustodyDoctorNotOnTCP(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	e := newCustodyDaemon(t, "--listen", addr)
+	out, err := xmsgCmd(e.env, "doctor", "--url", "http://"+addr).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "tcp listener: "+addr) {
+		t.Fatalf("doctor over TCP: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "custody: tok") {
+		t.Errorf("doctor over TCP shows custody:\n%s", out)
+	}
+	if !strings.Contains(e.doctor(t), "custody: tok") {
+		t.Error("doctor on http.sock lacks custody (the control)")
+	}
 }
 
 // TestCustodyRefusals: each principal custody must refuse gets an error with the protocol's
