@@ -63,6 +63,11 @@ func custodySecrets(c *Config, given map[string][]string, getenv func(string) st
 				if !isSvc || strings.TrimSpace(svc) == "" || strings.ContainsAny(svc, " \t") {
 					return fmt.Errorf("config: --custody %s: principal %q refused: only svc:<name> principals may receive a secret", name, p)
 				}
+				if _, ok := c.SvcExe[svc]; !ok && !c.Leaf {
+					// Custody attests the receiver by its executable: without one, the
+					// policy could never be met, and a typo should fail the start.
+					return fmt.Errorf("config: --custody %s: svc:%s has no --svc-exe (custody hands secrets only to executable-attested services)", name, svc)
+				}
 				s.Allow = append(s.Allow, svc)
 			}
 			byName[name] = s
