@@ -36,6 +36,7 @@ commands:
   replies    show replies to a message: xmsg replies ID [--wait S] [--after N]
   doctor     show which protections are in force
   register   register agy [--hook] [--sock P] [--url U]: the Antigravity hook helper
+  exec       exec --credential NAME[=ENVVAR] [--fd N] -- CMD: run CMD with a custody secret as a descriptor
   bench      measure the bus end to end (xmsg bench --help)
   version    print the version
 
@@ -122,6 +123,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return agy.ServeHelper(rest[0])
 	case "register":
 		return registerCmd(rest, stdin, stdout, stderr)
+	case "exec":
+		return execCmd(rest)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "xmsg", version)
 		return nil

@@ -34,6 +34,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/limits"
@@ -71,6 +72,8 @@ type Config struct {
 	IdleTimeout    time.Duration // no complete line for this long: close
 	WriteTimeout   time.Duration // a response not read by the client for this long: close
 	Host           string        // host label for sender badges; "" = Bus.Host()
+	// Custody holds the secrets a service's descendant may ask for (credential.go); nil: none.
+	Custody *custody.Holder
 }
 
 // Server serves agent.sock. Safe for concurrent use.
@@ -208,7 +211,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 			return
 		}
 		resp, keep := s.frame(c, cred, actor, peer, &att, line, after)
-		wrote := s.srv.Write(c, resp)
+		wrote := resp == nil || s.srv.Write(c, resp) // nil: answered by the frame (credential.go)
 		// The work the frame handed over (bus.WithAfter, the audit line) is done once the
 		// answer is out, off the client's wait, whether or not it could be written.
 		for i, fn := range later {
@@ -325,7 +328,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 		return errorLine("bad_request", err.Error()), true
 	}
 	switch req.Action {
-	case "send", "reply", "poll", "ack", "peek":
+	case "send", "reply", "poll", "ack", "peek", "credential":
 	case "mcp_start":
 		// agy attestation without credentials: the chain above the peer must hold a
 		// conversation's presence lock from a trusted agy executable.
@@ -367,6 +370,9 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	}
 	if err2 != nil {
 		e := bus.AsError(err2)
+		if req.Action == "credential" && e.Code != "service_unavailable" {
+			return s.unattested(actor, cred.PID, line, e.Detail), true // credential.go
+		}
 		s.refuse(actor, req.Action, e.Code, e.Detail)
 		return errorLine(e.Code, e.Detail), true
 	}
@@ -382,6 +388,8 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 		return s.send(caller, req, after), true
 	case "poll", "ack", "peek":
 		return s.queue(caller, req), true
+	case "credential":
+		return s.credential(c, caller, cred.PID, line, func() bool { return peer.Alive() && s.cfg.Bus.Recheck(**att) })
 	}
 	return s.reply(caller, req), true
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/limits"
 )
 
@@ -49,6 +50,9 @@ type Config struct {
 	LeafPrincipal    string
 	LeafRegisterSock string // "" = RegisterSock, else the default register.sock path
 	Limits           Limits
+	// Custody are the secrets the daemon holds and who may receive each (custody.go).
+	Custody               []custody.Secret
+	CustodyReloadInterval time.Duration // 0 = no reload but on SIGHUP
 }
 
 // Limits are the fairness bounds of the sockets (docs/design.md §3): how many connections
@@ -153,6 +157,7 @@ var options = []option{
 	{name: "idempotency-ttl", env: "XMSG_IDEMPOTENCY_TTL", def: secs(limits.IdempotencyTTL), usage: "retention of idempotency keys, in seconds",
 		set: seconds("idempotency-ttl", func(c *Config) *time.Duration { return &c.IdempotencyTTL })},
 	{name: "svc-exe", env: "XMSG_SVC_EXE", doc: "none", usage: "trusted service executable NAME=PATH (repeatable, ',' lists)", list: true},
+	custodyOptions[0], custodyOptions[1], custodyOptions[2],
 	{name: "agy-exe", env: "XMSG_AGY_EXE", doc: "none", usage: "trusted Antigravity executable PATH (repeatable, ',' lists; none = agy attestation always fails)", list: true},
 	{name: "agy-presence-dir", env: "XMSG_AGY_PRESENCE_DIR", doc: "none", usage: "directory of agy presence locks <conversation_id>.lock (required with --agy-exe)",
 		set: absPath("agy-presence-dir", func(c *Config) *string { return &c.AgyPresenceDir })},
@@ -350,6 +355,9 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 		return nil, err
 	}
 	if err := harnesses(c, given, getenv); err != nil {
+		return nil, err
+	}
+	if err := custodySecrets(c, given, getenv); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -26,6 +26,7 @@
 package creds
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -138,11 +139,15 @@ func readOpened(name, path string, f *os.File, ownGroupRead bool) ([]byte, error
 	if fi.Size() > MaxSize {
 		return nil, fmt.Errorf("creds: %s: %s is larger than %d bytes", name, path, MaxSize)
 	}
-	// Read at most one byte more than allowed, in case the file grew after the fstat.
-	b, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
-	if err != nil {
+	// Read at most one byte more than allowed, in case the file grew after the fstat, into
+	// one buffer sized by the fstat: a buffer grown while reading would leave partial copies
+	// of the secret behind as garbage (custody zeroes the one buffer it is given).
+	var buf bytes.Buffer
+	buf.Grow(int(fi.Size()) + bytes.MinRead)
+	if _, err := buf.ReadFrom(io.LimitReader(f, MaxSize+1)); err != nil {
 		return nil, fmt.Errorf("creds: %s: read: %w", name, err)
 	}
+	b := buf.Bytes()
 	if len(b) > MaxSize {
 		return nil, fmt.Errorf("creds: %s: %s is larger than %d bytes", name, path, MaxSize)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/config"
+	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/doctor"
 	"github.com/xmsg/xmsg/internal/notify"
 	"github.com/xmsg/xmsg/internal/peercred"
@@ -81,6 +82,7 @@ type Daemon struct {
 	files   func(pid int) ([]peercred.OpenFile, error)                 // the helper's; nil: read /proc directly
 	agySend func(agy.Credentials, string, string) (agy.Outcome, error) // nil: agy not configured
 	fed     *federation                                                // fed.go; its methods are no-ops without federation
+	custody *custody.Holder                                            // custody.go; nil: no secrets held
 
 	// The relaunch (relaunch.go).
 	watch       *relaunch.Watch    // nil: session dirs not watched
@@ -132,6 +134,7 @@ type step struct {
 func (d *Daemon) steps() []step {
 	steps := []step{
 		{name: "credentials", run: d.loadCredentials},                  // 1. configuration (New) and credentials
+		{name: "custody", run: d.loadCustody},                          // 1b. custody secrets (custody.go)
 		{name: "store", run: d.openStore},                              // 2.
 		{name: "sockets", run: d.acquireSockets},                       // 3.
 		{name: "notify", run: d.openNotify, process: true},             // 4.

@@ -25,9 +25,9 @@ func TestSteps(t *testing.T) {
 		inProcess bool
 		want      []string
 	}{
-		{"hub", false, false, []string{"credentials", "store", "sockets", "notify", "exe helper", "agy helper", "session dirs", "sandbox", "servers"}},
+		{"hub", false, false, []string{"credentials", "custody", "store", "sockets", "notify", "exe helper", "agy helper", "session dirs", "sandbox", "servers"}},
 		{"leaf", true, false, []string{"credentials", "store", "sockets", "notify", "sandbox", "servers"}},
-		{"hub in-process", false, true, []string{"credentials", "store", "sockets", "servers"}},
+		{"hub in-process", false, true, []string{"credentials", "custody", "store", "sockets", "servers"}},
 		{"leaf in-process", true, true, []string{"credentials", "store", "sockets", "servers"}},
 	}
 	for _, tc := range tests {

@@ -155,6 +155,7 @@ func (d *Daemon) applySandbox() error {
 		policy.ReadOnly = append(policy.ReadOnly, dir) // credential reload reads them again
 	}
 	d.fed.restrict(&policy)
+	d.restrictCustody(&policy)
 	_, err := d.sandbox(policy)
 	return err
 }
@@ -238,7 +239,7 @@ func (d *Daemon) buildServers() error {
 	if d.socks.Agent != nil {
 		ac := agentLimits(agentsock.Config{Bus: b, Proc: proc, Log: d.log, Host: cfg.HostLabel,
 			MaxLine: cfg.AgentMaxLine, MaxFrame: cfg.MaxBody*6 + 4096, MaxConns: cfg.AgentMaxConns,
-			IdleTimeout: cfg.AgentIdleTimeout, WriteTimeout: cfg.AgentWriteTimeout}, cfg)
+			IdleTimeout: cfg.AgentIdleTimeout, WriteTimeout: cfg.AgentWriteTimeout, Custody: d.custody}, cfg)
 		if d.c.Agent != nil {
 			d.c.Agent(&ac)
 		}
@@ -252,6 +253,7 @@ func (d *Daemon) buildServers() error {
 		conns = append(conns, d.register.Conns)
 	}
 	d.fed.serve(b, d.runCtx, d.group.Add, d.onClose)
+	go d.reloadCustody(d.runCtx)
 	d.status = func() string {
 		c, _ := b.Counts()
 		n := 0
@@ -268,7 +270,7 @@ func (d *Daemon) buildServers() error {
 // context ends when the stop begins, so long-polls answer at once instead of holding the
 // drain until its deadline.
 func (d *Daemon) addHTTP(name string, l net.Listener, doctorLines func() []string) {
-	srv := httpapi.NewServer(httpapi.Config{Bus: d.bus, MaxBody: d.cfg.MaxBody, Log: d.log, Socket: name, Doctor: doctorLines, Limits: httpLimits(d.cfg)})
+	srv := httpapi.NewServer(httpapi.Config{Bus: d.bus, MaxBody: d.cfg.MaxBody, Log: d.log, Socket: name, Doctor: d.custodyDoctor(name, doctorLines), Limits: httpLimits(d.cfg)})
 	srv.BaseContext = func(net.Listener) context.Context { return d.runCtx }
 	d.group.Add(servergroup.Server{Name: name, Serve: func() error { return srv.Serve(l) },
 		Shutdown: func(c context.Context) error { d.stopRun(); return srv.Shutdown(c) }})
@@ -276,7 +278,7 @@ func (d *Daemon) addHTTP(name string, l net.Listener, doctorLines func() []strin
 
 // addRegister adds the register.sock server on l (a gate.Listener) to the group.
 func (d *Daemon) addRegister(l net.Listener) {
-	rc := registerLimits(registersock.Config{Bus: d.bus, Proc: peercred.Proc{}, Log: d.log}, d.cfg)
+	rc := registerLimits(registersock.Config{Bus: d.bus, Proc: peercred.Proc{}, Log: d.log, Custody: d.custody}, d.cfg)
 	if d.c.Register != nil {
 		d.c.Register(&rc)
 	}

@@ -61,6 +61,7 @@ func (l *leafMode) own() map[string]func() error {
 		"exe helper":   nil,
 		"agy helper":   nil,
 		"session dirs": nil,            // a leaf serves no session directory
+		"custody":      nil,            // a leaf holds no secrets (config refuses --custody with --leaf)
 		"sandbox":      l.applySandbox, // best effort
 		"servers":      l.buildServers,
 	}

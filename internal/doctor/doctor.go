@@ -49,6 +49,9 @@ type Facts struct {
 	// Relaunched names the session directory whose appearance made the daemon start again with
 	// its sockets handed over (internal/relaunch); "" = it was not.
 	Relaunched string `json:"relaunched,omitempty"`
+	// PtraceScope is Yama's ptrace policy (yama.go), which bounds what credential custody
+	// can promise against the uid's other processes; "" = no line.
+	PtraceScope string `json:"ptrace_scope,omitempty"`
 }
 
 // NotApplied is the Landlock value of Facts when no sandbox was applied.
@@ -148,6 +151,9 @@ func (f Facts) Lines() []string {
 	default:
 		l = append(l, "process liveness: /proc read on every check (no pidfd: "+f.Pidfd+")")
 	}
+	if f.PtraceScope != "" {
+		l = append(l, "ptrace: "+f.PtraceScope)
+	}
 	return l
 }
 
@@ -176,6 +182,7 @@ func Machine() Facts {
 		f.SessionWatch = "inotify available"
 	}
 	f.Pidfd = PidfdProbe(peercred.Proc{})
+	f.PtraceScope = PtraceScope()
 	return f
 }
 

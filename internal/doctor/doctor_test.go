@@ -169,6 +169,7 @@ func TestMachine(t *testing.T) {
 			tt.want.LandlockABI = sandbox.Probe()
 			// This kernel offers both (the probes themselves are tested below).
 			tt.want.SessionWatch, tt.want.Pidfd = "inotify available", "yes"
+			tt.want.PtraceScope = PtraceScope() // read from the kernel (TestPtraceScope)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Machine() = %+v, want %+v", got, tt.want)
 			}

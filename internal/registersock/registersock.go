@@ -38,6 +38,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/limits"
@@ -83,6 +84,8 @@ type Config struct {
 	MaxPerPID         int // connections of one peer pid; 0: no bound of its own
 	MaxUIDOnly        int // uid-only registrations (pi, opencode, hermes) at once
 	IdleTimeout       time.Duration
+	// Custody holds the secrets a registered service may ask for (credential.go); nil: none.
+	Custody *custody.Holder
 }
 
 // Server serves register.sock. Safe for concurrent use.
@@ -453,7 +456,7 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 		if !ok {
 			return
 		}
-		if !s.srv.Write(c, resp) {
+		if resp != nil && !s.srv.Write(c, resp) { // nil: answered by the frame (credential.go)
 			return
 		}
 		if audit != nil {
@@ -550,6 +553,9 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 			id = *res.PushedMessageID
 		}
 		return encode(replyResp{Status: "ok", MessageID: id}), audit, true
+	case req.Action == "credential":
+		resp, ok := s.credential(c, reg, line)
+		return resp, nil, ok
 	default:
 		s.refuse(actor, "frame", "unknown action")
 		return errorLine("bad_request", "unknown action: "+req.Action), nil, true

@@ -15,6 +15,7 @@
 #   in-container.sh units        (8) the merged units, Debian and NixOS shape: same hardening
 #   in-container.sh fedunit      (9) a federating tier's unit: one bind port, the peers only
 #   in-container.sh federation  (10) two tiers federate under the real units and Landlock
+#   in-container.sh custody     (11) a LoadCredential= secret handed to a tier's service by fd
 #
 # Payload layout (read-only at /xmsg-payload): bin/{xmsg,xmsg-probe}, systemd/ (the repo's
 # unit directory), creds/<tier>/{fed-cert,fed-key,pin}, this script, and when
@@ -613,8 +614,94 @@ federation() {
   for t in $TIERS; do systemctl stop "xmsg@$t.service"; done
 }
 
+# (8) Credential custody under the real unit: a secret delivered by LoadCredential=custody-tok
+# (root-owned 0400 source) is held by the public daemon and handed, as a sealed memfd by
+# SCM_RIGHTS, to svc:custody of that tier (a python3 script attested by its executable), and
+# through `xmsg exec` to a shell it starts, which reads it by path. Controls and refusals:
+# the tier user cannot read the source; svc:pyother (same executable, not in the policy) is
+# refused op_denied with no descriptor; the value is in no journal line, no /proc/*/environ or
+# cmdline, and not in doctor, which shows the pin.
+custody() {
+  local t=public d=/etc/systemd/system/xmsg@public.service.d py
+  py=$(readlink -f "$(command -v python3 2>/dev/null)")
+  if [ -z "$py" ] || ! "$py" -c 'import socket; socket.recv_fds' 2>/dev/null; then
+    info "no python3 >= 3.9 on the host: the custody scenario needs it as the service"; bad "custody: python3 missing"; return
+  fi
+  local value; value="custody-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+  local pin; pin="sha256:$(printf %s "$value" | sha256sum | cut -c1-16)"
+  # The searches below read the value from this file (grep -f), never from an argument: a
+  # command line holding it would be found by the /proc scan itself.
+  local vf=/run/xmsg-custody.value; printf '%s\n' "$value" > "$vf"; chmod 0600 "$vf"
+  printf %s "$value" > /etc/xmsg/$t/custody-tok; chown root:root /etc/xmsg/$t/custody-tok; chmod 0400 /etc/xmsg/$t/custody-tok
+  # After probe.conf (drop-ins apply in name order): one XMSG_SVC_EXE for every service.
+  printf '[Service]\nLoadCredential=custody-tok:/etc/xmsg/%s/custody-tok\nEnvironment=XMSG_CUSTODY=tok=svc:custody\nEnvironment=XMSG_SVC_EXE=probe=%s,custody=%s,pyother=%s\n' \
+    "$t" "$PROBE" "$py" "$py" > "$d/z-custody.conf"
+  cat > /tmp/xmsg-custody.py <<'PY'
+import json, os, socket, subprocess, sys
+name, mode = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(20)
+s.connect("/run/xmsg-public/xmsg/register.sock")
+f = s.makefile("rb")
+s.sendall(json.dumps({"harness": "svc", "name": name, "cwd": "/"}).encode() + b"\n")
+reg = json.loads(f.readline())
+if reg.get("status") != "ok":
+    print("REGISTER", reg); sys.exit(1)
+if mode == "exec":
+    env = dict(os.environ, XMSG_AGENT_SOCK="/run/xmsg-public/xmsg/agent.sock")
+    r = subprocess.run(["/usr/local/bin/xmsg", "exec", "--credential", "tok=TOK", "--", "sh", "-c", 'echo "path=$TOK"; cat "$TOK"'], env=env, capture_output=True, text=True)
+    print("EXEC rc=%d %s %s" % (r.returncode, r.stdout.replace("\n", " "), r.stderr.strip()))
+    # the service itself holds no memfd
+    fds = [os.readlink("/proc/self/fd/" + n) for n in os.listdir("/proc/self/fd") if os.path.exists("/proc/self/fd/" + n)]
+    print("SERVICE_MEMFDS", sum("memfd:" in l for l in fds))
+    sys.exit(0)
+s.sendall(b'{"action":"credential","name":"tok"}\n')
+msg, fds, _, _ = socket.recv_fds(s, 4096, 4)
+print("ANSWER", msg.decode().strip())
+print("FDS", len(fds))
+for fd in fds:
+    print("VALUE", os.read(fd, 4096).decode())
+    try:
+        os.write(os.open("/proc/self/fd/%d" % fd, os.O_RDWR), b"x"); print("WRITE ok")
+    except OSError as e:
+        print("WRITE", e.strerror)
+PY
+  chmod 0644 /tmp/xmsg-custody.py
+  systemctl daemon-reload
+  systemctl stop "xmsg@$t.service"; systemctl reset-failed "xmsg@$t.service" 2>/dev/null
+  probe_as "xmsg-$t" "xmsg-$t starts (probe own)" own --dir "/run/xmsg-$t/xmsg" >/dev/null
+  local J; J=$(journalctl -q --no-pager -o cat _PID="$(mainpid $t)")
+  grep 'custody secret loaded' <<<"$J" | sed 's/^/INFO journal: /'
+  check "the daemon holds tok from the credentials directory with pin $pin" grep -q "custody secret loaded.* secret=tok pin=$pin source=credentials-directory allow=svc:custody" <<<"$J"
+  check "/etc/xmsg/$t/custody-tok stays 0400 root:root" test "$(stat -c '%a %U %G' /etc/xmsg/$t/custody-tok)" = "400 root root"
+  check "the tier user cannot read the source" as "xmsg-$t" bash -c "! cat /etc/xmsg/$t/custody-tok 2>/dev/null"
+  check "positive control: root reads the source" test "$(cat /etc/xmsg/$t/custody-tok)" = "$value"
+
+  local out; out=$(as "xmsg-$t" "$py" /tmp/xmsg-custody.py custody fd 2>&1); info "svc:custody: $(tr '\n' ' ' <<<"$out")"
+  check "svc:custody received one descriptor and read the value" bash -c "grep -qx 'FDS 1' <<<\"\$1\" && grep -qx \"VALUE $value\" <<<\"\$1\"" _ "$out"
+  check "the answer carries the name and pin, not the value" bash -c "grep -q '\"credential\":{\"name\":\"tok\",\"pin\":\"$pin\"}' <<<\"\$1\" && ! grep '^ANSWER' <<<\"\$1\" | grep -q \"$value\"" _ "$out"
+  check "writing to the sealed memfd fails" grep -qx 'WRITE Operation not permitted' <<<"$out"
+  out=$(as "xmsg-$t" "$py" /tmp/xmsg-custody.py pyother fd 2>&1); info "svc:pyother: $(tr '\n' ' ' <<<"$out")"
+  check "svc:pyother (not in the policy) is refused op_denied, no descriptor" bash -c "grep -q '\"error\":\"op_denied\"' <<<\"\$1\" && grep -qx 'FDS 0' <<<\"\$1\"" _ "$out"
+  out=$(as "xmsg-$t" "$py" /tmp/xmsg-custody.py custody exec 2>&1); info "xmsg exec below svc:custody: $(tr '\n' ' ' <<<"$out")"
+  check "xmsg exec hands it through: the shell reads it via /proc/self/fd/3" bash -c "grep -q \"EXEC rc=0 path=/proc/self/fd/3 $value\" <<<\"\$1\"" _ "$out"
+  check "... and the service holds no memfd" grep -qx 'SERVICE_MEMFDS 0' <<<"$out"
+
+  local doc; doc=$(as "xmsg-$t" env XDG_RUNTIME_DIR=/run/xmsg-$t /usr/local/bin/xmsg doctor 2>&1)
+  grep -E 'custody:|ptrace:' <<<"$doc" | sed 's/^ */INFO doctor: /'
+  check "doctor shows tok, its pin and two hand-overs" grep -q "custody: tok pin $pin from credentials-directory, for svc:custody; handed over 2 times" <<<"$doc"
+  check "the value is not in doctor's output" bash -c "! grep -qFf $vf <<<\"\$1\"" _ "$doc"
+  check "the value is in no journal line" bash -c "! journalctl -q --no-pager -o cat | grep -qFf $vf"
+  check "the value is in no /proc/*/environ or cmdline" bash -c "! cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -aqFf $vf"
+  check "positive control: the search finds the value where it is" grep -qFf "$vf" /etc/xmsg/$t/custody-tok
+
+  rm -f "$d/z-custody.conf" /etc/xmsg/$t/custody-tok /tmp/xmsg-custody.py "$vf"
+  systemctl daemon-reload
+  systemctl stop "xmsg@$t.service"
+}
+
 case "${1:-}" in
   setup) setup || { echo "FAIL setup"; exit 1; }; exit 0 ;;
-  activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation) "$1"; finish ;;
-  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation" >&2; exit 64 ;;
+  activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation|custody) "$1"; finish ;;
+  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation|custody" >&2; exit 64 ;;
 esac

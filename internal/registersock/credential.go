@@ -1,0 +1,63 @@
+package registersock
+
+import (
+	"errors"
+	"net"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/custody"
+	"github.com/xmsg/xmsg/internal/jsonline"
+)
+
+// credential answers a registered service's `{"action":"credential","name":N}` (this daemon's
+// extension, docs/protocol.md §4.4): the secret N, if the custody policy names this service,
+// as a sealed read-only memfd passed by SCM_RIGHTS with the answer
+// `{"status":"ok","credential":{"name","pin"}}`; never the value. The answer is written here
+// (the descriptor must travel with it), so resp is nil; ok is false when it could not be.
+// Refusals are error lines with custody's codes (not_found, op_denied, unattested).
+func (s *Server) credential(c net.Conn, reg *bus.Registration, line []byte) (resp []byte, ok bool) {
+	name, err := credentialName(line)
+	if err != nil {
+		s.refuse(reg.Caller().Actor(), "credential", "bad request")
+		return errorLine("bad_request", err.Error()), true
+	}
+	p := custody.Principal{Actor: reg.Caller().Actor(), PID: reg.PID, Alive: func() bool { return s.cfg.Bus.Alive(reg) }}
+	if reg.Harness == "svc" {
+		p.Service = reg.Name
+	}
+	f, grant, err := s.cfg.Custody.Give(name, p)
+	if err != nil {
+		var ce *custody.Error
+		if errors.As(err, &ce) {
+			return errorLine(ce.Code, ce.Detail), true
+		}
+		return errorLine("internal", "credential unavailable"), true
+	}
+	defer f.Close() // the daemon's copy of the descriptor: the service has its own now
+	if err := custody.WriteFD(c, encode(credentialResp{Status: "ok", Credential: grant}), f, writeTimeout); err != nil {
+		s.cfg.Log.Debug("write abandoned", "socket", "register", "actor", p.Actor, "err", err)
+		return nil, false
+	}
+	return nil, true
+}
+
+// credentialName reads the frame's "name" (required).
+func credentialName(line []byte) (string, error) {
+	obj, err := jsonline.Decode(line)
+	if err != nil {
+		return "", errors.New(decodeError(err))
+	}
+	name, err := obj.String("name")
+	if err != nil {
+		return "", errors.New(decodeError(err))
+	}
+	if name == "" {
+		return "", errors.New("name is required")
+	}
+	return name, nil
+}
+
+type credentialResp struct {
+	Status     string        `json:"status"`
+	Credential custody.Grant `json:"credential"`
+}
