@@ -330,6 +330,7 @@ func (d *instance) serve(ctx context.Context) error {
 		Codex: codexAttester(cfg, proc, d.exe, d.files), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
 		Claude: sessions, AckDelay: testAckDelay(),
 		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks),
+		Bounds: busBounds(cfg),
 	})
 	defer b.Close()
 	doctorLines := func() []string {

@@ -155,6 +155,7 @@ func (d *leafInstance) serve(ctx context.Context) error {
 		Store: d.store, Proc: proc, Log: d.log, Fed: d.fed.bus(), Leaf: &d.id, MaxWaiters: cfg.Limits.HTTPMaxWaiters,
 		// A leaf has no Claude sessions: nothing is scanned.
 		Claude: &claude.Scanner{Proc: proc, UID: int(uid), Log: d.log},
+		Bounds: busBounds(cfg),
 	})
 	defer b.Close()
 	var pullers []*leaf.Puller

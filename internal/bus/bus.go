@@ -57,6 +57,9 @@ type Config struct {
 	// Leaf, when set, makes this bus a leaf's (docs/protocol.md §7.5): one local service, admitted
 	// on uid alone, and every HTTP send attributed to the leaf principal.
 	Leaf *LeafIdentity
+	// Bounds are the shares of what senders share: a queue's places per origin, a leaf's
+	// mailbox (queue.go).
+	Bounds Bounds
 }
 
 // Bus is the router. Safe for concurrent use.

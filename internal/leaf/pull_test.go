@@ -29,7 +29,10 @@ type fakeHub struct {
 	early      []string // hub acks that came before the local ack
 	localAcked map[string]bool
 	polls      int
+	ids        []string // of the rows, in order
 }
+
+func (h *fakeHub) rowID(i int) string { return h.ids[i] }
 
 func (h *fakeHub) Inbox(ctx context.Context, peer string, wait time.Duration) (*bus.InboxRow, error) {
 	h.mu.Lock()
@@ -60,6 +63,44 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 		h.failAcks--
 		return &bus.Error{Status: http.StatusServiceUnavailable, Code: "peer_unreachable"}
 	}
+	return h.ack(id)
+}
+
+// Pull is the batched route: a failed pull acks nothing (the acks are sent again).
+func (h *fakeHub) Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]bus.InboxRow, error) {
+	h.mu.Lock()
+	h.polls++
+	if h.failPolls > 0 || (len(ack) > 0 && h.failAcks > 0) {
+		if h.failPolls > 0 {
+			h.failPolls--
+		} else {
+			h.failAcks--
+		}
+		h.mu.Unlock()
+		return nil, &bus.Error{Status: http.StatusServiceUnavailable, Code: "peer_unreachable"}
+	}
+	for _, id := range ack {
+		h.ack(id)
+	}
+	var out []bus.InboxRow
+	for _, r := range h.rows {
+		if len(out) < max {
+			out = append(out, *r)
+		}
+	}
+	h.mu.Unlock()
+	if len(out) > 0 {
+		return out, nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(10 * time.Millisecond):
+		return nil, nil
+	}
+}
+
+func (h *fakeHub) ack(id string) error {
 	if !h.localAcked[id] {
 		h.early = append(h.early, id)
 	}
@@ -73,7 +114,15 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 	return &bus.Error{Status: http.StatusNotFound, Code: "not_found"}
 }
 
+// Both ways of pulling: batches (the default) and one row at a time (Batch 1, the
+// protocol's own routes).
 func TestPullerAcksTheHubAfterTheLocalAckAndRetries(t *testing.T) {
+	for _, batch := range []int{0, 1} {
+		t.Run(map[int]string{0: "batched", 1: "one row at a time"}[batch], func(t *testing.T) { pullerAcksAfterLocalAck(t, batch) })
+	}
+}
+
+func pullerAcksAfterLocalAck(t *testing.T, batch int) {
 	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -92,9 +141,13 @@ func TestPullerAcksTheHubAfterTheLocalAckAndRetries(t *testing.T) {
 	// A row for another target is dropped (acked) rather than blocking the mailbox.
 	hub.rows = append(hub.rows, &bus.InboxRow{ID: uuid.Must(uuid.NewV7()).String(), Body: "x", To: "svc:other"})
 	want := len(hub.rows)
+	hub.ids = nil
+	for _, r := range hub.rows {
+		hub.ids = append(hub.ids, r.ID)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	p := &Puller{Bus: b, Hub: hub, Peer: "hub", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, Batch: batch}
 	go func() { p.Run(ctx); close(done) }()
 	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
 	for _, text := range []string{"one", "two", "three"} {
@@ -127,14 +180,14 @@ func TestPullerAcksTheHubAfterTheLocalAckAndRetries(t *testing.T) {
 		t.Errorf("hub acks = %d, want %d", len(hub.acks), want)
 	}
 	// Only the undeliverable row may be acked without a local ack.
-	if len(hub.early) != 1 || hub.early[0] != hub.acks[want-1] {
+	if len(hub.early) != 1 || hub.early[0] != hub.rowID(want-1) {
 		t.Errorf("hub acked before the local ack: %v", hub.early)
 	}
 	if hub.failPolls != 0 || hub.failAcks != 0 {
 		t.Errorf("failures not retried: polls %d acks %d left", hub.failPolls, hub.failAcks)
 	}
 	// The message rows carry the hub as return host: a reply goes back there.
-	v, err := b.Message(hub.acks[0])
+	v, err := b.Message(hub.rowID(0))
 	if err != nil || v.ReturnHarness == nil || *v.ReturnHarness != "claude" || !v.PushReplies {
 		t.Errorf("message row = %+v %v", v, err)
 	}
