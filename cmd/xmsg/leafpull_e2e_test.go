@@ -406,7 +406,7 @@ func (s *pullSetup) path(t *testing.T, u ostest.User, sock, ref string, n int, e
 // drains 10,000.
 func TestLeafPullFigures(t *testing.T) {
 	s := newPullSetup(t)
-	n, paced := 2000, 200
+	n, paced := 4000, 200
 	if long() {
 		n, paced = 10000, 1000
 	}
@@ -422,10 +422,10 @@ func TestLeafPullFigures(t *testing.T) {
 	t.Logf("  hub → leaf → svc:bot:     %6.0f msg/s, send → service p50 %v p99 %v (goal ≥ %.0f msg/s: met %v)", leafRate, leafP50.Round(time.Millisecond), leafP99.Round(time.Millisecond), goal, leafRate >= goal)
 	t.Logf("paced, 100 msg/s, %d messages: local p50 %v p99 %v; through the leaf p50 %v p99 %v", paced,
 		lp50.Round(100*time.Microsecond), lp99.Round(100*time.Microsecond), fp50.Round(100*time.Microsecond), fp99.Round(100*time.Microsecond))
-	for _, l := range []string{"rate_limited"} {
-		if strings.Contains(s.leaf.stderr.String(), l) {
-			t.Errorf("the leaf logged %s:\n%s", l, s.leaf.stderr)
-		}
+	// 4,000 messages take more than 60 pulls (the peer rate's burst) of at most 50 rows: none
+	// of them may be refused for the rate.
+	if strings.Contains(s.leaf.stderr.String(), "rate_limited") {
+		t.Errorf("the leaf's pulls were rate-limited:\n%s", s.leaf.stderr)
 	}
 
 	// The flood (issue 18).
