@@ -14,8 +14,8 @@ import (
 // Leaf nodes (docs/protocol.md §7.5, §8.2-§8.4). Two sides live here, because both route and
 // store: the hub keeps a mailbox per leaf peer (bounded, Bounds) and hands its rows out in
 // batches (or one at a time, to a leaf that asks so), and the leaf puts each pulled row into
-// its one service's queue. The wire and the pull loop are
-// elsewhere (internal/fed, internal/leaf).
+// its one service's queue. The wire and the pull loop are elsewhere (internal/fed,
+// internal/leaf).
 
 // LeafIdentity is a leaf's configured principal (--leaf-principal).
 type LeafIdentity struct {
