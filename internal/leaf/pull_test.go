@@ -30,6 +30,8 @@ type fakeHub struct {
 	localAcked map[string]bool
 	polls      int
 	ids        []string // of the rows, in order
+	noPull     bool     // a hub without POST /fed/v2/inbox
+	pulls      int
 }
 
 func (h *fakeHub) rowID(i int) string { return h.ids[i] }
@@ -69,6 +71,11 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 // Pull is the batched route: a failed pull acks nothing (the acks are sent again).
 func (h *fakeHub) Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]bus.InboxRow, error) {
 	h.mu.Lock()
+	if h.noPull {
+		h.pulls++
+		h.mu.Unlock()
+		return nil, &bus.Error{Status: http.StatusNotFound, Code: "not_found", Detail: "peer hub: no route POST /fed/v2/inbox"}
+	}
 	h.polls++
 	if h.failPolls > 0 || (len(ack) > 0 && h.failAcks > 0) {
 		if h.failPolls > 0 {
@@ -114,15 +121,20 @@ func (h *fakeHub) ack(id string) error {
 	return &bus.Error{Status: http.StatusNotFound, Code: "not_found"}
 }
 
-// Both ways of pulling: batches (the default) and one row at a time (Batch 1, the
-// protocol's own routes).
+// Every way of pulling: batches (the default), one row at a time (Batch 1, the protocol's
+// own routes), and batches against a hub that does not know the batched route (it falls
+// back to one row at a time, after one try).
 func TestPullerAcksTheHubAfterTheLocalAckAndRetries(t *testing.T) {
-	for _, batch := range []int{0, 1} {
-		t.Run(map[int]string{0: "batched", 1: "one row at a time"}[batch], func(t *testing.T) { pullerAcksAfterLocalAck(t, batch) })
+	for _, c := range []struct {
+		name   string
+		batch  int
+		noPull bool
+	}{{"batched", 0, false}, {"one row at a time", 1, false}, {"hub without batches", 0, true}} {
+		t.Run(c.name, func(t *testing.T) { pullerAcksAfterLocalAck(t, c.batch, c.noPull) })
 	}
 }
 
-func pullerAcksAfterLocalAck(t *testing.T, batch int) {
+func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +146,7 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int) {
 		Leaf: &id, Claude: &claude.Scanner{Log: log}})
 	defer b.Close()
 	principal, _ := json.Marshal(map[string]string{"kind": "session", "harness": "claude", "session_id": "s1", "name": "alice"})
-	hub := &fakeHub{failPolls: 3, failAcks: 3, localAcked: map[string]bool{}}
+	hub := &fakeHub{failPolls: 3, failAcks: 3, localAcked: map[string]bool{}, noPull: noPull}
 	for _, text := range []string{"one", "two", "three"} {
 		hub.rows = append(hub.rows, &bus.InboxRow{ID: uuid.Must(uuid.NewV7()).String(), Body: text, To: "svc:bot", Principal: principal, PushReplies: true})
 	}
@@ -182,6 +194,9 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int) {
 	// Only the undeliverable row may be acked without a local ack.
 	if len(hub.early) != 1 || hub.early[0] != hub.rowID(want-1) {
 		t.Errorf("hub acked before the local ack: %v", hub.early)
+	}
+	if noPull && hub.pulls != 1 {
+		t.Errorf("a hub without batches was asked for one %d times, want once", hub.pulls)
 	}
 	if hub.failPolls != 0 || hub.failAcks != 0 {
 		t.Errorf("failures not retried: polls %d acks %d left", hub.failPolls, hub.failAcks)
