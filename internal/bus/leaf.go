@@ -156,10 +156,19 @@ func (b *Bus) DeliverPulled(p Pulled) (string, error) {
 }
 
 // WaitAcked blocks until messageID no longer waits in sessionID's queue (its service acked
-// it, or retention dropped it), or ctx ends.
+// it, or retention dropped it), or ctx ends. An ack counts once it is answered, before its
+// delete is committed (AckAfter): until then the row is still in the store, and a crash
+// delivers it again from there, so the hub may be acked at once.
 func (b *Bus) WaitAcked(ctx context.Context, sessionID, messageID string) error {
 	for {
 		ch, cancel := b.acks.subscribe(messageID)
+		b.q.mu.Lock()
+		_, acked := b.q.acked[sessionID][messageID]
+		b.q.mu.Unlock()
+		if acked {
+			cancel()
+			return nil
+		}
 		var queued bool
 		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
 			queued, err = tx.Queued(sessionID, messageID)

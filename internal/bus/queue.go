@@ -461,6 +461,12 @@ func (b *Bus) AckAfter(r *Registration, messageID string, after func(line func()
 		}
 	}
 	q.mu.Unlock()
+	if !failing && b.cfg.Leaf != nil {
+		// A leaf's puller waits for this ack to ack the hub (WaitAcked), not for its commit:
+		// the row stays in this store until the delete commits, so a crash before that
+		// delivers it again from here, as for any ack (at-least-once), and loses nothing.
+		b.acks.fire(messageID)
+	}
 	if failing {
 		// Committed before the answer, outside q.mu: a commit's rider takes q.mu when done.
 		err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.Unqueue(op.key) })
