@@ -15,6 +15,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
 // Hub is what the pull loop needs from federation (fed.Node implements it).
@@ -54,6 +55,25 @@ type Puller struct {
 	mu     sync.Mutex
 	pulled int
 	state  string
+	quiet  ratelog.Limiter // retries at the longest backoff: a line a minute (retryWarn)
+}
+
+// retryWarn logs a failed round trip that will be retried after b's delay. While the delay
+// still grows every retry is logged (a hub restarting shows its few lines); once it is at
+// its longest (a hub down, or refusing us, for a while) one line a minute per message and
+// code is, with the count of those left out since, so a leaf that cannot reach its hub for
+// hours does not fill its log with a line every 5 s.
+func (p *Puller) retryWarn(b *backoff, msg, code string, args ...any) {
+	args = append(args, "peer", p.Peer, "code", code, "retry_in", b.cur.String())
+	if b.cur >= b.max {
+		p.quiet.Every = time.Minute
+		ok, suppressed := p.quiet.Allow(msg + "\x00" + code)
+		if !ok {
+			return
+		}
+		args = append(args, "suppressed", suppressed)
+	}
+	p.Log.Warn(msg, args...)
 }
 
 func (p *Puller) set(format string, args ...any) {
@@ -131,7 +151,7 @@ func (p *Puller) Run(ctx context.Context) {
 				return
 			}
 			p.set("pull failed: %s", bus.AsError(err).Code)
-			p.Log.Warn("leaf pull failed", "peer", p.Peer, "code", bus.AsError(err).Code, "acks_pending", len(ack), "retry_in", b.cur.String())
+			p.retryWarn(&b, "leaf pull failed", bus.AsError(err).Code, "acks_pending", len(ack))
 			b.wait(ctx)
 			continue
 		}
@@ -150,7 +170,7 @@ func (p *Puller) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			p.Log.Warn("leaf delivery failed", "peer", p.Peer, "rows", len(rows), "err", err, "retry_in", b.cur.String())
+			p.retryWarn(&b, "leaf delivery failed", bus.AsError(err).Code, "rows", len(rows), "err", err)
 			b.wait(ctx)
 		}
 	}
@@ -200,7 +220,7 @@ func (p *Puller) runOne(ctx context.Context, wait time.Duration, b *backoff) {
 				return
 			}
 			p.set("poll failed: %s", bus.AsError(err).Code)
-			p.Log.Warn("leaf poll failed", "peer", p.Peer, "code", bus.AsError(err).Code, "retry_in", b.cur.String())
+			p.retryWarn(b, "leaf poll failed", bus.AsError(err).Code)
 			b.wait(ctx)
 			continue
 		}
@@ -213,7 +233,7 @@ func (p *Puller) runOne(ctx context.Context, wait time.Duration, b *backoff) {
 			if ctx.Err() != nil {
 				return
 			}
-			p.Log.Warn("leaf delivery failed", "peer", p.Peer, "message_id", row.ID, "err", err, "retry_in", b.cur.String())
+			p.retryWarn(b, "leaf delivery failed", bus.AsError(err).Code, "message_id", row.ID, "err", err)
 			b.wait(ctx)
 			continue
 		}
@@ -273,7 +293,7 @@ func (p *Puller) ackHub(ctx context.Context, id string, b *backoff) error {
 			return ctx.Err()
 		}
 		p.set("ack of %s failed: %s", id, bus.AsError(err).Code)
-		p.Log.Warn("leaf hub ack failed", "peer", p.Peer, "message_id", id, "code", bus.AsError(err).Code, "retry_in", b.cur.String())
+		p.retryWarn(b, "leaf hub ack failed", bus.AsError(err).Code, "message_id", id)
 		if !b.wait(ctx) {
 			return ctx.Err()
 		}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -207,3 +208,48 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 		t.Errorf("message row = %+v %v", v, err)
 	}
 }
+
+// A hub that stays unreachable: the leaf logs each retry while its backoff grows, then one
+// line a minute at the longest delay, not one per retry. Mutant tried: retryWarn logging
+// every retry: about 200 lines, red.
+func TestPullerRetryLogIsRateLimited(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	id, _ := ParsePrincipal("svc:bot")
+	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{},
+		Log: slog.New(slog.DiscardHandler), Leaf: &id, Claude: &claude.Scanner{Log: slog.New(slog.DiscardHandler)}})
+	defer b.Close()
+	hub := &fakeHub{failPolls: 1 << 30, localAcked: map[string]bool{}}
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) }), nil))
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", MaxBody: 65536, Log: log, MinBackoff: 100 * time.Microsecond, MaxBackoff: 400 * time.Microsecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	for i := 0; i < 5000; i++ {
+		hub.mu.Lock()
+		n := hub.polls
+		hub.mu.Unlock()
+		if n >= 200 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	lines := strings.Count(logs.String(), "leaf pull failed")
+	mu.Unlock()
+	t.Logf("%d failed pulls, %d lines logged", hub.polls, lines)
+	if lines < 2 || lines > 5 {
+		t.Errorf("%d lines for %d failed pulls, want the growing retries and one at the longest delay:\n%s", lines, hub.polls, logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
