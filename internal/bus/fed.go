@@ -238,8 +238,7 @@ func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
 	})
 	if errors.Is(err, store.ErrMailboxFull) {
 		// Answered like a full service queue: the leaf is behind, the sender may retry.
-		return Delivery{}, errorf(http.StatusServiceUnavailable, "service_unavailable",
-			"mailbox of leaf '%s' is full (%d messages or %d bytes)", peer, maxN, maxBytes)
+		return Delivery{}, mailboxFull(peer, maxN, maxBytes)
 	}
 	if err != nil {
 		return Delivery{}, err

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/envelope"
@@ -361,4 +363,16 @@ func pulledRecord(p Pulled, session string, now int64) (store.Message, store.Pen
 	pending := store.Pending{ID: p.ID, SessionID: session, CreatedAt: now, FromName: p.FromName, Bytes: len(p.Body),
 		Text: p.Body, Envelope: envelope.Plain(p.FromName, p.ID, p.Body), Origin: fedOrigin(p.Peer, p.Badge)}
 	return msg, pending
+}
+
+// mailboxFull is the refusal of a send to a leaf whose mailbox holds its bound.
+func mailboxFull(peer string, maxN, maxBytes int) *Error {
+	var bounds []string
+	if maxN > 0 {
+		bounds = append(bounds, fmt.Sprintf("%d messages", maxN))
+	}
+	if maxBytes > 0 {
+		bounds = append(bounds, fmt.Sprintf("%d bytes", maxBytes))
+	}
+	return errorf(http.StatusServiceUnavailable, "service_unavailable", "mailbox of leaf '%s' is full (%s)", peer, strings.Join(bounds, " or "))
 }

@@ -204,9 +204,6 @@ func orDefault(v, def int) int {
 
 func (b Bounds) queueShare() int { return orDefault(b.QueueShare, DefaultQueueShare) }
 
-// QueueShareOf is the effective per-origin share (doctor, tests).
-func (b Bounds) QueueShareOf() int { return b.queueShare() }
-
 func (b Bounds) mailbox() (n, bytes int) {
 	return orDefault(b.MailboxMax, DefaultMailboxMax), orDefault(b.MailboxMaxBytes, DefaultMailboxMaxBytes)
 }
