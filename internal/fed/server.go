@@ -22,11 +22,12 @@ import (
 // Server is the federation listener with its /fed/v2 routes (docs/protocol.md §8.3). Only those
 // routes exist on it: no /healthz, no /v1.
 type Server struct {
-	n     *Node
-	bus   *bus.Bus
-	l     *listener
-	srv   *http.Server
-	pulls pulls // leaf.go
+	n   *Node
+	bus *bus.Bus
+	l   *listener
+	srv *http.Server
+	// pulls is what the inbox routes remember per leaf (leaf.go).
+	pulls pulls
 }
 
 type connKey struct{}
