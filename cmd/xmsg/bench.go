@@ -28,6 +28,10 @@ paths --svc (a service whose trusted executable is this xmsg); the growth paths 
 The baselines are measured in $TMPDIR: point it at the daemon's filesystem to compare like
 with like. Daemon CPU per operation is reported only for a daemon of its own.
 
+With --leaf it measures the leaf path instead: a hub and a leaf daemon of its own (pinned mTLS
+on loopback, default limits), senders on the hub's http.sock, one service draining on the
+leaf's register socket, against the same service draining on the hub in the same run.
+
 flags:
 `
 
@@ -47,6 +51,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.Stale, "stale", 10000, "stale session files for the growth path")
 	fs.IntVar(&o.Runs, "runs", 3, "runs (figures are medians with the range over the runs)")
 	fs.IntVar(&o.Size, "size", 200, "message text bytes")
+	leafPath := fs.Bool("leaf", false, "measure hub -> leaf -> service (two daemons of its own) instead")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	if err := fs.Parse(args); err != nil {
@@ -70,7 +75,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	signal.Notify(interrupt, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(interrupt)
 	o.Interrupt = interrupt
-	res, err := bench.RunBench(o)
+	run := bench.RunBench
+	if *leafPath {
+		run = bench.RunLeaf
+	}
+	res, err := run(o)
 	if err != nil {
 		return err
 	}

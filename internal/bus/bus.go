@@ -65,6 +65,9 @@ type Config struct {
 	// Now is the clock every record's time and every TTL is read from; nil means time.Now.
 	// Tests pass their own, so that no test sleeps for a TTL to pass.
 	Now func() time.Time
+	// Bounds are the shares of what senders share: a queue's places per origin, a leaf's
+	// mailbox (queue.go).
+	Bounds Bounds
 }
 
 // Builtin are xmsg's harnesses, in listing order.

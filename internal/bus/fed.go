@@ -219,6 +219,7 @@ func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
 	mail := store.MailboxEntry{ID: msg.ID, Peer: peer, TargetRef: target, CreatedAt: now, FromName: s.FromName, Bytes: s.Bytes, Body: s.Text,
 		Envelope: env, Origin: origin}
 	d := Delivery{SessionID: target, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: "queued"}
+	maxN, maxBytes := b.cfg.Bounds.mailbox()
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		if err := tx.PutMessage(msg); err != nil {
 			return err
@@ -226,7 +227,7 @@ func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
 		if err := tx.PutOutbound(out); err != nil {
 			return err
 		}
-		if err := tx.PutMailbox(mail); err != nil {
+		if err := tx.PutMailboxMax(mail, maxN, maxBytes); err != nil {
 			return err
 		}
 		if s.Key == "" {
@@ -235,6 +236,10 @@ func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
 		return tx.PutIdem(store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
 			SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: now})
 	})
+	if errors.Is(err, store.ErrMailboxFull) {
+		// Answered like a full service queue: the leaf is behind, the sender may retry.
+		return Delivery{}, mailboxFull(peer, maxN, maxBytes)
+	}
 	if err != nil {
 		return Delivery{}, err
 	}
@@ -446,7 +451,9 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 	msg.Outcome = "delivered"
 	var pending *store.Pending
 	if h.Delivery() == harness.Queue {
-		pending = &store.Pending{ID: m.ID, SessionID: t.SessionID, CreatedAt: now, FromName: m.FromName, Bytes: len(m.Body),
+		// The peer is the origin whose share of the queue this row takes (Bounds.QueueShare),
+		// whatever principal it names.
+		pending = &store.Pending{ID: m.ID, Share: "fed:" + m.Peer, SessionID: t.SessionID, CreatedAt: now, FromName: m.FromName, Bytes: len(m.Body),
 			Text: m.Body, Envelope: h.Envelope(m.FromName, envelope.ClaudeBody(m.Body, m.ID), envelope.Plain(m.FromName, m.ID, m.Body))}
 		if h.Origin() {
 			pending.Origin = fedOrigin(m.Peer, m.Badge)
@@ -454,12 +461,15 @@ func (b *Bus) DeliverFed(ctx context.Context, m FedMessage) (d Delivery, err err
 	}
 	err = b.cfg.Store.Update(func(tx *store.Tx) error {
 		if pending != nil {
-			if err := tx.Enqueue(*pending); err != nil {
+			if _, err := tx.EnqueueShare(*pending, store.MaxQueue, b.cfg.Bounds.queueShare()); err != nil {
 				return err
 			}
 		}
 		return tx.PutMessage(msg)
 	})
+	if errors.Is(err, store.ErrShareFull) {
+		return Delivery{}, shareFull(t.Harness, b.cfg.Bounds.queueShare())
+	}
 	if errors.Is(err, store.ErrQueueFull) {
 		return Delivery{}, errorf("service_unavailable", "%s session message queue is full", t.Harness)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/envelope"
@@ -12,9 +14,10 @@ import (
 )
 
 // Leaf nodes (docs/protocol.md §7.5, §8.2-§8.4). Two sides live here, because both route and
-// store: the hub keeps a mailbox per leaf peer and hands its rows out one at a time, and the
-// leaf puts each pulled row into its one service's queue. The wire and the pull loop are
-// elsewhere (internal/fed, internal/leaf).
+// store: the hub keeps a mailbox per leaf peer (bounded, Bounds) and hands its rows out in
+// batches (or one at a time, to a leaf that asks so), and the leaf puts each pulled row into
+// its one service's queue. The wire and the pull loop are elsewhere (internal/fed,
+// internal/leaf).
 
 // LeafIdentity is a leaf's configured principal (--leaf-principal).
 type LeafIdentity struct {
@@ -150,54 +153,24 @@ var ErrNotLeaf = errors.New("bus: not a leaf")
 // row out again, and the service has already acknowledged it; a row still queued is
 // delivered by the queue itself. It returns the local session id to wait on.
 func (b *Bus) DeliverPulled(p Pulled) (string, error) {
-	if b.cfg.Leaf == nil {
-		return "", ErrNotLeaf
-	}
-	session := "svc:" + b.cfg.Leaf.Service
-	now := b.nowUnix()
-	msg := store.Message{ID: p.ID, CreatedAt: now, SessionID: session, FromName: p.FromName, Bytes: len(p.Body), Outcome: "delivered",
-		RecipientHarness: svc.Name, ReturnHost: p.Peer, ThreadID: p.ThreadID}
-	if msg.ThreadID == "" {
-		msg.ThreadID = p.ID
-	}
-	if p.Return != nil {
-		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = p.Return.Harness, p.Return.SessionID, p.PushReplies
-	}
-	pending := store.Pending{ID: p.ID, SessionID: session, CreatedAt: now, FromName: p.FromName, Bytes: len(p.Body),
-		Text: p.Body, Envelope: envelope.Plain(p.FromName, p.ID, p.Body), Origin: fedOrigin(p.Peer, p.Badge)}
-	queued := false
-	err := b.cfg.Store.Update(func(tx *store.Tx) error {
-		queued = false
-		if _, found, err := tx.Message(p.ID); err != nil || found {
-			return err
-		}
-		if err := tx.Enqueue(pending); err != nil {
-			return err
-		}
-		queued = true
-		return tx.PutMessage(msg)
-	})
-	if errors.Is(err, store.ErrQueueFull) {
-		return "", errorf("service_unavailable", "svc session message queue is full")
-	}
-	if err != nil {
-		return "", err
-	}
-	if queued {
-		b.uncounted(session)
-	}
-	if queued {
-		b.audit("leaf", "fed:"+p.Peer, "pull", session, p.ID, nil)
-		b.queues.fire(session)
-	}
-	return session, nil
+	session, _, err := b.DeliverPulledBatch([]Pulled{p})
+	return session, err
 }
 
 // WaitAcked blocks until messageID no longer waits in sessionID's queue (its service acked
-// it, or retention dropped it), or ctx ends.
+// it, or retention dropped it), or ctx ends. An ack counts once it is answered, before its
+// delete is committed (AckAfter): until then the row is still in the store, and a crash
+// delivers it again from there, so the hub may be acked at once.
 func (b *Bus) WaitAcked(ctx context.Context, sessionID, messageID string) error {
 	for {
 		ch, cancel := b.acks.subscribe(messageID)
+		b.q.mu.Lock()
+		_, acked := b.q.acked[sessionID][messageID]
+		b.q.mu.Unlock()
+		if acked {
+			cancel()
+			return nil
+		}
 		var queued bool
 		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
 			queued, err = tx.Queued(sessionID, messageID)
@@ -247,4 +220,159 @@ func (b *Bus) toLeaf(id string) bool {
 	}
 	leaf, _ := b.cfg.Fed.Leaf(out.Peer, out.TargetRef)
 	return leaf
+}
+
+// LeafInboxBatch is LeafInbox for a batch (docs/protocol.md §8.3, this daemon's extension):
+// the oldest mail of leaf peer, at most maxN rows and, past the first, maxBytes of stored
+// rows, waiting up to wait (at most MaxWait) for one; nil when none came.
+func (b *Bus) LeafInboxBatch(ctx context.Context, peer string, wait time.Duration, maxN, maxBytes int) ([]store.MailboxEntry, error) {
+	if wait > MaxWait {
+		wait = MaxWait
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		ch, cancel := b.queues.subscribe(leafKey(peer))
+		var rows []store.MailboxEntry
+		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+			rows, err = tx.MailboxBatch(peer, maxN, maxBytes)
+			return err
+		})
+		if err != nil || len(rows) > 0 || wait <= 0 {
+			cancel()
+			return rows, err
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		}
+		select {
+		case <-ch:
+			cancel()
+		case <-timer.C:
+			cancel()
+			return nil, nil
+		case <-ctx.Done():
+			cancel()
+			return nil, nil
+		}
+	}
+}
+
+// LeafAckBatch deletes the mail ids from leaf peer's mailbox in one commit and marks each
+// delivered, as LeafAck does one; ids not there (acked before) are skipped. It returns how
+// many it removed.
+func (b *Bus) LeafAckBatch(peer string, ids []string) (int, error) {
+	var acked []string
+	err := b.cfg.Store.Update(func(tx *store.Tx) error {
+		acked = acked[:0]
+		for _, id := range ids {
+			ok, err := tx.AckMailbox(peer, id)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if err := markDelivered(tx, peer, id); err != nil {
+				return err
+			}
+			acked = append(acked, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range acked {
+		b.cfg.Log.Info("accepted", "socket", "fed", "actor", "fed:"+peer, "request", "inbox_ack", "message_id", id)
+	}
+	return len(acked), nil
+}
+
+// DeliverPulledBatch is DeliverPulled for rows pulled together, in one commit: it records
+// and queues them in order until the service's queue (or the hub's share of it) is full.
+// It returns how many of ps, from the first, are recorded (those now wait in the queue, or
+// were acknowledged before); the rest are not, and come again with the next pull. When
+// not even the first fits, the error is the full queue's 503.
+func (b *Bus) DeliverPulledBatch(ps []Pulled) (session string, n int, err error) {
+	if b.cfg.Leaf == nil {
+		return "", 0, ErrNotLeaf
+	}
+	session = "svc:" + b.cfg.Leaf.Service
+	share := b.cfg.Bounds.queueShare()
+	var queued []string
+	full := false
+	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+		now := b.nowUnix()
+		n, queued, full = 0, queued[:0], false
+		for _, p := range ps {
+			if _, found, err := tx.Message(p.ID); err != nil {
+				return err
+			} else if found {
+				n++ // recorded before (a redelivery): the queue, or an ack, has it
+				continue
+			}
+			msg, pending := pulledRecord(p, session, now)
+			// The hub is the origin whose share this row takes: with several hubs, one of
+			// them cannot fill the service's queue for the others.
+			pending.Share = "fed:" + p.Peer
+			if _, err := tx.EnqueueShare(pending, store.MaxQueue, share); errors.Is(err, store.ErrQueueFull) {
+				full = true
+				return nil // what came before is committed; the rest waits on the hub
+			} else if err != nil {
+				return err
+			}
+			if err := tx.PutMessage(msg); err != nil {
+				return err
+			}
+			queued = append(queued, p.ID)
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return "", 0, err
+	}
+	if len(queued) > 0 {
+		b.uncounted(session)
+		for _, id := range queued {
+			b.audit("leaf", "fed:"+ps[0].Peer, "pull", session, id, nil)
+		}
+		b.queues.fire(session)
+	}
+	if n == 0 && full {
+		return "", 0, errorf("service_unavailable", "svc session message queue is full")
+	}
+	return session, n, nil
+}
+
+// pulledRecord is the message row and queue entry of a pulled message.
+func pulledRecord(p Pulled, session string, now int64) (store.Message, store.Pending) {
+	msg := store.Message{ID: p.ID, CreatedAt: now, SessionID: session, FromName: p.FromName, Bytes: len(p.Body), Outcome: "delivered",
+		RecipientHarness: svc.Name, ReturnHost: p.Peer, ThreadID: p.ThreadID}
+	if msg.ThreadID == "" {
+		msg.ThreadID = p.ID
+	}
+	if p.Return != nil {
+		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = p.Return.Harness, p.Return.SessionID, p.PushReplies
+	}
+	pending := store.Pending{ID: p.ID, SessionID: session, CreatedAt: now, FromName: p.FromName, Bytes: len(p.Body),
+		Text: p.Body, Envelope: envelope.Plain(p.FromName, p.ID, p.Body), Origin: fedOrigin(p.Peer, p.Badge)}
+	return msg, pending
+}
+
+// mailboxFull is the refusal of a send to a leaf whose mailbox holds its bound.
+func mailboxFull(peer string, maxN, maxBytes int) *Error {
+	var bounds []string
+	if maxN > 0 {
+		bounds = append(bounds, fmt.Sprintf("%d messages", maxN))
+	}
+	if maxBytes > 0 {
+		bounds = append(bounds, fmt.Sprintf("%d bytes", maxBytes))
+	}
+	return errorf("service_unavailable", "mailbox of leaf '%s' is full (%s)", peer, strings.Join(bounds, " or "))
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -159,13 +160,81 @@ func (b *Bus) reserve(session string) (*queueSlot, error) {
 	return &queueSlot{b: b, session: session, sq: sq}, nil
 }
 
-// enqueue writes p in tx (under the store's own bound, MaxStored, as a backstop) and
-// remembers its key. It runs inside a transaction's function, which may run more than once:
-// the last run is the one committed.
+// enqueue writes p in tx (under the store's own bound, MaxStored, as a backstop, and the
+// origin's share of the queue) and remembers its key. It runs inside a transaction's
+// function, which may run more than once: the last run is the one committed.
 func (s *queueSlot) enqueue(tx *store.Tx, p store.Pending) error {
-	key, err := tx.EnqueueKey(p, store.MaxStored)
+	if p.Share == "" {
+		p.Share = shareOf(p.Origin)
+	}
+	key, err := tx.EnqueueShare(p, store.MaxStored, s.b.cfg.Bounds.queueShare())
 	s.key, s.p = key, &p
 	return err
+}
+
+// Bounds are the limits on what one sender may take of what others share (issue 18).
+type Bounds struct {
+	// QueueShare is how many places of one queue (store.MaxQueue) one origin may hold: a
+	// federation peer (whatever principals it names) or an attested local session (shareOf).
+	// 0 = DefaultQueueShare; < 0 = no bound but the queue's.
+	QueueShare int
+	// MailboxMax and MailboxMaxBytes bound one leaf's mailbox on a hub, in messages and in
+	// stored bytes. 0 = the defaults; < 0 = no bound.
+	MailboxMax, MailboxMaxBytes int
+}
+
+// The defaults of Bounds (internal/limits): half a queue per origin, so that a second sender
+// always finds room; a mailbox of 1,000 messages or 16 MiB, which a leaf drains in seconds.
+const (
+	DefaultQueueShare      = limits.QueueMaxPerOrigin
+	DefaultMailboxMax      = limits.LeafMailboxMax
+	DefaultMailboxMaxBytes = limits.LeafMailboxMaxBytes
+)
+
+func orDefault(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0 // the store's "no bound"
+	}
+	return v
+}
+
+func (b Bounds) queueShare() int { return orDefault(b.QueueShare, DefaultQueueShare) }
+
+func (b Bounds) mailbox() (n, bytes int) {
+	return orDefault(b.MailboxMax, DefaultMailboxMax), orDefault(b.MailboxMaxBytes, DefaultMailboxMaxBytes)
+}
+
+// shareOf names the origin a queued row counts against, from the origin the bus recorded
+// for it (docs/protocol.md §7.3): a federation peer by its name (the principals it names are
+// its own to choose), a local session by its attested id. Anonymous senders on http.sock
+// (the owner's own processes, under names of their choosing) and rows without an origin
+// count against no share, only the queue's bound.
+func shareOf(origin json.RawMessage) string {
+	if len(origin) == 0 {
+		return ""
+	}
+	var o struct{ Kind, Host, Harness, SessionID string }
+	if json.Unmarshal(origin, &o) != nil {
+		return ""
+	}
+	switch o.Kind {
+	case "fed":
+		return "fed:" + o.Host
+	case "local":
+		if o.SessionID != "" {
+			return "local:" + o.Harness + ":" + o.SessionID
+		}
+	}
+	return ""
+}
+
+// shareFull is the refusal of a row whose origin holds its share of the queue: a full queue,
+// as far as that sender can tell, said so.
+func shareFull(harness string, share int) *Error {
+	return errorf("service_unavailable", "%s session message queue is full for this sender (%d of %d places per sender)", harness, share, store.MaxQueue)
 }
 
 // committed settles s after its write was committed: the row joins the queue in memory (in
@@ -388,6 +457,12 @@ func (b *Bus) AckAfter(r *Registration, messageID string, after func(line func()
 		}
 	}
 	q.mu.Unlock()
+	if !failing && b.cfg.Leaf != nil {
+		// A leaf's puller waits for this ack to ack the hub (WaitAcked), not for its commit:
+		// the row stays in this store until the delete commits, so a crash before that
+		// delivers it again from here, as for any ack (at-least-once), and loses nothing.
+		b.acks.fire(messageID)
+	}
 	if failing {
 		// Committed before the answer, outside q.mu: a commit's rider takes q.mu when done.
 		err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.Unqueue(op.key) })

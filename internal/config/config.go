@@ -53,6 +53,8 @@ type Config struct {
 	// Custody are the secrets the daemon holds and who may receive each (custody.go).
 	Custody               []custody.Secret
 	CustodyReloadInterval time.Duration // 0 = no reload but on SIGHUP
+	// Shares of what senders share (internal/limits): 0 = no bound.
+	QueueMaxPerOrigin, LeafMailboxMax, LeafMailboxMaxBytes int
 }
 
 // Limits are the fairness bounds of the sockets (docs/design.md §3): how many connections
@@ -201,6 +203,12 @@ var options = []option{
 		set: integer("fed-rate-peer", 1, func(c *Config) *int { return &c.FedRatePeer })},
 	{name: "fed-rate-principal", env: "XMSG_FED_RATE_PRINCIPAL", def: "20", usage: "federation requests per minute per (peer, sender principal) (token bucket, burst the same)",
 		set: integer("fed-rate-principal", 1, func(c *Config) *int { return &c.FedRatePrincipal })},
+	{name: "queue-max-per-origin", env: "XMSG_QUEUE_MAX_PER_ORIGIN", def: strconv.Itoa(limits.QueueMaxPerOrigin), usage: "places of one queue (of 100) one origin may hold: a federation peer or an attested local session; 0 = no bound but the queue's",
+		set: integer("queue-max-per-origin", 0, func(c *Config) *int { return &c.QueueMaxPerOrigin })},
+	{name: "leaf-mailbox-max", env: "XMSG_LEAF_MAILBOX_MAX", def: strconv.Itoa(limits.LeafMailboxMax), usage: "messages one leaf's mailbox on this hub may hold; 0 = no bound",
+		set: integer("leaf-mailbox-max", 0, func(c *Config) *int { return &c.LeafMailboxMax })},
+	{name: "leaf-mailbox-max-bytes", env: "XMSG_LEAF_MAILBOX_MAX_BYTES", def: strconv.Itoa(limits.LeafMailboxMaxBytes), usage: "stored bytes one leaf's mailbox on this hub may hold; 0 = no bound",
+		set: integer("leaf-mailbox-max-bytes", 0, func(c *Config) *int { return &c.LeafMailboxMaxBytes })},
 	{name: "agent-max-line", env: "XMSG_AGENT_MAX_LINE", def: strconv.Itoa(limits.AgentMaxLine), usage: "agent.sock maximum line length in bytes",
 		set: integer("agent-max-line", 1024, func(c *Config) *int { return &c.AgentMaxLine })},
 	{name: "agent-max-conns", env: "XMSG_AGENT_MAX_CONNS", def: strconv.Itoa(limits.AgentMaxConns), usage: "agent.sock connections served at once, counted once attested to a session",

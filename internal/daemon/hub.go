@@ -221,6 +221,7 @@ func (d *Daemon) buildServers() error {
 		Codex: codexAttester(cfg, proc, d.exe, d.files), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
 		Claude: sessions, AckDelay: d.c.AckDelay,
 		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks),
+		Bounds: busBounds(cfg),
 	})
 	d.bus = b
 	d.onClose(func() error { b.Close(); return nil })

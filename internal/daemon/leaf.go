@@ -166,6 +166,7 @@ func (l *leafMode) buildServers() error {
 		Store: d.store, Proc: proc, Log: d.log, Fed: d.fed.bus(), Leaf: &l.id, MaxWaiters: cfg.Limits.HTTPMaxWaiters,
 		// A leaf has no Claude sessions: nothing is scanned.
 		Claude: &claude.Scanner{Proc: proc, UID: int(uid), Log: d.log},
+		Bounds: busBounds(cfg),
 	})
 	d.bus = b
 	d.onClose(func() error { b.Close(); return nil })

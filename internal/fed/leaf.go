@@ -1,22 +1,230 @@
 package fed
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/bus"
 )
 
-// The leaf's side of docs/protocol.md §7.5: Inbox and AckInbox are the client of the hub's
-// GET /fed/v2/inbox and POST /fed/v2/inbox/{id}/ack (server.go), and Hubs names the peers a
-// leaf pulls from.
+// Both sides of a leaf's mailbox (docs/protocol.md §7.5, §8.3). The hub serves GET
+// /fed/v2/inbox and POST /fed/v2/inbox/{id}/ack (one row at a time, as the protocol has them)
+// and, this daemon's extension, POST /fed/v2/inbox: one request acks what the leaf delivered
+// and pulls the next batch. The leaf's client of all three is here too, and Hubs names the
+// peers a leaf pulls from.
+//
+// The inbox routes are not held to the peer's send rate (a busy leaf would get a message a
+// second): a request that moves mail (acks a row, or pulls after an ack) is free, so the
+// path is bounded by the mailbox, which senders fill under their own rate limits and the
+// mailbox's bounds. Only requests that move nothing (a poll with no ack since the last one, an
+// ack of nothing) spend the `inbox:<peer>` / `inbox-ack:<peer>` buckets.
 
 // InboxAckTimeout is the budget of one inbox ack (§5.6).
 const InboxAckTimeout = 10 * time.Second
+
+// Batch bounds of POST /fed/v2/inbox on the hub: what a leaf asks for is cut to these.
+const (
+	MaxInboxBatch      = 256     // rows per pull, and ids per ack
+	MaxInboxBatchBytes = 1 << 20 // stored bytes of the rows of one pull, past the first
+)
+
+// pulls remembers, per leaf, whether it acked a row since its last poll: such a poll is
+// progress, not a retry, and spends no rate token. Its size is the number of leaves that
+// ever pulled, each a configured peer.
+type pulls struct {
+	mu    sync.Mutex
+	acked map[string]bool
+}
+
+func (p *pulls) ack(peer string) {
+	p.mu.Lock()
+	if p.acked == nil {
+		p.acked = map[string]bool{}
+	}
+	p.acked[peer] = true
+	p.mu.Unlock()
+}
+
+// poll reports whether peer acked since its last poll, and starts a new round.
+func (p *pulls) poll(peer string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ok := p.acked[peer]
+	delete(p.acked, peer)
+	return ok
+}
+
+func (s *Server) leafRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /fed/v2/inbox", s.inbox)
+	mux.HandleFunc("POST /fed/v2/inbox", s.inboxPull)
+	mux.HandleFunc("POST /fed/v2/inbox/{id}/ack", s.inboxAck)
+}
+
+// leaf authenticates a leaf peer for its inbox routes.
+func (s *Server) leaf(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
+	p, ok := s.peer(w, r)
+	if !ok {
+		return nil, false
+	}
+	if !p.Leaf {
+		writeError(w, apiError("op_denied", "peer is not a leaf"))
+		return nil, false
+	}
+	return p, true
+}
+
+// idle spends a token of bucket for a request of peer that moved no mail; false (answered
+// 429) when none is left.
+func (s *Server) idle(w http.ResponseWriter, bucket, peer string) bool {
+	if !s.rate(bucket + peer) {
+		writeError(w, rateLimited())
+		return false
+	}
+	return true
+}
+
+func waitParam(v string) (time.Duration, bool) {
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return time.Duration(min(n, 60)) * time.Second, true
+}
+
+// inbox is GET /fed/v2/inbox?wait=N: a leaf pulls the oldest mail queued for it, which
+// stays until acked. Mailboxes are per peer: a leaf sees its own only.
+func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.leaf(w, r)
+	if !ok {
+		return
+	}
+	if !s.pulls.poll(p.Name) && !s.idle(w, "inbox:", p.Name) {
+		return
+	}
+	wait, ok := waitParam(r.URL.Query().Get("wait"))
+	if !ok {
+		writeError(w, apiError("bad_request", "wait must be a non-negative integer (seconds)"))
+		return
+	}
+	e, err := s.bus.LeafInbox(r.Context(), p.Name, wait)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if e == nil {
+		writeJSON(w, http.StatusOK, nil)
+		return
+	}
+	// §8.3's fields (id, origin, body, to) and, from the kept envelope, what the leaf needs to
+	// record the sender as its copy's return address (bus.InboxRow).
+	writeJSON(w, http.StatusOK, bus.InboxRowOf(*e))
+}
+
+// inboxAck is POST /fed/v2/inbox/{id}/ack.
+func (s *Server) inboxAck(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.leaf(w, r)
+	if !ok {
+		return
+	}
+	err := s.bus.LeafAck(p.Name, r.PathValue("id"))
+	if err == nil {
+		s.pulls.ack(p.Name)
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return
+	}
+	if bus.AsError(err).Code == "not_found" && !s.idle(w, "inbox-ack:", p.Name) {
+		return
+	}
+	writeError(w, err)
+}
+
+// PullRequest is the body of POST /fed/v2/inbox: the ids the leaf delivered since its last
+// pull (its service acked them), and the next batch it wants.
+type PullRequest struct {
+	Ack      []string `json:"ack"`
+	Max      int      `json:"max"`       // rows, 1..MaxInboxBatch
+	MaxBytes int      `json:"max_bytes"` // 0 = MaxInboxBatchBytes
+	Wait     int      `json:"wait"`      // seconds, 0..60
+}
+
+// PullAnswer is its answer: how many of the ids were removed (the others were gone
+// already), and the batch.
+type PullAnswer struct {
+	Acked int            `json:"acked"`
+	Rows  []bus.InboxRow `json:"rows"`
+}
+
+// inboxPull is POST /fed/v2/inbox: ack, then pull. The acks commit before the batch is read,
+// so the batch never holds what was just acked; an answer lost on the way is no loss (the
+// acks are done, the rows come again).
+func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.leaf(w, r)
+	if !ok {
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req PullRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, apiError("bad_request", "pull request: %v", err))
+		return
+	}
+	if req.Max < 1 || len(req.Ack) > MaxInboxBatch || req.MaxBytes < 0 || req.Wait < 0 {
+		writeError(w, apiError("bad_request", "max must be >= 1, ack at most %d ids, max_bytes and wait >= 0", MaxInboxBatch))
+		return
+	}
+	for _, id := range req.Ack {
+		if !validRef(id) {
+			writeError(w, apiError("bad_request", "ack ids must be UUIDs"))
+			return
+		}
+	}
+	var ans PullAnswer
+	if len(req.Ack) > 0 {
+		n, err := s.bus.LeafAckBatch(p.Name, req.Ack)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		ans.Acked = n
+		if n > 0 {
+			s.pulls.ack(p.Name)
+		}
+	}
+	if !s.pulls.poll(p.Name) && !s.idle(w, "inbox:", p.Name) {
+		return
+	}
+	maxBytes := MaxInboxBatchBytes
+	if req.MaxBytes > 0 {
+		maxBytes = min(req.MaxBytes, maxBytes)
+	}
+	rows, err := s.bus.LeafInboxBatch(r.Context(), p.Name, time.Duration(min(req.Wait, 60))*time.Second, min(req.Max, MaxInboxBatch), maxBytes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ans.Rows = make([]bus.InboxRow, 0, len(rows))
+	for _, e := range rows {
+		ans.Rows = append(ans.Rows, *bus.InboxRowOf(e))
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
 
 // Hubs returns the peers a leaf pulls from: every peer that is not itself a leaf.
 func (n *Node) Hubs() []string {
@@ -47,6 +255,24 @@ func (n *Node) AckInbox(ctx context.Context, peer, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, InboxAckTimeout)
 	defer cancel()
 	return n.call(ctx, peer, http.MethodPost, "/fed/v2/inbox/"+url.PathEscape(id)+"/ack", struct{}{}, nil, id)
+}
+
+// Pull acks ids and pulls the next batch of our mailbox on peer with one POST /fed/v2/inbox
+// (budget wait + 10 s). It returns the rows (none when the wait ran out).
+func (n *Node) Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]bus.InboxRow, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait+InboxAckTimeout)
+	defer cancel()
+	if ack == nil {
+		ack = []string{}
+	}
+	var ans PullAnswer
+	// Safe to send again on a kept-alive connection the hub closed meanwhile: acks are
+	// idempotent and the rows stay until acked.
+	if err := n.call(ctx, peer, http.MethodPost, "/fed/v2/inbox",
+		PullRequest{Ack: ack, Max: max, MaxBytes: maxBytes, Wait: int(wait / time.Second)}, &ans, uuid.NewString()); err != nil {
+		return nil, err
+	}
+	return ans.Rows, nil
 }
 
 // NamedHubs returns the hubs whose address names a host instead of an IP: reaching them needs

@@ -27,6 +27,8 @@ type Server struct {
 	bus *bus.Bus
 	l   *listener
 	srv *http.Server
+	// pulls is what the inbox routes remember per leaf (leaf.go).
+	pulls pulls
 }
 
 type connKey struct{}
@@ -39,8 +41,7 @@ func (n *Node) NewServer(inner net.Listener, b *bus.Bus) *Server {
 	mux.HandleFunc("POST /fed/v2/replies", s.replies)
 	mux.HandleFunc("GET /fed/v2/messages/{id}/replies", s.poll)
 	mux.HandleFunc("GET /fed/v2/sessions", s.sessions)
-	mux.HandleFunc("GET /fed/v2/inbox", s.inbox)
-	mux.HandleFunc("POST /fed/v2/inbox/{id}/ack", s.inboxAck)
+	s.leafRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &bus.Error{Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
 	})
@@ -496,65 +497,4 @@ func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
 		out = append(out, wireSession{Name: v.Name, SessionID: v.SessionID, Harness: v.Harness, Kind: v.Kind, Status: v.Status})
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// leaf authenticates a leaf peer for its inbox routes; bucket names its rate bucket. The
-// poll has §8.3's `inbox:<peer>`; the ack its own `inbox-ack:<peer>`, so that a busy leaf,
-// which spends one of each per message, is not held to half the peer rate.
-func (s *Server) leaf(w http.ResponseWriter, r *http.Request, bucket string) (*Peer, bool) {
-	p, ok := s.peer(w, r)
-	if !ok {
-		return nil, false
-	}
-	if !p.Leaf {
-		writeError(w, apiError("op_denied", "peer is not a leaf"))
-		return nil, false
-	}
-	if !s.rate(bucket + p.Name) {
-		writeError(w, rateLimited())
-		return nil, false
-	}
-	return p, true
-}
-
-// inbox is GET /fed/v2/inbox?wait=N: a leaf pulls the oldest mail queued for it, which
-// stays until acked. Mailboxes are per peer: a leaf sees its own only.
-func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.leaf(w, r, "inbox:")
-	if !ok {
-		return
-	}
-	wait := 0
-	if v := r.URL.Query().Get("wait"); v != "" {
-		var err error
-		if wait, err = strconv.Atoi(v); err != nil || wait < 0 {
-			writeError(w, apiError("bad_request", "wait must be a non-negative integer (seconds)"))
-			return
-		}
-	}
-	e, err := s.bus.LeafInbox(r.Context(), p.Name, time.Duration(min(wait, 60))*time.Second)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if e == nil {
-		writeJSON(w, http.StatusOK, nil)
-		return
-	}
-	// §8.3's fields (id, origin, body, to) and, from the kept envelope, what the leaf needs to
-	// record the sender as its copy's return address (bus.InboxRow).
-	writeJSON(w, http.StatusOK, bus.InboxRowOf(*e))
-}
-
-// inboxAck is POST /fed/v2/inbox/{id}/ack.
-func (s *Server) inboxAck(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.leaf(w, r, "inbox-ack:")
-	if !ok {
-		return
-	}
-	if err := s.bus.LeafAck(p.Name, r.PathValue("id")); err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }

@@ -14,10 +14,14 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
 // Hub is what the pull loop needs from federation (fed.Node implements it).
 type Hub interface {
+	// Pull acks ids and pulls the next batch (POST /fed/v2/inbox, this daemon's extension).
+	Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]bus.InboxRow, error)
+	// Inbox and AckInbox are the one-row routes of the protocol, for a hub without Pull.
 	Inbox(ctx context.Context, peer string, wait time.Duration) (*bus.InboxRow, error)
 	AckInbox(ctx context.Context, peer, id string) error
 }
@@ -28,6 +32,10 @@ const (
 	MaxBackoff = 5 * time.Second
 	// PollWait is the inbox long-poll (§7.5: wait=30).
 	PollWait = 30 * time.Second
+	// Batch and BatchBytes bound one pull: as many rows as the hub's share of the service's
+	// queue (bus.DefaultQueueShare), and 1 MiB of stored rows past the first.
+	Batch      = bus.DefaultQueueShare
+	BatchBytes = 1 << 20
 )
 
 // Puller pulls one hub's mailbox into the leaf service's queue.
@@ -37,13 +45,34 @@ type Puller struct {
 	Peer    string // the hub's name in the peers file
 	MaxBody int
 	Log     *slog.Logger
-	// Wait overrides PollWait (tests); MinBackoff/MaxBackoff likewise when non-zero.
+	// Wait overrides PollWait (tests); MinBackoff/MaxBackoff, Batch and BatchBytes likewise
+	// when non-zero. Batch 1 pulls one row at a time with the protocol's own routes.
 	Wait                   time.Duration
 	MinBackoff, MaxBackoff time.Duration
+	Batch, BatchBytes      int
 
 	mu     sync.Mutex
 	pulled int
 	state  string
+	quiet  ratelog.Limiter // retries at the longest backoff: a line a minute (retryWarn)
+}
+
+// retryWarn logs a failed round trip that will be retried after b's delay. While the delay
+// still grows every retry is logged (a hub restarting shows its few lines); once it is at
+// its longest (a hub down, or refusing us, for a while) one line a minute per message and
+// code is, with the count of those left out since, so a leaf that cannot reach its hub for
+// hours does not fill its log with a line every 5 s.
+func (p *Puller) retryWarn(b *backoff, msg, code string, args ...any) {
+	args = append(args, "peer", p.Peer, "code", code, "retry_in", b.cur.String())
+	if b.cur >= b.max {
+		p.quiet.Every = time.Minute
+		ok, suppressed := p.quiet.Allow(msg + "\x00" + code)
+		if !ok {
+			return
+		}
+		args = append(args, "suppressed", suppressed)
+	}
+	p.Log.Warn(msg, args...)
 }
 
 func (p *Puller) set(format string, args ...any) {
@@ -63,6 +92,12 @@ func (p *Puller) Status() string {
 	return fmt.Sprintf("leaf: pulling from hub %s: %d delivered; %s", p.Peer, p.pulled, s)
 }
 
+func (p *Puller) delivered(n int) {
+	p.mu.Lock()
+	p.pulled += n
+	p.mu.Unlock()
+}
+
 type backoff struct{ cur, min, max time.Duration }
 
 func (b *backoff) reset() { b.cur = b.min }
@@ -80,16 +115,103 @@ func (b *backoff) wait(ctx context.Context) bool {
 	}
 }
 
-// Run pulls until ctx ends: long-poll the hub's inbox; put the row in the local queue; wait
-// for the service's ack; then ack the hub, retrying until it holds. Every failure of the
-// hub (unreachable, restarting, rate limit) is retried with backoff.
+// Run pulls until ctx ends. Each round trip acks what the last batch delivered and pulls
+// the next (POST /fed/v2/inbox): the batch is committed to the local queue in one commit,
+// the loop waits until the service has acknowledged every row of it, and only then are they
+// acked to the hub, with the next pull. A hub that does not know the batched route is
+// pulled one row at a time (runOne). Every failure of the hub (unreachable, restarting,
+// rate limit) is retried with backoff; the acks not yet taken are sent again.
 func (p *Puller) Run(ctx context.Context) {
-	wait := p.Wait
-	if wait <= 0 {
-		wait = PollWait
-	}
+	wait := or(p.Wait, PollWait)
 	b := backoff{min: or(p.MinBackoff, MinBackoff), max: or(p.MaxBackoff, MaxBackoff)}
 	b.reset()
+	batch, batchBytes := orN(p.Batch, Batch), orN(p.BatchBytes, BatchBytes)
+	if batch == 1 {
+		p.runOne(ctx, wait, &b)
+		return
+	}
+	var ack []string
+	for ctx.Err() == nil {
+		rows, err := p.Hub.Pull(ctx, p.Peer, ack, batch, batchBytes, wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if e := bus.AsError(err); e.Code == "not_found" && strings.Contains(e.Detail, "no route") {
+				// A hub without the batched route: the protocol's own, one row at a time.
+				p.Log.Info("leaf: hub has no batched inbox; pulling one row at a time", "peer", p.Peer)
+				for _, id := range ack {
+					if err := p.ackHub(ctx, id, &b); err != nil {
+						return
+					}
+				}
+				p.delivered(len(ack))
+				p.runOne(ctx, wait, &b)
+				return
+			}
+			p.set("pull failed: %s", bus.AsError(err).Code)
+			p.retryWarn(&b, "leaf pull failed", bus.AsError(err).Code, "acks_pending", len(ack))
+			b.wait(ctx)
+			continue
+		}
+		b.reset()
+		if len(ack) > 0 {
+			p.delivered(len(ack))
+			p.set("acked %d", len(ack))
+		}
+		ack = nil
+		if len(rows) == 0 {
+			p.set("poll ok, mailbox empty")
+			continue
+		}
+		ack, err = p.takeBatch(ctx, rows)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.retryWarn(&b, "leaf delivery failed", bus.AsError(err).Code, "rows", len(rows), "err", err)
+			b.wait(ctx)
+		}
+	}
+}
+
+// takeBatch puts rows into the local queue (one commit), waits for the service's ack of
+// each, and returns the ids to ack on the hub: those, and the rows that can never be
+// delivered (logged). Rows that did not fit the queue are not among them: they come again
+// with the next pull.
+func (p *Puller) takeBatch(ctx context.Context, rows []bus.InboxRow) ([]string, error) {
+	var ack []string
+	pulled := make([]bus.Pulled, 0, len(rows))
+	for i := range rows {
+		pr, err := p.check(&rows[i])
+		if err != nil {
+			p.Log.Warn("leaf dropped an undeliverable row", "peer", p.Peer, "message_id", rows[i].ID, "reason", err.Error())
+			ack = append(ack, rows[i].ID)
+			continue
+		}
+		pulled = append(pulled, pr)
+	}
+	if len(pulled) == 0 {
+		return ack, nil
+	}
+	session, n, err := p.Bus.DeliverPulledBatch(pulled)
+	if err != nil {
+		return ack, err
+	}
+	p.set("delivered %d rows to %s, waiting for their acks", n, session)
+	for _, pr := range pulled[:n] {
+		if err := p.Bus.WaitAcked(ctx, session, pr.ID); err != nil {
+			// Not acked to the hub: what the service has not acked comes again.
+			return ack, err
+		}
+		ack = append(ack, pr.ID)
+	}
+	return ack, nil
+}
+
+// runOne is the protocol's pull, one row at a time: long-poll the hub's inbox; put the row
+// in the local queue; wait for the service's ack; then ack the hub, retrying until it holds.
+func (p *Puller) runOne(ctx context.Context, wait time.Duration, b *backoff) {
 	for ctx.Err() == nil {
 		row, err := p.Hub.Inbox(ctx, p.Peer, wait)
 		if err != nil {
@@ -97,7 +219,7 @@ func (p *Puller) Run(ctx context.Context) {
 				return
 			}
 			p.set("poll failed: %s", bus.AsError(err).Code)
-			p.Log.Warn("leaf poll failed", "peer", p.Peer, "code", bus.AsError(err).Code, "retry_in", b.cur.String())
+			p.retryWarn(b, "leaf poll failed", bus.AsError(err).Code)
 			b.wait(ctx)
 			continue
 		}
@@ -106,16 +228,23 @@ func (p *Puller) Run(ctx context.Context) {
 			p.set("poll ok, mailbox empty")
 			continue
 		}
-		if err := p.take(ctx, row, &b); err != nil {
+		if err := p.take(ctx, row, b); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			p.Log.Warn("leaf delivery failed", "peer", p.Peer, "message_id", row.ID, "err", err, "retry_in", b.cur.String())
+			p.retryWarn(b, "leaf delivery failed", bus.AsError(err).Code, "message_id", row.ID, "err", err)
 			b.wait(ctx)
 			continue
 		}
 		b.reset()
 	}
+}
+
+func orN(n, def int) int {
+	if n > 0 {
+		return n
+	}
+	return def
 }
 
 func or(d, def time.Duration) time.Duration {
@@ -146,9 +275,7 @@ func (p *Puller) take(ctx context.Context, row *bus.InboxRow, b *backoff) error 
 	if err := p.ackHub(ctx, row.ID, b); err != nil {
 		return err
 	}
-	p.mu.Lock()
-	p.pulled++
-	p.mu.Unlock()
+	p.delivered(1)
 	p.set("acked %s", row.ID)
 	return nil
 }
@@ -165,7 +292,7 @@ func (p *Puller) ackHub(ctx context.Context, id string, b *backoff) error {
 			return ctx.Err()
 		}
 		p.set("ack of %s failed: %s", id, bus.AsError(err).Code)
-		p.Log.Warn("leaf hub ack failed", "peer", p.Peer, "message_id", id, "code", bus.AsError(err).Code, "retry_in", b.cur.String())
+		p.retryWarn(b, "leaf hub ack failed", bus.AsError(err).Code, "message_id", id)
 		if !b.wait(ctx) {
 			return ctx.Err()
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +29,12 @@ type fakeHub struct {
 	early      []string // hub acks that came before the local ack
 	localAcked map[string]bool
 	polls      int
+	ids        []string // of the rows, in order
+	noPull     bool     // a hub without POST /fed/v2/inbox
+	pulls      int
 }
+
+func (h *fakeHub) rowID(i int) string { return h.ids[i] }
 
 func (h *fakeHub) Inbox(ctx context.Context, peer string, wait time.Duration) (*bus.InboxRow, error) {
 	h.mu.Lock()
@@ -59,6 +65,49 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 		h.failAcks--
 		return &bus.Error{Code: "peer_unreachable"}
 	}
+	return h.ack(id)
+}
+
+// Pull is the batched route: a failed pull acks nothing (the acks are sent again).
+func (h *fakeHub) Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]bus.InboxRow, error) {
+	h.mu.Lock()
+	if h.noPull {
+		h.pulls++
+		h.mu.Unlock()
+		return nil, &bus.Error{Code: "not_found", Detail: "peer hub: no route POST /fed/v2/inbox"}
+	}
+	h.polls++
+	if h.failPolls > 0 || (len(ack) > 0 && h.failAcks > 0) {
+		if h.failPolls > 0 {
+			h.failPolls--
+		} else {
+			h.failAcks--
+		}
+		h.mu.Unlock()
+		return nil, &bus.Error{Code: "peer_unreachable"}
+	}
+	for _, id := range ack {
+		h.ack(id)
+	}
+	var out []bus.InboxRow
+	for _, r := range h.rows {
+		if len(out) < max {
+			out = append(out, *r)
+		}
+	}
+	h.mu.Unlock()
+	if len(out) > 0 {
+		return out, nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(10 * time.Millisecond):
+		return nil, nil
+	}
+}
+
+func (h *fakeHub) ack(id string) error {
 	if !h.localAcked[id] {
 		h.early = append(h.early, id)
 	}
@@ -72,7 +121,20 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 	return &bus.Error{Code: "not_found"}
 }
 
+// Every way of pulling: batches (the default), one row at a time (Batch 1, the protocol's
+// own routes), and batches against a hub that does not know the batched route (it falls
+// back to one row at a time, after one try).
 func TestPullerAcksTheHubAfterTheLocalAckAndRetries(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		batch  int
+		noPull bool
+	}{{"batched", 0, false}, {"one row at a time", 1, false}, {"hub without batches", 0, true}} {
+		t.Run(c.name, func(t *testing.T) { pullerAcksAfterLocalAck(t, c.batch, c.noPull) })
+	}
+}
+
+func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -84,16 +146,20 @@ func TestPullerAcksTheHubAfterTheLocalAckAndRetries(t *testing.T) {
 		Leaf: &id, Claude: &claude.Scanner{Log: log}})
 	defer b.Close()
 	principal, _ := json.Marshal(map[string]string{"kind": "session", "harness": "claude", "session_id": "s1", "name": "alice"})
-	hub := &fakeHub{failPolls: 3, failAcks: 3, localAcked: map[string]bool{}}
+	hub := &fakeHub{failPolls: 3, failAcks: 3, localAcked: map[string]bool{}, noPull: noPull}
 	for _, text := range []string{"one", "two", "three"} {
 		hub.rows = append(hub.rows, &bus.InboxRow{ID: uuid.Must(uuid.NewV7()).String(), Body: text, To: "svc:bot", Principal: principal, PushReplies: true})
 	}
 	// A row for another target is dropped (acked) rather than blocking the mailbox.
 	hub.rows = append(hub.rows, &bus.InboxRow{ID: uuid.Must(uuid.NewV7()).String(), Body: "x", To: "svc:other"})
 	want := len(hub.rows)
+	hub.ids = nil
+	for _, r := range hub.rows {
+		hub.ids = append(hub.ids, r.ID)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	p := &Puller{Bus: b, Hub: hub, Peer: "hub", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, Batch: batch}
 	go func() { p.Run(ctx); close(done) }()
 	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
 	for _, text := range []string{"one", "two", "three"} {
@@ -126,15 +192,63 @@ func TestPullerAcksTheHubAfterTheLocalAckAndRetries(t *testing.T) {
 		t.Errorf("hub acks = %d, want %d", len(hub.acks), want)
 	}
 	// Only the undeliverable row may be acked without a local ack.
-	if len(hub.early) != 1 || hub.early[0] != hub.acks[want-1] {
+	if len(hub.early) != 1 || hub.early[0] != hub.rowID(want-1) {
 		t.Errorf("hub acked before the local ack: %v", hub.early)
+	}
+	if noPull && hub.pulls != 1 {
+		t.Errorf("a hub without batches was asked for one %d times, want once", hub.pulls)
 	}
 	if hub.failPolls != 0 || hub.failAcks != 0 {
 		t.Errorf("failures not retried: polls %d acks %d left", hub.failPolls, hub.failAcks)
 	}
 	// The message rows carry the hub as return host: a reply goes back there.
-	v, err := b.Message(hub.acks[0])
+	v, err := b.Message(hub.rowID(0))
 	if err != nil || v.ReturnHarness == nil || *v.ReturnHarness != "claude" || !v.PushReplies {
 		t.Errorf("message row = %+v %v", v, err)
 	}
 }
+
+// A hub that stays unreachable: the leaf logs each retry while its backoff grows, then one
+// line a minute at the longest delay, not one per retry. Mutant tried: retryWarn logging
+// every retry: about 200 lines, red.
+func TestPullerRetryLogIsRateLimited(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	id, _ := ParsePrincipal("svc:bot")
+	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{},
+		Log: slog.New(slog.DiscardHandler), Leaf: &id, Claude: &claude.Scanner{Log: slog.New(slog.DiscardHandler)}})
+	defer b.Close()
+	hub := &fakeHub{failPolls: 1 << 30, localAcked: map[string]bool{}}
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) }), nil))
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", MaxBody: 65536, Log: log, MinBackoff: 100 * time.Microsecond, MaxBackoff: 400 * time.Microsecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	for i := 0; i < 5000; i++ {
+		hub.mu.Lock()
+		n := hub.polls
+		hub.mu.Unlock()
+		if n >= 200 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	lines := strings.Count(logs.String(), "leaf pull failed")
+	mu.Unlock()
+	t.Logf("%d failed pulls, %d lines logged", hub.polls, lines)
+	if lines < 2 || lines > 5 {
+		t.Errorf("%d lines for %d failed pulls, want the growing retries and one at the longest delay:\n%s", lines, hub.polls, logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -69,6 +71,63 @@ func (t *Tx) PutMailbox(e MailboxEntry) error {
 		return fmt.Errorf("store: mailbox entry without a valid peer name")
 	}
 	return put(t.btx.Bucket(bucketMailbox), mailboxKey(e.Peer, e.ID), e)
+}
+
+// ErrMailboxFull is returned by PutMailboxMax when a leaf's mailbox already holds its bound.
+var ErrMailboxFull = errors.New("store: mailbox is full")
+
+// PutMailboxMax stores mail for a leaf peer unless its mailbox already holds maxN messages or
+// the stored rows and this one would pass maxBytes (a bound <= 0 is no bound). The bytes
+// are what the rows take in the file (their encodings), so the bound is on what one leaf's
+// mail can make the hub's database grow by (issue 18).
+func (t *Tx) PutMailboxMax(e MailboxEntry, maxN, maxBytes int) error {
+	if maxN <= 0 && maxBytes <= 0 {
+		return t.PutMailbox(e)
+	}
+	if e.Peer == "" || strings.IndexByte(e.Peer, 0) >= 0 {
+		return fmt.Errorf("store: mailbox entry without a valid peer name")
+	}
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("store: encode: %w", err)
+	}
+	n, size := t.MailboxSize(e.Peer)
+	if (maxN > 0 && n >= maxN) || (maxBytes > 0 && size+len(raw) > maxBytes) {
+		return ErrMailboxFull
+	}
+	return t.btx.Bucket(bucketMailbox).Put(mailboxKey(e.Peer, e.ID), raw)
+}
+
+// MailboxSize returns how many rows peer's mailbox holds and their encoded bytes. It reads
+// keys and value lengths only, nothing is decoded.
+func (t *Tx) MailboxSize(peer string) (n, bytes int) {
+	prefix := mailboxKey(peer, "")
+	c := t.btx.Bucket(bucketMailbox).Cursor()
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+		n++
+		bytes += len(v)
+	}
+	return n, bytes
+}
+
+// MailboxBatch returns peer's oldest mail: at most maxN rows, and beyond the first row no
+// more than maxBytes of encoded rows (the first is always returned, whatever its size).
+func (t *Tx) MailboxBatch(peer string, maxN, maxBytes int) ([]MailboxEntry, error) {
+	prefix := mailboxKey(peer, "")
+	var out []MailboxEntry
+	size := 0
+	c := t.btx.Bucket(bucketMailbox).Cursor()
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix) && len(out) < maxN; k, v = c.Next() {
+		if size += len(v); len(out) > 0 && size > maxBytes {
+			break
+		}
+		var e MailboxEntry
+		if err := json.Unmarshal(v, &e); err != nil {
+			return nil, fmt.Errorf("store: decode mailbox entry: %w", err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // MailboxHead returns the oldest mail of peer.

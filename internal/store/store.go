@@ -11,6 +11,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -85,7 +86,11 @@ type Reply struct {
 
 // Pending is a message waiting in a registered session's queue until the session acks it.
 type Pending struct {
-	ID        string          `json:"id"`
+	ID string `json:"id"`
+	// Share names the origin the row counts against in its queue (a federation peer, a
+	// local principal; see EnqueueShare); "" counts against none. It is the second field,
+	// so that it is read from the encoding's first bytes, like the id (pendingHead).
+	Share     string          `json:"share,omitempty"`
 	SessionID string          `json:"sessionId"`
 	CreatedAt int64           `json:"createdAt"`
 	FromName  string          `json:"fromName"`
@@ -450,13 +455,37 @@ func (t *Tx) EnqueueMax(p Pending, limit int) error {
 // EnqueueKey is EnqueueMax returning the row's key, which names it for QueueRow and Unqueue.
 // Keys of one session sort in queue order (bytes.Compare) and are never reused.
 func (t *Tx) EnqueueKey(p Pending, limit int) ([]byte, error) {
+	return t.EnqueueShare(p, limit, 0)
+}
+
+// ErrShareFull is returned by EnqueueShare when the row's origin already holds its share of
+// the queue. It is an ErrQueueFull: the sender is answered as for a full queue.
+var ErrShareFull = fmt.Errorf("%w: this origin's share of the queue is taken", ErrQueueFull)
+
+// EnqueueShare is EnqueueKey that also refuses the row (ErrShareFull) when p.Share is set
+// and shareMax (> 0) rows of the queue already carry that share: no one origin holds more
+// than shareMax places of a queue the others need too (issue 18). The count is the store's
+// own, in the writing transaction, so it holds whatever path wrote the rows.
+func (t *Tx) EnqueueShare(p Pending, limit, shareMax int) ([]byte, error) {
 	b := t.btx.Bucket(bucketQueue)
 	prefix := queuePrefix(p.SessionID)
-	n := 0
+	n, mine := 0, 0
+	count := p.Share != "" && shareMax > 0
 	c := b.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
 		if n++; n >= limit {
 			return nil, ErrQueueFull
+		}
+		if count {
+			_, share, err := pendingHead(v)
+			if err != nil {
+				return nil, err
+			}
+			if share == p.Share {
+				if mine++; mine >= shareMax {
+					return nil, ErrShareFull
+				}
+			}
 		}
 	}
 	seq, err := b.NextSequence()
@@ -513,25 +542,48 @@ func (t *Tx) Head(sessionID string) (Pending, bool, error) {
 // (it is the struct's first field and a UUID needs no escaping), so the id is read without
 // decoding the rest (the text may be 64 KiB); anything else is decoded in full.
 func pendingID(v []byte) (string, error) {
-	const prefix = `{"id":"`
-	if len(v) > len(prefix) && string(v[:len(prefix)]) == prefix {
-		rest := v[len(prefix):]
-		for i, c := range rest {
-			if c == '"' {
-				return string(rest[:i]), nil
-			}
-			if c == '\\' {
-				break
-			}
+	id, _, err := pendingHead(v)
+	return id, err
+}
+
+// pendingHead returns the id and the share of an encoded Pending, both read from its first
+// bytes when they need no escaping (Share is the second field); anything else is decoded in
+// full.
+func pendingHead(v []byte) (id, share string, err error) {
+	if id, rest, ok := quoted(v, `{"id":"`); ok {
+		if share, _, ok := quoted(rest, `,"share":"`); ok {
+			return id, share, nil
+		}
+		if len(rest) > 0 && rest[0] == ',' && !bytes.HasPrefix(rest, []byte(`,"share"`)) {
+			return id, "", nil // no share: the next field is another one
 		}
 	}
-	var id struct {
-		ID string `json:"id"`
+	var h struct {
+		ID    string `json:"id"`
+		Share string `json:"share"`
 	}
-	if err := json.Unmarshal(v, &id); err != nil {
-		return "", fmt.Errorf("store: decode queue entry: %w", err)
+	if err := json.Unmarshal(v, &h); err != nil {
+		return "", "", fmt.Errorf("store: decode queue entry: %w", err)
 	}
-	return id.ID, nil
+	return h.ID, h.Share, nil
+}
+
+// quoted reads prefix and then a string up to its closing quote, with no escape in it; it
+// returns the string and what follows the quote.
+func quoted(v []byte, prefix string) (string, []byte, bool) {
+	if len(v) <= len(prefix) || string(v[:len(prefix)]) != prefix {
+		return "", nil, false
+	}
+	rest := v[len(prefix):]
+	for i, c := range rest {
+		if c == '"' {
+			return string(rest[:i]), rest[i+1:], true
+		}
+		if c == '\\' {
+			break
+		}
+	}
+	return "", nil, false
 }
 
 // HeadSkip returns the oldest message of a session that skip does not name (acknowledged

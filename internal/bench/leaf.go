@@ -1,0 +1,466 @@
+package bench
+
+import (
+	"bufio"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The leaf path (issue 22): hub → leaf → service. Two daemons of its own, each in its own
+// process on temporary paths, joined by a pinned mTLS link on loopback: a hub, and a leaf
+// (`serve --leaf`) whose service is a consumer in this process on the leaf's register
+// socket. Senders post to svc:bench@leaf through the hub's http.sock while the service
+// drains; the figures are the rate at which the service receives, and each message's time
+// from its send to the service. The same run measures the same service on the hub itself
+// (svc:bench local there), the baseline the leaf is held to.
+
+// RunLeaf runs the leaf path o.Runs times: o.Count messages one at a time (the next sent once
+// the service has the last), then o.Count*4 from min(o.Clients, 8) senders, each on the hub's
+// own service and through the leaf, with the run's fsync and commit baselines and process
+// round trip.
+func RunLeaf(o Options) (*Result, error) {
+	if o.Count <= 0 || o.Clients <= 0 || o.Runs <= 0 || o.Size <= 0 {
+		return nil, errors.New("bench: counts must be positive")
+	}
+	dir, err := os.MkdirTemp("", "xmsg-bench-leaf")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	// e holds the echo child, the baselines and the progress line, as for RunBench.
+	e := &env{o: o, dir: dir, prog: newProgress(o.Progress), text: strings.Repeat("x", o.Size)}
+	defer e.prog.done()
+	defer e.stop()
+	l := &leafEnv{o: o, dir: dir, e: e}
+	defer l.stop()
+	if o.Interrupt != nil {
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-o.Interrupt:
+				l.interrupted.Store(true)
+				e.interrupted.Store(true)
+				l.stop()
+				e.stop()
+			case <-done:
+			}
+		}()
+	}
+	res, err := l.run()
+	if l.interrupted.Load() {
+		return nil, ErrInterrupted
+	}
+	return res, err
+}
+
+type leafEnv struct {
+	o           Options
+	e           *env
+	dir         string
+	hub, leaf   *exec.Cmd
+	hubHTTP     string
+	hubRegister string
+	leafReg     string
+	mu          sync.Mutex
+	stopped     bool
+	interrupted atomic.Bool
+}
+
+// stop ends the leaf, then the hub (SIGINT, a clean stop; killed after 10 s).
+func (l *leafEnv) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return
+	}
+	l.stopped = true
+	for _, c := range []*exec.Cmd{l.leaf, l.hub} {
+		if c == nil || c.Process == nil {
+			continue
+		}
+		c.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { c.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			c.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// start starts a daemon, unless stop has run.
+func (l *leafEnv) start(name string, args []string, rt string) (*exec.Cmd, error) {
+	log, err := os.Create(filepath.Join(l.dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	cmd := exec.Command(l.o.Self, args...)
+	cmd.Env = append(append([]string(nil), l.o.Env...), "XDG_RUNTIME_DIR="+rt)
+	cmd.Stderr = log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return nil, ErrInterrupted
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: start %s: %w", name, err)
+	}
+	return cmd, nil
+}
+
+// leafCert is a self-signed Ed25519 certificate for name, as PEM, and its pin.
+func leafCert(name string) (certPEM, keyPEM []byte, pin string, err error) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}),
+		"sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// freePort is a loopback port nothing listens on now.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// setup writes both nodes' credentials and peers files and starts the two daemons.
+func (l *leafEnv) setup() error {
+	type node struct{ dir, rt, cert, key, pin string }
+	nodes := map[string]*node{}
+	for _, name := range []string{"hub", "leaf"} {
+		n := &node{dir: filepath.Join(l.dir, name)}
+		n.rt = filepath.Join(n.dir, "rt")
+		for _, d := range []string{n.dir, n.rt, filepath.Join(n.dir, "sessions")} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				return err
+			}
+		}
+		c, k, pin, err := leafCert(name)
+		if err != nil {
+			return err
+		}
+		n.cert, n.key, n.pin = filepath.Join(n.dir, "cert.pem"), filepath.Join(n.dir, "key.pem"), pin
+		if err := os.WriteFile(n.cert, c, 0o600); err != nil {
+			return err
+		}
+		if err := os.WriteFile(n.key, k, 0o600); err != nil {
+			return err
+		}
+		nodes[name] = n
+	}
+	hub, leaf := nodes["hub"], nodes["leaf"]
+	fedPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	listenPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	peers := func(n *node, v any) (string, error) {
+		raw, _ := json.Marshal(v)
+		p := filepath.Join(n.dir, "peers.json")
+		return p, os.WriteFile(p, raw, 0o600)
+	}
+	hubPeers, err := peers(hub, map[string]any{"leaf": map[string]any{"pin": leaf.pin, "leaf": true, "allow": []string{"send", "reply"}}})
+	if err != nil {
+		return err
+	}
+	leafPeers, err := peers(leaf, map[string]any{"hub": map[string]any{"address": "127.0.0.1:" + strconv.Itoa(fedPort), "pin": hub.pin}})
+	if err != nil {
+		return err
+	}
+	self, err := filepath.EvalSymlinks(l.o.Self)
+	if err != nil {
+		return err
+	}
+	l.hubHTTP, l.hubRegister = filepath.Join(hub.rt, "http.sock"), filepath.Join(hub.rt, "register.sock")
+	conns := strconv.Itoa(4*min(l.o.Clients, 8) + 64)
+	// Default limits otherwise: the fed rate, the queue share, the mailbox bounds.
+	if l.hub, err = l.start("hub", []string{"serve", "--db-path", filepath.Join(hub.dir, "xmsg.db"), "--sessions-dir", filepath.Join(hub.dir, "sessions"),
+		"--http-sock", l.hubHTTP, "--agent-sock", filepath.Join(hub.rt, "agent.sock"), "--register-sock", l.hubRegister, "--host-label", "hub",
+		"--svc-exe", "bench=" + self, "--fed-listen", "127.0.0.1:" + strconv.Itoa(fedPort), "--peers-file", hubPeers,
+		"--fed-cert", hub.cert, "--fed-key", hub.key, "--fed-reload-interval-secs", "0", "--http-max-conns", conns, "--http-max-per-pid", conns}, hub.rt); err != nil {
+		return err
+	}
+	if err := waitFor(func() bool {
+		c, err := dialHTTP(l.hubHTTP)
+		if err != nil {
+			return false
+		}
+		defer c.close()
+		st, _, err := c.do("GET", "/healthz", nil)
+		return err == nil && st == 200
+	}); err != nil {
+		return l.startErr("hub", err)
+	}
+	l.leafReg = filepath.Join(leaf.rt, "register.sock")
+	if l.leaf, err = l.start("leaf", []string{"serve", "--leaf", "--leaf-principal", "svc:bench", "--listen", "127.0.0.1:" + strconv.Itoa(listenPort),
+		"--db-path", filepath.Join(leaf.dir, "xmsg.db"), "--leaf-register-sock", l.leafReg, "--peers-file", leafPeers,
+		"--fed-cert", leaf.cert, "--fed-key", leaf.key, "--fed-reload-interval-secs", "0", "--host-label", "leaf"}, leaf.rt); err != nil {
+		return err
+	}
+	if err := waitFor(func() bool {
+		c, err := net.Dial("unix", l.leafReg)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}); err != nil {
+		return l.startErr("leaf", err)
+	}
+	return nil
+}
+
+func waitFor(ok func() bool) error {
+	for range 1000 {
+		if ok() {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return errors.New("not ready after 10 s")
+}
+
+func (l *leafEnv) startErr(name string, err error) error {
+	raw, _ := os.ReadFile(filepath.Join(l.dir, name+".log"))
+	return fmt.Errorf("bench: %s: %w:\n%s", name, err, raw)
+}
+
+func (l *leafEnv) run() (*Result, error) {
+	if err := l.setup(); err != nil {
+		return nil, err
+	}
+	e := l.e
+	e.echo = filepath.Join(l.dir, "echo.sock")
+	if _, err := e.spawn("echo", e.echo); err != nil {
+		return nil, err
+	}
+	base, err := e.openBaseline()
+	if err != nil {
+		return nil, err
+	}
+	defer base.close()
+	e.base = base
+	res := &Result{Size: l.o.Size, CPUs: runtime.NumCPU(), Daemon: "hub and leaf, own processes on temporary paths (pid: the hub's)", DaemonPID: l.hub.Process.Pid}
+	senders := min(l.o.Clients, 8)
+	for i := range l.o.Runs {
+		e.prog.run = fmt.Sprintf("run %d/%d", i+1, l.o.Runs)
+		var r Run
+		fsync, commit, err := e.baselines(200)
+		if err != nil {
+			return nil, err
+		}
+		rtt, err := e.rtt(200)
+		if err != nil {
+			return nil, err
+		}
+		r.FsyncP50us, r.CommitP50us, r.RTTP50us = percentile(fsync, 50), percentile(commit, 50), percentile(rtt, 50)
+		for _, p := range []struct {
+			name, sock, ref string
+			senders, n      int
+		}{
+			{"1 client -> svc on the hub (http), one at a time", l.hubRegister, "svc:bench", 0, l.o.Count},
+			{"1 client -> hub -> leaf -> svc, one at a time", l.leafReg, "svc:bench@leaf", 0, l.o.Count},
+			{fmt.Sprintf("1 consumer drains on the hub, %d senders", senders), l.hubRegister, "svc:bench", senders, 4 * l.o.Count},
+			{fmt.Sprintf("hub -> leaf -> svc, 1 consumer drains, %d senders", senders), l.leafReg, "svc:bench@leaf", senders, 4 * l.o.Count},
+		} {
+			e.prog.set(p.name, p.n)
+			f, err := l.drain(p.name, p.sock, p.ref, p.senders, p.n)
+			if err != nil {
+				return nil, err
+			}
+			if f.CommitP50us = r.CommitP50us; f.CommitP50us > 0 && p.senders == 0 {
+				f.XCommit, f.FsyncP50us, f.XFsync = f.P50us/f.CommitP50us, r.FsyncP50us, f.P50us/r.FsyncP50us
+			}
+			r.Figures = append(r.Figures, f)
+		}
+		res.Runs = append(res.Runs, r)
+	}
+	return res, nil
+}
+
+// drain: senders post n messages to ref on the hub's http.sock (a 503 is retried after
+// 1 ms) while one consumer on sock drains svc:bench; each text carries its send time. With
+// no senders, one client sends one message at a time, the next once the consumer has it:
+// the latency of the path itself, with no backlog in it.
+func (l *leafEnv) drain(name, sock, ref string, senders, n int) (Figure, error) {
+	lockstep := senders == 0
+	senders = max(senders, 1)
+	received := make(chan struct{}, 1)
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return Figure{}, err
+	}
+	defer c.Close()
+	r := bufio.NewReaderSize(c, 1<<20)
+	call := func(v any) (map[string]any, error) {
+		raw, _ := json.Marshal(v)
+		if _, err := c.Write(append(raw, '\n')); err != nil {
+			return nil, err
+		}
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return nil, err
+		}
+		var out map[string]any
+		return out, json.Unmarshal(line, &out)
+	}
+	if got, err := call(map[string]any{"harness": "svc", "name": "bench", "cwd": "/"}); err != nil || got["status"] != "ok" {
+		return Figure{}, fmt.Errorf("bench: register svc:bench on %s: %v %v", sock, got, err)
+	}
+	type recv struct {
+		lat  []float64
+		at   time.Time
+		err  error
+		seen int
+	}
+	got := make(chan recv, 1)
+	cpu0 := machineCPU()
+	t0 := time.Now()
+	go func() {
+		var rv recv
+		seen := map[string]bool{}
+		for len(seen) < n {
+			m, err := call(map[string]any{"action": "poll", "waitSecs": 30})
+			if err != nil {
+				rv.err = err
+				break
+			}
+			if m["action"] == "timeout" {
+				rv.err = fmt.Errorf("bench: %s: nothing for 30 s after %d messages", name, len(seen))
+				break
+			}
+			id, _ := m["messageId"].(string)
+			text, _ := m["text"].(string)
+			if !seen[id] {
+				seen[id] = true
+				l.e.prog.tick(1)
+				if ts, ok := strings.CutPrefix(text, "t="); ok {
+					ts, _, _ = strings.Cut(ts, " ")
+					if sent, err := strconv.ParseInt(ts, 10, 64); err == nil {
+						rv.lat = append(rv.lat, us(time.Duration(time.Now().UnixNano()-sent)))
+					}
+				}
+			}
+			if _, err := call(map[string]any{"action": "ack", "messageId": id}); err != nil {
+				rv.err = err
+				break
+			}
+			if lockstep {
+				select {
+				case received <- struct{}{}:
+				default:
+				}
+			}
+		}
+		rv.at, rv.seen = time.Now(), len(seen)
+		got <- rv
+	}()
+	var refused atomic.Int64
+	var next atomic.Int64
+	errs := make(chan error, senders)
+	pad := ""
+	if l.o.Size > 40 {
+		pad = strings.Repeat("x", l.o.Size-40)
+	}
+	for range senders {
+		go func() {
+			h, err := dialHTTP(l.hubHTTP)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer h.close()
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				for {
+					body, _ := json.Marshal(map[string]string{"from": "bench", "text": fmt.Sprintf("t=%d i=%d %s", time.Now().UnixNano(), i, pad)})
+					st, raw, err := h.do("POST", "/v1/sessions/"+ref+"/messages", body)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if st == 202 {
+						if lockstep {
+							select {
+							case <-received:
+							case <-time.After(30 * time.Second):
+								errs <- fmt.Errorf("bench: %s: message %d never reached the consumer", name, i)
+								return
+							}
+						}
+						break
+					}
+					if st != 503 {
+						errs <- fmt.Errorf("bench: send to %s: %d %s", ref, st, raw)
+						return
+					}
+					refused.Add(1)
+					time.Sleep(time.Millisecond)
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range senders {
+		if err := <-errs; err != nil {
+			return Figure{}, err
+		}
+	}
+	rv := <-got
+	if rv.err != nil {
+		return Figure{}, rv.err
+	}
+	wall := rv.at.Sub(t0)
+	f := Figure{Path: name, N: rv.seen, PerSec: float64(rv.seen) / wall.Seconds(), P50us: percentile(rv.lat, 50), P99us: percentile(rv.lat, 99),
+		Refused: int(refused.Load()), Note: "received by the consumer per second; p50/p99 from the send to the consumer"}
+	if cpu0 >= 0 {
+		f.MachineCPUus = (machineCPU() - cpu0) / float64(rv.seen)
+	}
+	return f, nil
+}

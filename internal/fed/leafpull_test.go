@@ -1,0 +1,184 @@
+package fed
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+// pullRaw is one POST /fed/v2/inbox of a raw leaf client.
+func pullRaw(t *testing.T, c *http.Client, addr string, req map[string]any) (int, PullAnswer, map[string]any) {
+	t.Helper()
+	status, out := post(t, c, addr, "/fed/v2/inbox", req)
+	raw, _ := json.Marshal(out)
+	var ans PullAnswer
+	json.Unmarshal(raw, &ans)
+	return status, ans, out
+}
+
+// A batched pull hands out the oldest rows, bounded in count and bytes; the next pull acks
+// them and hands out the next ones; rows leave the mailbox only when acked. At the default
+// peer rate (60/min), 300 messages go through with no 429: the inbox path is bounded by the
+// mailbox, not by the send rate. Mutant tried: every inbox request spending the bucket
+// again (fed/leaf.go idle always called): 429 at the 61st request, red.
+func TestLeafPullBatch(t *testing.T) {
+	hub, l1 := newNode(t, "hub"), newNode(t, "l1")
+	hub.start("{" + peerEntry("l1", "192.0.2.201:1", l1.cert.Pin, `, "leaf": true, "allow": ["send", "reply"]`) + "}")
+	ctx := context.Background()
+	const n = 300
+	var ids []string
+	for i := range n {
+		d, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:bot@l1", Text: fmt.Sprintf("m%d", i), Bytes: 4, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.MessageID)
+	}
+	c := rawClient(l1.cert)
+	if status, _, out := pullRaw(t, c, hub.addr(), map[string]any{"ack": []string{}, "max": 0}); status != 400 {
+		t.Errorf("max 0: %d %v, want 400", status, out)
+	}
+	// max_bytes below one row: one row all the same.
+	if status, ans, out := pullRaw(t, c, hub.addr(), map[string]any{"max": 10, "max_bytes": 1}); status != 200 || len(ans.Rows) != 1 || ans.Rows[0].ID != ids[0] {
+		t.Fatalf("max_bytes 1: %d %v", status, out)
+	}
+	var got []string
+	var ack []string
+	for i := 0; i < 3*n && len(got) < n; i++ {
+		status, ans, out := pullRaw(t, c, hub.addr(), map[string]any{"ack": ack, "max": 50})
+		if status != 200 {
+			t.Fatalf("pull %d (%d received): %d %v", i, len(got), status, out)
+		}
+		if ans.Acked != len(ack) {
+			t.Errorf("pull %d acked %d of %d", i, ans.Acked, len(ack))
+		}
+		if len(ans.Rows) > 50 {
+			t.Fatalf("pull %d: %d rows, over max", i, len(ans.Rows))
+		}
+		ack = ack[:0]
+		for _, r := range ans.Rows {
+			got = append(got, r.ID)
+			ack = append(ack, r.ID)
+		}
+		if hub.mailbox("l1") != n-len(got)+len(ans.Rows) {
+			t.Fatalf("mailbox %d after %d received, %d unacked", hub.mailbox("l1"), len(got), len(ans.Rows))
+		}
+	}
+	if status, ans, out := pullRaw(t, c, hub.addr(), map[string]any{"ack": ack, "max": 50}); status != 200 || len(ans.Rows) != 0 {
+		t.Fatalf("last ack: %d %v", status, out)
+	}
+	if strings.Join(got, ",") != strings.Join(ids, ",") || hub.mailbox("l1") != 0 {
+		t.Fatalf("received %d of %d in order? %v; mailbox %d", len(got), n, strings.Join(got, ",") == strings.Join(ids, ","), hub.mailbox("l1"))
+	}
+	if o := hub.outcome(ids[n-1]); o != "delivered" {
+		t.Errorf("outcome after the batch ack = %q", o)
+	}
+
+	// One row at a time (the protocol's routes), at the default rate too.
+	for i := range 100 {
+		if _, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:bot@l1", Text: fmt.Sprintf("o%d", i), Bytes: 4, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 100 {
+		status, body := get(t, c, hub.addr(), "/fed/v2/inbox?wait=0")
+		var row bus.InboxRow
+		if status != 200 || json.Unmarshal(body, &row) != nil || row.ID == "" {
+			t.Fatalf("one-row poll %d: %d %s", i, status, body)
+		}
+		if status, out := post(t, c, hub.addr(), "/fed/v2/inbox/"+row.ID+"/ack", map[string]any{}); status != 200 {
+			t.Fatalf("one-row ack %d: %d %v", i, status, out)
+		}
+	}
+
+	// Requests that move nothing still spend the bucket: empty polls run out.
+	limited := 0
+	for range 70 {
+		if status, _ := get(t, c, hub.addr(), "/fed/v2/inbox?wait=0"); status == 429 {
+			limited++
+		}
+	}
+	if limited == 0 {
+		t.Error("70 empty polls at 60/min: none refused")
+	}
+	bogus := uuid.Must(uuid.NewV7()).String()
+	if status, _ := post(t, c, hub.addr(), "/fed/v2/inbox/"+bogus+"/ack", map[string]any{}); status != 429 && status != 404 {
+		t.Errorf("ack of nothing = %d", status)
+	}
+}
+
+// One pinned peer flooding svc:bot with a new principal per request holds at most its share
+// of the queue; a second peer still gets in. Mutant tried: DeliverFed without the share
+// (EnqueueShare with 0): the flood takes all 100 places and every send of the second peer
+// is refused, red.
+func TestQueueShareAcrossPeers(t *testing.T) {
+	hub, p1, p2 := newNode(t, "hub"), newNode(t, "p1"), newNode(t, "p2")
+	allow := `, "allow": ["send"]`
+	hub.start("{"+peerEntry("p1", "192.0.2.211:1", p1.cert.Pin, allow)+","+peerEntry("p2", "192.0.2.212:1", p2.cert.Pin, allow)+"}", 100000, 100000)
+	c1, c2 := rawClient(p1.cert), rawClient(p2.cert)
+	accepted, refused := 0, 0
+	for i := range 150 {
+		e := envelopeTo("svc:bot")
+		e["principal"] = map[string]any{"kind": "anonymous", "from": fmt.Sprintf("flood%d", i)}
+		switch status, out := post(t, c1, hub.addr(), "/fed/v2/messages", e); status {
+		case 202:
+			accepted++
+		case 503:
+			refused++
+			if !strings.Contains(fmt.Sprint(out["detail"]), "full") {
+				t.Errorf("refusal detail: %v", out)
+			}
+		default:
+			t.Fatalf("flood %d: %d %v", i, status, out)
+		}
+	}
+	if accepted != bus.DefaultQueueShare {
+		t.Errorf("flooding peer: %d accepted, want its share %d", accepted, bus.DefaultQueueShare)
+	}
+	ok := 0
+	for range 20 {
+		if status, _ := post(t, c2, hub.addr(), "/fed/v2/messages", envelopeTo("svc:bot")); status == 202 {
+			ok++
+		}
+	}
+	t.Logf("flood: %d accepted, %d refused; second peer: %d of 20 accepted; svc:bot queue %d", accepted, refused, ok, hub.queued("svc:bot"))
+	if ok != 20 {
+		t.Errorf("second peer: %d of 20 sends accepted while the first floods", ok)
+	}
+}
+
+// A leaf's mailbox is bounded in bytes (and messages): past the bound a send is answered like
+// a full queue, and the mailbox holds no more. Mutant tried: PutMailbox instead of
+// PutMailboxMax in sendLeaf: all 200 accepted, red.
+func TestLeafMailboxBound(t *testing.T) {
+	hub, l1 := newNode(t, "hub"), newNode(t, "l1")
+	hub.start("{" + peerEntry("l1", "192.0.2.201:1", l1.cert.Pin, `, "leaf": true, "allow": ["send", "reply"]`) + "}")
+	body := strings.Repeat("x", 65536)
+	accepted := 0
+	var last error
+	for range 200 {
+		_, err := hub.bus.Send(context.Background(), bus.Send{Ref: "svc:bot@l1", Text: body, Bytes: len(body), FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+		if err != nil {
+			last = err
+			continue
+		}
+		accepted++
+	}
+	var size int
+	hub.store.View(func(tx *store.Tx) error { _, size = tx.MailboxSize("l1"); return nil })
+	t.Logf("64 KiB sends to a leaf nobody pulls: %d of 200 accepted, mailbox %d rows, %d bytes (bound %d)", accepted, hub.mailbox("l1"), size, bus.DefaultMailboxMaxBytes)
+	if e := bus.AsError(last); e.Code != "service_unavailable" || !strings.Contains(e.Detail, "mailbox of leaf 'l1' is full") {
+		t.Fatalf("past the bound: %v", last)
+	}
+	if size > bus.DefaultMailboxMaxBytes || hub.mailbox("l1") != accepted {
+		t.Errorf("mailbox %d bytes, %d rows: over its bound", size, hub.mailbox("l1"))
+	}
+}

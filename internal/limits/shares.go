@@ -1,0 +1,14 @@
+package limits
+
+// Shares of what senders share (issue 18): the bus's queues and a hub's leaf mailboxes.
+const (
+	// QueueMaxPerOrigin is how many of a queue's 100 places (store.MaxQueue) one origin may
+	// hold: a federation peer, whatever principals it names, or an attested local session
+	// (--queue-max-per-origin). Half: a second sender always finds room.
+	QueueMaxPerOrigin = 50
+	// LeafMailboxMax and LeafMailboxMaxBytes bound one leaf's mailbox on its hub, in
+	// messages and in stored bytes (--leaf-mailbox-max, --leaf-mailbox-max-bytes): what a
+	// leaf drains in seconds, and what one leaf's mail can add to the hub's database.
+	LeafMailboxMax      = 1000
+	LeafMailboxMaxBytes = 16 << 20
+)
