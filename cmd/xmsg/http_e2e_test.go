@@ -159,15 +159,20 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if l := s.waitLines(t, 1); len(l) != 1 || !strings.Contains(l[0], "good") {
 		t.Errorf("inbox = %q, want only the good message", l)
 	}
-	status, v := d.do("GET", "/v1/messages/01890000-0000-7000-8000-000000000000", "")
-	wantError(t, status, v, 404, "not_found")
-	status, v = d.do("GET", "/v1/messages/01890000-0000-7000-8000-000000000000/replies", "")
-	wantError(t, status, v, 404, "not_found")
-	status, _ = d.do("POST", "/v1/messages/01890000-0000-7000-8000-000000000000/replies", `{"text":"x"}`)
+	// A not-found detail names what was not found, once (not "no live session matches
+	// 'message '<id>''", the original's session helper reused).
+	for _, path := range []string{"/v1/messages/nope", "/v1/messages/nope/replies"} {
+		status, v := d.do("GET", path, "")
+		wantError(t, status, v, 404, "not_found")
+		if got := field(v, "detail"); got != "no message 'nope'" {
+			t.Errorf("GET %s: detail %q, want \"no message 'nope'\"", path, got)
+		}
+	}
+	status, _ := d.do("POST", "/v1/messages/01890000-0000-7000-8000-000000000000/replies", `{"text":"x"}`)
 	if status != 405 {
 		t.Errorf("POST replies = %d, want 405", status)
 	}
-	status, v = d.do("POST", "/v1/sessions/x@elsewhere/messages", `{"from":"a","text":"x"}`)
+	status, v := d.do("POST", "/v1/sessions/x@elsewhere/messages", `{"from":"a","text":"x"}`)
 	wantError(t, status, v, 400, "unknown_peer")
 }
 

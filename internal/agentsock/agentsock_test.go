@@ -288,7 +288,7 @@ func TestErrors(t *testing.T) {
 		{"delivery failed", map[string]any{"action": "send", "ref": "noinbox", "text": "x"}, "delivery_failed", ""},
 		{"remote unknown peer", map[string]any{"action": "send", "ref": "x@elsewhere", "text": "x"}, "unknown_peer", ""},
 		{"reply missing", map[string]any{"action": "reply", "text": "x"}, "bad_request", "messageId and text are required"},
-		{"reply unknown", map[string]any{"action": "reply", "messageId": "nope", "text": "x"}, "not_found", "message 'nope'"},
+		{"reply unknown", map[string]any{"action": "reply", "messageId": "nope", "text": "x"}, "not_found", "no message 'nope'"},
 		{"reply not recipient", map[string]any{"action": "reply", "messageId": id, "text": "x"}, "not_recipient",
 			fmt.Sprintf("caller session 'claude:%s' is not recipient of message '%s' (expected 'claude:%s')", claudeID, id, otherID)},
 		{"mcp_start", map[string]any{"action": "mcp_start"}, "unattested",

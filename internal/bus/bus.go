@@ -373,6 +373,14 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		}
 		return Target{}, errorf("gone", "session %s process %d exited", d.ID, d.PID)
 	}
+	// A bare name that matched no session, live or dead, names a configured service that is
+	// not connected as svc:<name> does (docs/protocol.md §5.2): the last step of the order,
+	// so a session of that name always comes first.
+	if pinned == nil {
+		if t, ok := b.offlineService(nil, bare); ok {
+			return t, nil
+		}
+	}
 	if isPID {
 		if _, err := b.cfg.Proc.StartTime(pid); err == nil {
 			return Target{}, unregistered(pid)
@@ -424,21 +432,42 @@ func (b *Bus) resolveRegistered(pinned harness.Harness, bare string, isPID bool,
 			return Target{Harness: rec.Harness, SessionID: rec.SessionID, Offline: true}, nil, true
 		}
 	}
-	// A service queues durably, so it stays addressable by its stable id while it reconnects.
 	if pinned != nil && pinned.Admission() == harness.Exe {
-		offline := func(n string) Target {
-			return Target{Harness: name, SessionID: name + ":" + n, Offline: true, View: SessionView{Name: &n}}
-		}
-		if l := b.cfg.Leaf; l != nil && strings.EqualFold(l.Service, bare) {
-			return offline(l.Service), nil, true
-		}
-		for n := range b.cfg.SvcExe {
-			if strings.EqualFold(n, bare) {
-				return offline(n), nil, true
-			}
+		if t, ok := b.offlineService(pinned, bare); ok {
+			return t, nil, true
 		}
 	}
 	return Target{}, nil, false
+}
+
+// offlineService finds a configured service (by --svc-exe, or a leaf's own) named bare that is
+// not registered right now: a service queues durably, so it stays addressable by its stable id
+// while it reconnects. h is a harness admitted by executable, nil for the first of them.
+func (b *Bus) offlineService(h harness.Harness, bare string) (Target, bool) {
+	if h == nil {
+		for _, x := range b.h.All() {
+			if x.Admission() == harness.Exe {
+				h = x
+				break
+			}
+		}
+		if h == nil {
+			return Target{}, false
+		}
+	}
+	name := h.Name()
+	offline := func(n string) Target {
+		return Target{Harness: name, SessionID: name + ":" + n, Offline: true, View: SessionView{Name: &n}}
+	}
+	if l := b.cfg.Leaf; l != nil && strings.EqualFold(l.Service, bare) {
+		return offline(l.Service), true
+	}
+	for n := range b.cfg.SvcExe {
+		if strings.EqualFold(n, bare) {
+			return offline(n), true
+		}
+	}
+	return Target{}, false
 }
 
 // Identify attributes a peer pid to a session by walking its ancestors (at most 32): a live

@@ -73,7 +73,7 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text string) 
 		return res, err
 	}
 	if !found {
-		return res, errorf("not_found", "message '%s'", messageID)
+		return res, messageNotFound(messageID)
 	}
 	if caller.Harness != msg.RecipientHarness || caller.SessionID != msg.SessionID {
 		return res, errorf("not_recipient", "caller session '%s' is not recipient of message '%s' (expected '%s')",
@@ -305,7 +305,9 @@ type MessageView struct {
 	Replies          []ReplyView `json:"replies"`
 }
 
-func messageNotFound(id string) *Error { return notFound("message '" + id + "'") }
+// messageNotFound names the message that was not found, once (the original reused the session
+// helper: "no live session matches 'message '<id>''", docs/protocol.md §1).
+func messageNotFound(id string) *Error { return errorf("not_found", "no message '%s'", id) }
 
 // Message returns a stored message with its replies.
 func (b *Bus) Message(id string) (MessageView, error) {

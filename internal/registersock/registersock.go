@@ -542,7 +542,8 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 			e := bus.AsError(err)
 			detail := e.Detail
 			if e.Code == "not_found" {
-				detail += " not found"
+				// The original's wording on this socket (docs/protocol.md §4.2).
+				detail = "message '" + req.MessageID + "' not found"
 			}
 			return errorLine(e.Code, detail), audit, true
 		}
