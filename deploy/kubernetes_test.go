@@ -64,7 +64,24 @@ type container struct {
 	SecurityContext *securityContext  `json:"securityContext"`
 	VolumeMounts    []volumeMount     `json:"volumeMounts"`
 	Resources       json.RawMessage   `json:"resources"`
+	LivenessProbe   *probe            `json:"livenessProbe"`
+	ReadinessProbe  *probe            `json:"readinessProbe"`
 }
+
+type probe struct {
+	Exec *struct {
+		Command []string `json:"command"`
+	} `json:"exec"`
+	HTTPGet          json.RawMessage `json:"httpGet"`
+	TCPSocket        json.RawMessage `json:"tcpSocket"`
+	PeriodSeconds    int             `json:"periodSeconds"`
+	TimeoutSeconds   int             `json:"timeoutSeconds"`
+	FailureThreshold int             `json:"failureThreshold"`
+}
+
+// probeCommand is the exec probe a kubelet runs in the leaf's container: the image has no
+// shell and no PATH of its own, so /bin/xmsg (nix/image.nix) and its health subcommand.
+var probeCommand = []string{"/bin/xmsg", "health"}
 
 type envVar struct {
 	Name  string `json:"name"`
@@ -295,22 +312,33 @@ func checkPod(p *pod) []string {
 		}
 	}
 
-	// The leaf: `xmsg serve --leaf --leaf-principal svc:<bot> --listen 127.0.0.1:PORT`.
+	// The leaf: `xmsg serve --leaf --leaf-principal svc:<bot>`, its HTTP API on http.sock in the
+	// shared volume (behind the peer gate); `--listen 127.0.0.1:PORT` only for a bot that
+	// cannot use a Unix socket.
 	l := leaf[0]
 	args := l.Args
 	if len(l.Command) != 0 {
 		badf("container %s: command: leave it to the image's entrypoint (xmsg)", l.Name)
 	}
-	if len(args) != 6 || args[0] != "serve" || args[1] != "--leaf" || args[2] != "--leaf-principal" || args[4] != "--listen" {
-		badf("container %s: args %q: want serve --leaf --leaf-principal svc:<bot> --listen 127.0.0.1:PORT", l.Name, args)
+	if (len(args) != 4 && len(args) != 6) || args[0] != "serve" || args[1] != "--leaf" || args[2] != "--leaf-principal" || (len(args) == 6 && args[4] != "--listen") {
+		badf("container %s: args %q: want serve --leaf --leaf-principal svc:<bot> [--listen 127.0.0.1:PORT]", l.Name, args)
 	} else {
-		principal, listen := args[3], args[5]
+		principal := args[3]
 		if !slices.ContainsFunc(bots, func(b container) bool { return principal == "svc:"+b.Name }) {
 			badf("container %s: --leaf-principal %q: want svc:<the bot container's name>", l.Name, principal)
 		}
-		host, _, err := net.SplitHostPort(listen)
-		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			badf("container %s: --listen %q: want a loopback address (the pod's own network only)", l.Name, listen)
+		if len(args) == 6 {
+			host, _, err := net.SplitHostPort(args[5])
+			if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+				badf("container %s: --listen %q: want a loopback address (the pod's own network only)", l.Name, args[5])
+			}
+		}
+	}
+	// Probes a kubelet can run: an exec of the image's xmsg, no shell, no port (the leaf
+	// listens on no pod-reachable address to probe).
+	for name, pr := range map[string]*probe{"livenessProbe": l.LivenessProbe, "readinessProbe": l.ReadinessProbe} {
+		if pr == nil || pr.Exec == nil || !slices.Equal(pr.Exec.Command, probeCommand) || pr.HTTPGet != nil || pr.TCPSocket != nil {
+			badf("container %s: %s: want exec %q", l.Name, name, probeCommand)
 		}
 	}
 	for _, a := range args {
@@ -376,6 +404,14 @@ func TestLeafPodExample(t *testing.T) {
 	if *p.Spec.SecurityContext.RunAsUser != 65532 {
 		t.Errorf("runAsUser: got %d, want 65532, the image's User (nix/image.nix)", *p.Spec.SecurityContext.RunAsUser)
 	}
+	// The probes' executable exists in the image: nix/image.nix links it.
+	img, err := os.ReadFile("../nix/image.nix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(img), "ln -s ${lib.getExe xmsg} ."+probeCommand[0]) {
+		t.Errorf("nix/image.nix does not link %s, which the probes run", probeCommand[0])
+	}
 }
 
 // TestLeafPodChecks is the positive control: each rule of checkPod rejects a manifest that
@@ -402,7 +438,9 @@ func TestLeafPodChecks(t *testing.T) {
 		{"port", "ports", func(p *pod) {
 			p.Spec.Containers[0].Ports = []json.RawMessage{json.RawMessage(`{"containerPort":7787}`)}
 		}},
-		{"listen everywhere", "--listen", func(p *pod) { p.Spec.Containers[0].Args[5] = "0.0.0.0:7787" }},
+		{"listen everywhere", "--listen", func(p *pod) { p.Spec.Containers[0].Args = append(p.Spec.Containers[0].Args, "--listen", "0.0.0.0:7787") }},
+		{"no liveness probe", "livenessProbe", func(p *pod) { p.Spec.Containers[0].LivenessProbe = nil }},
+		{"a shell probe", "readinessProbe", func(p *pod) { p.Spec.Containers[0].ReadinessProbe.Exec.Command = []string{"sh", "-c", "xmsg health"} }},
 		{"wrong principal", "--leaf-principal", func(p *pod) { p.Spec.Containers[0].Args[3] = "svc:someone-else" }},
 		{"not a leaf", "args", func(p *pod) { p.Spec.Containers[0].Args[1] = "--verbose" }},
 		{"bot sees the secret", "secret volume", func(p *pod) {

@@ -28,8 +28,12 @@ dockerTools.buildLayeredImage {
   name = "xmsg";
   tag = xmsg.version;
 
-  # The mount points, created inside fakeroot so that they can belong to the user.
+  # The mount points, created inside fakeroot so that they can belong to the user; and
+  # /bin/xmsg, the path a kubelet's exec probe names (`xmsg health`: the image has no shell
+  # and no PATH of its own).
   fakeRootCommands = ''
+    mkdir -p ./bin
+    ln -s ${lib.getExe xmsg} ./bin/xmsg
     mkdir -p .${runtimeDir} .${stateDir}
     chown ${toString uid}:${toString gid} .${runtimeDir} .${stateDir}
     chmod 0700 .${runtimeDir} .${stateDir}

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -597,8 +598,10 @@ func TestLeafNode(t *testing.T) {
 
 	t.Run("listeners", func(t *testing.T) {
 		unixPaths, tcp, udp := procSockets(t, s.leaf.cmd.Process.Pid)
-		if len(unixPaths) != 1 || unixPaths[0] != s.regSock {
-			t.Errorf("leaf listening Unix sockets = %q, want only %s", unixPaths, s.regSock)
+		httpSock := s.leaf.path("rt/xmsg/http.sock")
+		slices.Sort(unixPaths)
+		if want := []string{httpSock, s.regSock}; !slices.Equal(unixPaths, want) {
+			t.Errorf("leaf listening Unix sockets = %q, want only %q (the HTTP API and the register socket)", unixPaths, want)
 		}
 		if len(tcp) != 1 || tcp[0] != "127.0.0.1:7787" {
 			t.Errorf("leaf listening TCP sockets = %q, want only 127.0.0.1:7787", tcp)
@@ -606,15 +609,33 @@ func TestLeafNode(t *testing.T) {
 		if udp != 0 {
 			t.Errorf("leaf holds %d UDP/raw sockets", udp)
 		}
-		for _, name := range []string{"http.sock", "agent.sock"} {
-			if _, err := os.Lstat(s.leaf.path("rt/xmsg/" + name)); err == nil {
-				t.Errorf("leaf created %s", name)
-			}
+		if _, err := os.Lstat(s.leaf.path("rt/xmsg/agent.sock")); err == nil {
+			t.Errorf("leaf created agent.sock")
 		}
 		// Positive control: the same check sees the hub's four listeners.
 		hu, ht, _ := procSockets(t, s.hub.cmd.Process.Pid)
 		if len(hu) != 3 || len(ht) != 1 {
 			t.Errorf("hub listeners: unix %q tcp %q, want 3 and 1", hu, ht)
+		}
+	})
+
+	// The leaf's HTTP API on its http.sock: served to the leaf's uid (`xmsg health`, the pod's
+	// probe), behind the peer gate for any other (root here: not one byte).
+	t.Run("http.sock", func(t *testing.T) {
+		httpSock := s.leaf.path("rt/xmsg/http.sock")
+		out, err := userCmd(s.leaf.user, "", s.exe, []string{ostest.Role("xmsg"), "HOME=" + s.leaf.dir}, "health", "--http-sock", httpSock).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), `"status":"ok"`) {
+			t.Errorf("xmsg health on the leaf's http.sock as its uid: %v\n%s", err, out)
+		}
+		c, err := net.Dial("unix", httpSock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, _ := c.Read(make([]byte, 64)); n != 0 {
+			t.Errorf("another uid read %d bytes from the leaf's http.sock; want 0 (the peer gate)", n)
 		}
 	})
 
@@ -919,7 +940,7 @@ func TestLeafStartupRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--leaf", "--leaf-principal", "svc:bot"}, "--leaf needs --listen"},
+		{[]string{"--leaf", "--leaf-principal", "svc:bot"}, "needs a peers file"}, // no --listen is fine: http.sock
 		{[]string{"--leaf", "--listen", "127.0.0.1:0"}, "--leaf needs --leaf-principal"},
 		{append(append(base, "--fed-listen", "127.0.0.1:7443"), fedArgs...), "--leaf forbids --fed-listen"},
 		{append(append(base, "--svc-exe", "bot=/bin/true"), fedArgs...), "--leaf forbids --svc-exe"},

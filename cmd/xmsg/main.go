@@ -35,6 +35,7 @@ commands:
   send       send a message: xmsg send REF TEXT (TEXT "-" reads stdin)
   replies    show replies to a message: xmsg replies ID [--wait S] [--after N]
   doctor     show which protections are in force
+  health     exit 0 when the running daemon answers /healthz with 200 (a container probe)
   register   register agy [--hook] [--sock P] [--url U]: the Antigravity hook helper
   exec       exec --credential NAME[=ENVVAR] [--fd N] -- CMD: run CMD with a custody secret as a descriptor
   bench      measure the bus end to end (xmsg bench --help)
@@ -104,6 +105,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return repliesCmd(rest, stdout)
 	case "doctor":
 		return doctorCmd(rest, stdout)
+	case "health":
+		return healthCmd(rest, stdout)
 	case "bench":
 		return benchCmd(rest, stdout, stderr)
 	case bench.RoleArg:

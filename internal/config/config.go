@@ -45,7 +45,8 @@ type Config struct {
 	AgyExe                            []string // trusted Antigravity executables
 	AgyPresenceDir                    string   // where agy conversations' presence locks live
 	AgyBin                            string   // the agy program that runs agentapi; "" = first AgyExe
-	// Leaf mode (docs/protocol.md §7.5): only the TCP listener and LeafRegisterSock are served.
+	// Leaf mode (docs/protocol.md §7.5): only http.sock (HTTPSock or its default), the TCP
+	// listener if --listen is given, and LeafRegisterSock are served.
 	Leaf             bool
 	LeafPrincipal    string
 	LeafRegisterSock string // "" = RegisterSock, else the default register.sock path
@@ -249,7 +250,7 @@ var options = []option{
 		set: duration("http-body-timeout", func(c *Config) *time.Duration { return &c.Limits.HTTPBodyTimeout })},
 	{name: "http-idle-timeout", env: "XMSG_HTTP_IDLE_TIMEOUT", def: limits.HTTPIdleTimeout.String(), usage: "http.sock keep-alive connections idle this long are closed",
 		set: duration("http-idle-timeout", func(c *Config) *time.Duration { return &c.Limits.HTTPIdleTimeout })},
-	{name: "leaf", env: "XMSG_LEAF", def: "false", usage: "leaf mode: outbound-only, pulls its service's mail from the hubs of the peers file (needs --listen and --leaf-principal)", boolean: true,
+	{name: "leaf", env: "XMSG_LEAF", def: "false", usage: "leaf mode: outbound-only, pulls its service's mail from the hubs of the peers file (needs --leaf-principal; its HTTP API is on http.sock, --listen adds TCP)", boolean: true,
 		set: func(c *Config, v string) (err error) {
 			if c.Leaf, err = strconv.ParseBool(v); err != nil {
 				return fmt.Errorf("config: --leaf: %q is not a boolean", v)
@@ -542,8 +543,9 @@ func optionDefault(name string) string {
 }
 
 // checkLeaf applies the startup rules of leaf mode (docs/protocol.md §7.5, §10.1): a leaf needs
-// its TCP listener and its principal, and may have no federation listener (nobody connects
-// to a leaf) and no attested services (it admits one service on uid alone).
+// its principal, and may have no federation listener (nobody connects to a leaf) and no
+// attested services (it admits one service on uid alone). Its HTTP API is on its http.sock;
+// --listen adds a TCP listener for a bot that cannot use a Unix socket.
 func (c *Config) checkLeaf() error {
 	if !c.Leaf {
 		if c.LeafPrincipal != "" || c.LeafRegisterSock != "" {
@@ -552,8 +554,6 @@ func (c *Config) checkLeaf() error {
 		return nil
 	}
 	switch {
-	case c.Listen == "":
-		return errors.New("config: --leaf needs --listen (the leaf's only HTTP listener)")
 	case c.LeafPrincipal == "":
 		return errors.New("config: --leaf needs --leaf-principal")
 	case c.FedListen != "":

@@ -15,7 +15,7 @@ func TestLeafValidation(t *testing.T) {
 	}{
 		{"ok", base, nil, ""},
 		{"from env", nil, map[string]string{"XMSG_LEAF": "true", "XMSG_LEAF_PRINCIPAL": "svc:bot", "XMSG_LISTEN": "127.0.0.1:1"}, ""},
-		{"no listen", []string{"--leaf", "--leaf-principal", "svc:bot"}, nil, "--leaf needs --listen"},
+		{"no listen (http.sock only)", []string{"--leaf", "--leaf-principal", "svc:bot"}, nil, ""},
 		{"no principal", []string{"--leaf", "--listen", "127.0.0.1:7787"}, nil, "--leaf needs --leaf-principal"},
 		{"fed listen", append(base, "--fed-listen", "192.0.2.1:7443"), nil, "--leaf forbids --fed-listen"},
 		{"svc exe", append(base, "--svc-exe", "bot=/bin/true"), nil, "--leaf forbids --svc-exe"},

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/xmsg/xmsg/internal/activation"
 	"github.com/xmsg/xmsg/internal/bus"
@@ -22,17 +23,20 @@ import (
 )
 
 // leafMode is `xmsg serve --leaf` (docs/protocol.md §7.5): the daemon's startup order
-// (docs/design.md §2) with the steps that differ replaced. The only listeners are the TCP HTTP
-// listener (--listen) and the leaf register socket; no http.sock, agent.sock, normal
-// register.sock or federation listener exists, and sockets systemd may pass are not taken. A
+// (docs/design.md §2) with the steps that differ replaced. The only listeners are its
+// http.sock and the leaf register socket (self-bound, gated), and the TCP HTTP listener if
+// --listen is given; no agent.sock, normal register.sock or federation listener exists, and
+// sockets systemd may pass are not taken. A
 // leaf is made to run where systemd and Landlock may be missing (a container, gVisor): each
 // fallback is said at start and by `xmsg doctor --url`.
 type leafMode struct {
-	d       *Daemon
-	id      bus.LeafIdentity
-	hubs    []string
-	reg     net.Listener
-	regPath string
+	d        *Daemon
+	id       bus.LeafIdentity
+	hubs     []string
+	reg      net.Listener
+	regPath  string
+	http     net.Listener // the HTTP API on a Unix socket (gated)
+	httpPath string
 }
 
 // replace returns the daemon's steps with a leaf's: its own credentials, sockets, sandbox and
@@ -120,10 +124,23 @@ func (l *leafMode) bindSockets() error {
 	l.reg = reg
 	d.onClose(ignoreClosed(reg.Close))
 	d.facts.SocketDir = filepath.Dir(l.regPath)
-	if err := d.listenTCP(); err != nil {
+	// The HTTP API on a Unix socket beside it, behind the peer gate like every daemon's: in a
+	// pod, the shared volume's socket is the bot's way in; TCP (--listen) has no gate and is
+	// only for a bot that cannot use a socket.
+	l.httpPath = d.cfg.HTTPSock
+	if l.httpPath == "" {
+		l.httpPath = filepath.Join(filepath.Dir(l.regPath), activation.NameHTTP+".sock")
+	}
+	if l.http, err = activation.Bind(l.httpPath); err != nil {
 		return err
 	}
-	d.log.Info("leaf register socket", "path", l.regPath)
+	d.onClose(ignoreClosed(l.http.Close))
+	if d.cfg.Listen != "" {
+		if err := d.listenTCP(); err != nil {
+			return err
+		}
+	}
+	d.log.Info("leaf sockets", "register", l.regPath, "http", l.httpPath)
 	return nil
 }
 
@@ -136,7 +153,7 @@ func (l *leafMode) applySandbox() error {
 	policy := sandbox.Policy{
 		ReadWrite:   []string{filepath.Dir(d.cfg.DBPath)},
 		ReadOnly:    []string{"/proc"},
-		RemoveFiles: []string{filepath.Dir(l.regPath)},
+		RemoveFiles: removable(l.regPath, l.httpPath),
 		Require:     d.cfg.RequireLandlock,
 	}
 	if dir := creds.Dir(); dir != "" {
@@ -184,7 +201,10 @@ func (l *leafMode) buildServers() error {
 	// The same bounds as every daemon's sockets (limits.go). The pull loops end with the HTTP
 	// long-polls when the stop begins (a row delivered but not yet acked to the hub stays
 	// there and is handed out again).
-	d.addHTTP("tcp", tcpListener(d.tcp, cfg, d.log), doctorLines)
+	d.addHTTP("http", httpListener(gate.Listener(l.http, uid, "http", d.log), cfg, d.log), doctorLines)
+	if d.tcp != nil {
+		d.addHTTP("tcp", tcpListener(d.tcp, cfg, d.log), doctorLines)
+	}
 	d.addRegister(gate.Listener(l.reg, uid, "register", d.log))
 	for _, p := range pullers {
 		done := make(chan struct{})
@@ -209,4 +229,16 @@ func (l *leafMode) buildServers() error {
 	d.serving = []any{"mode", "leaf", "principal", l.id.Principal, "service", "svc:" + l.id.Service,
 		"hubs", l.hubs, "db", cfg.DBPath, "host_label", cfg.HostLabel}
 	return nil
+}
+
+// removable is the directories of paths, each once: the sandbox lets the daemon remove its
+// self-bound socket files there at stop.
+func removable(paths ...string) []string {
+	var dirs []string
+	for _, p := range paths {
+		if d := filepath.Dir(p); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }

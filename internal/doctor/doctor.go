@@ -68,7 +68,7 @@ func (f Facts) Lines() []string {
 	}
 	if f.Leaf != "" {
 		// docs/protocol.md §7.5: a leaf binds its two listeners itself, with or without systemd.
-		l = append(l, "leaf: principal "+f.Leaf+"; only the TCP listener and the leaf register socket are served (no http.sock, agent.sock or federation listener)")
+		l = append(l, "leaf: principal "+f.Leaf+"; only its http.sock, the leaf register socket and a --listen TCP listener, if any, are served (no agent.sock or federation listener)")
 		l = append(l, "socket activation: not used in leaf mode (the register socket is self-bound in "+dir+")")
 	} else if f.SocketActivation {
 		l = append(l, "socket activation: yes (systemd)")

@@ -183,7 +183,7 @@ func TestLeafFallbackLines(t *testing.T) {
 		Credentials: "path", TCPListen: "127.0.0.1:7787"}
 	got := strings.Join(f.Lines(), "\n")
 	for _, want := range []string{
-		"leaf: principal svc:matrix; only the TCP listener and the leaf register socket are served",
+		"leaf: principal svc:matrix; only its http.sock, the leaf register socket and a --listen TCP listener, if any, are served",
 		"socket activation: not used in leaf mode (the register socket is self-bound in /run/shared/xmsg)",
 		"landlock: unavailable (running without it",
 		"sd_notify: no (NOTIFY_SOCKET unset",
