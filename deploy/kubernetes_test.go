@@ -438,7 +438,9 @@ func TestLeafPodChecks(t *testing.T) {
 		{"port", "ports", func(p *pod) {
 			p.Spec.Containers[0].Ports = []json.RawMessage{json.RawMessage(`{"containerPort":7787}`)}
 		}},
-		{"listen everywhere", "--listen", func(p *pod) { p.Spec.Containers[0].Args = append(p.Spec.Containers[0].Args, "--listen", "0.0.0.0:7787") }},
+		{"listen everywhere", "--listen", func(p *pod) {
+			p.Spec.Containers[0].Args = append(p.Spec.Containers[0].Args, "--listen", "0.0.0.0:7787")
+		}},
 		{"no liveness probe", "livenessProbe", func(p *pod) { p.Spec.Containers[0].LivenessProbe = nil }},
 		{"a shell probe", "readinessProbe", func(p *pod) { p.Spec.Containers[0].ReadinessProbe.Exec.Command = []string{"sh", "-c", "xmsg health"} }},
 		{"wrong principal", "--leaf-principal", func(p *pod) { p.Spec.Containers[0].Args[3] = "svc:someone-else" }},

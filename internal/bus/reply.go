@@ -306,7 +306,7 @@ type MessageView struct {
 }
 
 // messageNotFound names the message that was not found, once (the original reused the session
-// helper: "no live session matches 'message '<id>''", docs/protocol.md §1).
+// helper: "no live session matches 'message '<id>”", docs/protocol.md §1).
 func messageNotFound(id string) *Error { return errorf("not_found", "no message '%s'", id) }
 
 // Message returns a stored message with its replies.
