@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -323,5 +324,137 @@ func TestAuthenticatedRoom(t *testing.T) {
 	}
 	if lines := strings.Join(hub.n.DoctorLines(), "\n"); !strings.Contains(lines, "federation capacity: 32 connections") || !strings.Contains(lines, "refused for capacity") {
 		t.Errorf("doctor:\n%s", lines)
+	}
+}
+
+// rawRequest sends head (request line and headers) on a fresh authenticated connection of
+// cert, then body a byte every every, and returns the status of the answer (0: none) and
+// how many body bytes were sent before it came.
+func rawRequest(t *testing.T, nd *node, cert *fedtest.Cert, head string, body []byte, every time.Duration) (int, int) {
+	t.Helper()
+	pair, _ := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
+	c, err := tls.Dial("tcp", nd.addr(), &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int, 1)
+	go func() {
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			got <- 0
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	for i := range body {
+		select {
+		case st := <-got:
+			return st, i
+		case <-time.After(every):
+		}
+		if _, err := c.Write(body[i : i+1]); err != nil {
+			return <-got, i
+		}
+	}
+	return <-got, len(body)
+}
+
+// TestBodyDeadline: a peer that announces 1000 bytes and sends one every 100 ms is cut off
+// at the body deadline (1 s here), not after the 100 s its body would take.
+func TestBodyDeadline(t *testing.T) {
+	a, b := newNode(t, "a"), newNode(t, "b")
+	small(b)
+	a.start("{" + peerEntry("b", b.addr(), b.cert.Pin, "") + "}")
+	b.start("{" + peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send"]`) + "}")
+	head := "POST /fed/v2/messages HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+	st, sent := rawRequest(t, b, a.cert, head, bytes.Repeat([]byte(" "), 1000), 100*time.Millisecond)
+	if sent >= 100 {
+		t.Errorf("answered (%d) after %d body bytes, want the deadline to cut it off within ~10", st, sent)
+	}
+	t.Logf("slow body: answer %d after %d of 1000 bytes (1 per 100 ms, deadline 1 s)", st, sent)
+}
+
+// TestRateCheckedBeforeBody: a peer over its rate is answered 429 without its body being
+// read: the body never comes here, and the answer is still 429 (read first, it would be a
+// 400 for the body that never came).
+func TestRateCheckedBeforeBody(t *testing.T) {
+	a, b := newNode(t, "a"), newNode(t, "b")
+	small(b)
+	a.start("{" + peerEntry("b", b.addr(), b.cert.Pin, "") + "}")
+	b.start("{"+peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send"]`)+"}", 1, 1)
+	if status, out := post(t, rawClient(a.cert), b.addr(), "/fed/v2/messages", envelopeTo("svc:bot")); status != 202 {
+		t.Fatalf("first send: %d %v", status, out)
+	}
+	head := "POST /fed/v2/messages HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+	if st, _ := rawRequest(t, b, a.cert, head, nil, 0); st != http.StatusTooManyRequests {
+		t.Errorf("over the rate, body withheld: %d, want 429", st)
+	}
+}
+
+// TestReloadUnchangedParsesNothing: a reload of unchanged files compares bytes and parses
+// nothing; a changed file is parsed once.
+func TestReloadUnchangedParsesNothing(t *testing.T) {
+	a, b := pair(t, "")
+	before := b.n.builds.Load()
+	for range 5 {
+		if changed, err := b.n.Reload(); changed || err != nil {
+			t.Fatalf("reload of unchanged files: %v %v", changed, err)
+		}
+	}
+	if got := b.n.builds.Load() - before; got != 0 {
+		t.Errorf("%d parses for 5 reloads of unchanged files, want 0", got)
+	}
+	b.write("peers.json", []byte("{"+peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send"]`)+"}"))
+	if changed, err := b.n.Reload(); !changed || err != nil {
+		t.Fatalf("reload of a changed peers file: %v %v", changed, err)
+	}
+	if got := b.n.builds.Load() - before; got != 1 {
+		t.Errorf("%d parses after one change, want 1", got)
+	}
+}
+
+// TestHandshakeErrorKinds: only a refusal (ours of the certificate, or the peer's alert)
+// is rejected; a connection closed in the handshake, EOF included, is unreachable.
+func TestHandshakeErrorKinds(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want error
+	}{
+		{io.EOF, errUnreachable},
+		{fmt.Errorf("read: %w", syscall.ECONNRESET), errUnreachable},
+		{&verifyError{errors.New("pin mismatch")}, errRejected},
+		{&net.OpError{Op: "remote error", Err: errors.New("tls: bad certificate")}, errRejected},
+		{context.DeadlineExceeded, errUnreachable},
+	} {
+		if got := handshakeError(tt.err); !errors.Is(got, tt.want) {
+			t.Errorf("handshakeError(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+	// End to end: a "peer" that closes every connection unread is unreachable, not rejected.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	a := newNode(t, "a")
+	a.start("{" + peerEntry("b", ln.Addr().String(), a.cert.Pin, `, "allow": ["send"]`) + "}")
+	_, err = a.bus.Send(context.Background(), bus.Send{Ref: "svc:bot@b", Text: "x", Principal: "p", From: "c"})
+	if e := bus.AsError(err); e.Code != "peer_unreachable" {
+		t.Errorf("send to a peer that closes in the handshake: %v, want peer_unreachable", err)
 	}
 }

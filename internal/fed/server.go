@@ -173,6 +173,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 		http.NewResponseController(w).SetReadDeadline(time.Time{})
 	}
 	if err != nil {
+		if isTimeout(err) {
+			writeError(w, apiError(http.StatusBadRequest, "bad_request", "body not received within %s", s.n.cfg.BodyTimeout))
+			return nil, false
+		}
 		writeError(w, apiError(http.StatusBadRequest, "bad_request", "could not read body"))
 		return nil, false
 	}
