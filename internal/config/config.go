@@ -35,6 +35,8 @@ type Config struct {
 	FedCert, FedKey, FedCA            string
 	FedReloadInterval                 time.Duration // 0 = no reload
 	FedRatePeer, FedRatePrincipal     int           // token buckets per minute (burst the same)
+	FedMaxConns                       int           // federation listener budget; 0 = from RLIMIT_NOFILE
+	FedBodyTimeout                    time.Duration // federation request bodies, from the end of the headers
 	AgentMaxLine, AgentMaxConns       int
 	AgentIdleTimeout                  time.Duration
 	AgentWriteTimeout                 time.Duration
@@ -48,7 +50,10 @@ type Config struct {
 	Leaf             bool
 	LeafPrincipal    string
 	LeafRegisterSock string // "" = RegisterSock, else the default register.sock path
-	Limits           Limits
+	// LeafListenNonLoopback lets a leaf's --listen take a non-loopback address: that listener
+	// has no peer check, and whoever reaches it speaks as the leaf's principal.
+	LeafListenNonLoopback bool
+	Limits                Limits
 }
 
 // Limits are the fairness bounds of the sockets (README "Reliability"): how many connections
@@ -196,6 +201,17 @@ var options = []option{
 		set: integer("fed-rate-peer", 1, func(c *Config) *int { return &c.FedRatePeer })},
 	{name: "fed-rate-principal", env: "XMSG_FED_RATE_PRINCIPAL", def: "20", usage: "federation requests per minute per (peer, sender principal) (token bucket, burst the same)",
 		set: integer("fed-rate-principal", 1, func(c *Config) *int { return &c.FedRatePrincipal })},
+	{name: "fed-max-conns", env: "XMSG_FED_MAX_CONNS", def: "0", usage: "federation listener connections at once, pending and authenticated (0: sized from RLIMIT_NOFILE; more than it allows is lowered, with a warning)",
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || (n != 0 && n < 32) {
+				return fmt.Errorf("config: --fed-max-conns: %q is not 0 or an integer >= 32", v)
+			}
+			c.FedMaxConns = n
+			return nil
+		}},
+	{name: "fed-body-timeout", env: "XMSG_FED_BODY_TIMEOUT", def: "10s", usage: "federation request bodies must arrive within this, from the end of the headers",
+		set: duration("fed-body-timeout", func(c *Config) *time.Duration { return &c.FedBodyTimeout })},
 	{name: "agent-max-line", env: "XMSG_AGENT_MAX_LINE", def: strconv.Itoa(limits.AgentMaxLine), usage: "agent.sock maximum line length in bytes",
 		set: integer("agent-max-line", 1024, func(c *Config) *int { return &c.AgentMaxLine })},
 	{name: "agent-max-conns", env: "XMSG_AGENT_MAX_CONNS", def: strconv.Itoa(limits.AgentMaxConns), usage: "agent.sock connections served at once, counted once attested to a session",
@@ -247,6 +263,13 @@ var options = []option{
 		set: str(func(c *Config) *string { return &c.LeafPrincipal })},
 	{name: "leaf-register-sock", env: "XMSG_LEAF_REGISTER_SOCK", doc: "--register-sock, else $XDG_RUNTIME_DIR/xmsg/register.sock", usage: "leaf mode: the register socket of the leaf's service",
 		set: str(func(c *Config) *string { return &c.LeafRegisterSock })},
+	{name: "leaf-listen-non-loopback", env: "XMSG_LEAF_LISTEN_NON_LOOPBACK", def: "false", usage: "leaf mode: let --listen take a non-loopback address (that listener has no peer check: whoever reaches it sends as the leaf's principal)", boolean: true,
+		set: func(c *Config, v string) (err error) {
+			if c.LeafListenNonLoopback, err = strconv.ParseBool(v); err != nil {
+				return fmt.Errorf("config: --leaf-listen-non-loopback: %q is not a boolean", v)
+			}
+			return nil
+		}},
 	{name: "require-landlock", env: "XMSG_REQUIRE_LANDLOCK", def: "false", usage: "refuse to start unless Landlock enforces filesystem, network and scoping", boolean: true,
 		set: func(c *Config, v string) (err error) {
 			if c.RequireLandlock, err = strconv.ParseBool(v); err != nil {
@@ -530,8 +553,8 @@ func optionDefault(name string) string {
 // to a leaf) and no attested services (it admits one service on uid alone).
 func (c *Config) checkLeaf() error {
 	if !c.Leaf {
-		if c.LeafPrincipal != "" || c.LeafRegisterSock != "" {
-			return errors.New("config: --leaf-principal and --leaf-register-sock need --leaf")
+		if c.LeafPrincipal != "" || c.LeafRegisterSock != "" || c.LeafListenNonLoopback {
+			return errors.New("config: --leaf-principal, --leaf-register-sock and --leaf-listen-non-loopback need --leaf")
 		}
 		return nil
 	}
@@ -547,6 +570,20 @@ func (c *Config) checkLeaf() error {
 	}
 	if c.LeafRegisterSock == "" {
 		c.LeafRegisterSock = c.RegisterSock
+	}
+	return c.checkLeafListen()
+}
+
+// checkLeafListen: a leaf's --listen has no peer check and speaks as the leaf's principal
+// to its hubs, so it is the pod's (loopback) only, unless the operator says otherwise by
+// name. Only an IP literal counts: a host name could resolve anywhere.
+func (c *Config) checkLeafListen() error {
+	if c.Listen == "" || c.LeafListenNonLoopback {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(c.Listen)
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.Unmap().IsLoopback() {
+		return fmt.Errorf("config: --leaf --listen %q: not a loopback IP address; whoever reaches this listener sends as the leaf's principal (--leaf-listen-non-loopback allows it)", c.Listen)
 	}
 	return nil
 }
