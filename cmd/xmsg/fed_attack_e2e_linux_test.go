@@ -1,0 +1,236 @@
+package main
+
+// Attacks on the federation listener (issues 18 and 22), against real daemons in network
+// namespaces of their own: a flood of silent TCP connections from many source addresses
+// (an attacker process of its own), and a fleet of leaves behind one address reconnecting
+// after a hub restart. Each prints its figure (go test -v); XMSG_LONG=1 makes them longer.
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/fed/fedtest"
+	"github.com/xmsg/xmsg/internal/ostest"
+)
+
+func init() {
+	if os.Getenv("XMSG_TEST_ROLE") == "fedflood" {
+		os.Exit(fedFlood())
+	}
+}
+
+// fedFlood holds $N silent TCP connections to $ADDR, spread over the source addresses
+// $SRCS (comma-separated), redialing each one the server closes, until stdin closes. It
+// prints "started" once every connection was tried, and at the end how many times it dialed.
+func fedFlood() int {
+	addr, srcs := os.Getenv("ADDR"), strings.Split(os.Getenv("SRCS"), ",")
+	n, _ := strconv.Atoi(os.Getenv("N"))
+	stop := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(stop) }()
+	var dials atomic.Int64
+	var first sync.WaitGroup
+	first.Add(n)
+	for i := range n {
+		go func() {
+			once := sync.OnceFunc(first.Done)
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(srcs[i%len(srcs)])}, Timeout: 5 * time.Second}
+			for {
+				select {
+				case <-stop:
+					once()
+					return
+				default:
+				}
+				c, err := d.Dial("tcp", addr)
+				dials.Add(1)
+				once()
+				if err == nil {
+					go func() { <-stop; c.Close() }()
+					io.Copy(io.Discard, c) // silent: not a byte sent, until the server closes
+					c.Close()
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	first.Wait()
+	fmt.Println("started")
+	<-stop
+	fmt.Println(dials.Load())
+	return 0
+}
+
+// addSources gives namespace ns count extra addresses on dev (10.9.0.0/16; the other side
+// routes them through peerDev), returned in order.
+func addSources(t *testing.T, np netPair, count int) []string {
+	t.Helper()
+	runCmd(t, "ip", "-n", np.b, "addr", "add", "10.9.255.254/16", "dev", np.vb)
+	var batch strings.Builder
+	var out []string
+	for i := range count {
+		a := fmt.Sprintf("10.9.%d.%d", i/250, 1+i%250)
+		out = append(out, a)
+		fmt.Fprintf(&batch, "addr add %s/16 dev %s\n", a, np.va)
+	}
+	cmd := exec.Command("ip", "-n", np.a, "-batch", "-")
+	cmd.Stdin = strings.NewReader(batch.String())
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ip -batch: %v: %s", err, b)
+	}
+	return out
+}
+
+// startFlood runs the flood from namespace ns until the test ends; the returned function
+// stops it and reports how many connections it dialed.
+func startFlood(t *testing.T, ns, addr string, srcs []string, n int) func() int {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0])
+	cmd.Env = append(os.Environ(), "XMSG_TEST_ROLE=fedflood", "ADDR="+addr, "SRCS="+strings.Join(srcs, ","), "N="+strconv.Itoa(n))
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(out)
+	var once sync.Once
+	dials := 0
+	stop := func() int {
+		once.Do(func() {
+			in.Close()
+			line, _ := r.ReadString('\n')
+			dials, _ = strconv.Atoi(strings.TrimSpace(line))
+			cmd.Wait()
+		})
+		return dials
+	}
+	t.Cleanup(func() { stop() })
+	if line, _ := r.ReadString('\n'); line != "started\n" {
+		t.Fatalf("flood did not start: %q", line)
+	}
+	return stop
+}
+
+// freshSends posts n envelopes to ref on to, each on a fresh mTLS connection with cert from
+// namespace ns, one after another; it returns how many were accepted (202), the latencies of
+// those, and the failures by kind.
+func freshSends(ns string, to *fedNode, cert *fedtest.Cert, ref string, n int) (ok int, lat []time.Duration, fails map[string]int) {
+	pair, _ := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
+	fails = map[string]int{}
+	for range n {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+			DialContext:     func(ctx context.Context, _, addr string) (net.Conn, error) { return dialIn(ns, addr) },
+			TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}}}
+		id := uuid.Must(uuid.NewV7()).String()
+		body, _ := json.Marshal(map[string]any{"v": 2, "id": id, "principal": map[string]any{"kind": "session", "harness": "claude", "session_id": "s-1", "name": "alice"},
+			"to": map[string]any{"ref": ref}, "body": "x", "push_replies": false, "thread_id": id, "created_at": time.Now().Unix()})
+		start := time.Now()
+		resp, err := c.Post("https://"+to.addr()+"/fed/v2/messages", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			kind := err.Error()
+			switch {
+			case strings.Contains(kind, "EOF"):
+				kind = "EOF"
+			case strings.Contains(kind, "reset"):
+				kind = "reset"
+			case strings.Contains(kind, "timeout") || strings.Contains(kind, "deadline"):
+				kind = "timeout"
+			}
+			fails[kind]++
+			continue
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			fails[strconv.Itoa(resp.StatusCode)]++
+			continue
+		}
+		ok++
+		lat = append(lat, time.Since(start))
+	}
+	return ok, lat, fails
+}
+
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// TestAttackFedIdleFlood: silent TCP connections to --fed-listen, twice the pending pool,
+// from 16 and from 256 source addresses (an attacker process in the peer's namespace,
+// redialing every connection the hub closes), while a pinned peer sends on a fresh
+// connection each time: ≥ 99 % of its sends are accepted. The control: the same flood
+// really fills the pool (the hub evicts, doctor counts it), and with every peer pinned to a
+// `from` list the flood's addresses are closed before TLS.
+func TestAttackFedIdleFlood(t *testing.T) {
+	np := newNetPair(t)
+	_, exe := ostest.WorldExe(t, "xmsg")
+	a := newFedNode(t, "a", np.a, "192.0.2.1", exe)
+	b := newFedNode(t, "b", np.b, "192.0.2.2", exe)
+	peerA := map[string]any{"address": a.addr(), "pin": a.cert.Pin, "allow": []string{"send"}}
+	a.writeFile("peers.json", peersJSON(map[string]map[string]any{"b": {"address": b.addr(), "pin": b.cert.Pin, "allow": []string{"send"}}}))
+	b.writeFile("peers.json", peersJSON(map[string]map[string]any{"a": peerA}))
+	// A budget of 512: 64 pending (32 per source). The peer's rate limits are out of the way:
+	// what is measured is the listener.
+	b.start("--fed-max-conns", "512", "--fed-rate-peer", "100000", "--fed-rate-principal", "100000")
+	b.claude("c0000000-0000-4000-8000-0000000000f1", "target")
+	srcs := addSources(t, np, 256)
+	sends := 100
+	if long() {
+		sends = 1000
+	}
+	for _, nsrc := range []int{16, 256} {
+		flood := max(128, nsrc) // twice the pending pool at least, every address used
+		if long() {
+			flood = 1024
+		}
+		stop := startFlood(t, np.a, b.addr(), srcs[:nsrc], flood)
+		time.Sleep(500 * time.Millisecond) // the pool full before the first send (not asserted)
+		ok, lat, fails := freshSends(np.a, b, a.cert, "claude:target", sends)
+		dials := stop()
+		t.Logf("idle flood of %d connections from %d source addresses (%d dials): %d of %d fresh-connection sends accepted (%.1f %%), p50 %v p99 %v; failures %v (2 CPUs shared with other work)",
+			flood, nsrc, dials, ok, sends, 100*float64(ok)/float64(sends), quantile(lat, 0.5).Round(time.Millisecond), quantile(lat, 0.99).Round(time.Millisecond), fails)
+		if ok*100 < sends*99 {
+			t.Errorf("%d sources: %d of %d sends accepted, want ≥ 99 %%", nsrc, ok, sends)
+		}
+		// The control: the flood did fill the pool (connections were evicted for newer ones).
+		if !strings.Contains(b.stderr.String(), "evicted for a newer one") || dials <= flood {
+			t.Errorf("%d sources: the flood never filled the pending pool (dials %d); log:\n%s", nsrc, dials, b.stderr)
+		}
+	}
+	// Every peer with a `from` list: the flood's addresses are closed before TLS.
+	peerA["from"] = []string{"192.0.2.1"}
+	b.writeFile("peers.json", peersJSON(map[string]map[string]any{"a": peerA}))
+	time.Sleep(2500 * time.Millisecond) // the 1 s reload (not asserted: the log line below is)
+	stop := startFlood(t, np.a, b.addr(), srcs, 256)
+	ok, lat, fails := freshSends(np.a, b, a.cert, "claude:target", sends/4)
+	stop()
+	t.Logf("the same flood, every peer with a from list: %d of %d sends accepted, p99 %v; failures %v", ok, sends/4, quantile(lat, 0.99).Round(time.Millisecond), fails)
+	if ok*100 < (sends/4)*99 {
+		t.Errorf("from-list case: %d of %d sends accepted", ok, sends/4)
+	}
+	if !strings.Contains(b.stderr.String(), "closed before TLS") {
+		t.Errorf("flood from outside every from list not closed before TLS; log:\n%s", b.stderr)
+	}
+}
