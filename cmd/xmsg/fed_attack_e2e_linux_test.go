@@ -361,3 +361,196 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 		t.Logf("hub log has capacity refusals:\n%s", hub.stderr)
 	}
 }
+
+// cpuTicks is a process's user+system CPU time in clock ticks (1/100 s).
+func cpuTicks(pid int) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + s
+}
+
+// fedConn is a raw mTLS connection of cert to node to, from namespace ns.
+func fedConn(t *testing.T, ns string, to *fedNode, cert *fedtest.Cert) *tls.Conn {
+	t.Helper()
+	c, err := dialIn(ns, to.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, _ := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
+	tc := tls.Client(c, &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tc.Close() })
+	return tc
+}
+
+// TestAttackFedSlowBodyAndRate: a pinned peer that announces a 1000-byte body and sends a
+// byte a second is cut off at --fed-body-timeout (10 s by default; 2 s here unless
+// XMSG_LONG); and a pinned peer over its rate limit, posting 64 KiB bodies as fast as it
+// can, is answered 429 before its bodies are decoded (the figure: the hub's CPU per refused
+// request).
+func TestAttackFedSlowBodyAndRate(t *testing.T) {
+	timeout := "2s"
+	if long() {
+		timeout = "10s"
+	}
+	a, b := fedPair(t, nil, "--fed-body-timeout", timeout)
+	tc := fedConn(t, a.ns, b, a.cert)
+	io.WriteString(tc, "POST /fed/v2/messages HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+	start := time.Now()
+	answered := make(chan string, 1)
+	go func() {
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			answered <- err.Error()
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		answered <- fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body)))
+	}()
+	sent := 0
+	var got string
+slow:
+	for sent < 1000 {
+		select {
+		case got = <-answered:
+			break slow
+		case <-time.After(time.Second):
+			if _, err := tc.Write([]byte(" ")); err != nil {
+				got = <-answered
+				break slow
+			}
+			sent++
+		}
+	}
+	t.Logf("slow body (1 byte/s of 1000, --fed-body-timeout %s): answered after %v and %d bytes: %s", timeout, time.Since(start).Round(100*time.Millisecond), sent, got)
+	if sent >= 60 || !strings.Contains(got, "400") {
+		t.Errorf("slow body: %q after %d bytes, want a 400 at the body deadline", got, sent)
+	}
+
+	// Over the rate (60/min, the default): 8 connections post 64 KiB envelopes for 3 s, a
+	// new principal each (their own buckets never run out: the peer's does), reconnecting
+	// when the hub closes.
+	big := strings.Repeat("x", 60000)
+	var ok, limited, other, seq, conns atomic.Int64
+	before, t0 := cpuTicks(b.cmd.Process.Pid), time.Now()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var c *tls.Conn
+			var r *bufio.Reader
+			for time.Since(t0) < 3*time.Second {
+				if c == nil {
+					c = fedConn(t, a.ns, b, a.cert)
+					r = bufio.NewReader(c)
+					conns.Add(1)
+				}
+				id := uuid.Must(uuid.NewV7()).String()
+				body, _ := json.Marshal(map[string]any{"v": 2, "id": id, "principal": map[string]any{"kind": "service", "name": "flood" + strconv.Itoa(int(seq.Add(1)))},
+					"to": map[string]any{"ref": "svc:nobody"}, "body": big, "push_replies": false, "thread_id": id, "created_at": time.Now().Unix()})
+				fmt.Fprintf(c, "POST /fed/v2/messages HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+				resp, err := http.ReadResponse(r, nil)
+				if err != nil {
+					c.Close()
+					c = nil
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.Close {
+					c.Close()
+					c = nil
+				}
+				switch resp.StatusCode {
+				case http.StatusTooManyRequests:
+					limited.Add(1)
+				case http.StatusNotFound, http.StatusAccepted:
+					ok.Add(1)
+				default:
+					other.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	ticks := cpuTicks(b.cmd.Process.Pid) - before
+	n := limited.Load() + ok.Load() + other.Load()
+	t.Logf("over the rate: %d requests of 64 KiB on %d connections in %v (%.0f/s): %d answered 429, %d taken, %d other; hub CPU %.2f cores, %.0f µs per request (2 CPUs shared with the sender and other work)",
+		n, conns.Load(), elapsed.Round(10*time.Millisecond), float64(n)/elapsed.Seconds(), limited.Load(), ok.Load(), other.Load(),
+		float64(ticks)/100/elapsed.Seconds(), float64(ticks)*1e4/float64(max(n, 1)))
+	if taken := ok.Load(); limited.Load() == 0 || taken > 61+int64(elapsed.Seconds()) {
+		t.Errorf("over the rate: %d refused, %d taken; want refusals and at most the burst of 60 and 1/s taken", limited.Load(), taken)
+	}
+}
+
+// TestFedCapacityWarnings: a hub whose peers file names more peers that may connect than
+// its connection budget holds says so at start, at reload and in doctor; a leaf past the
+// budget is answered 503 hub_busy, not refused in the handshake.
+func TestFedCapacityWarnings(t *testing.T) {
+	np := newNetPair(t)
+	_, exe := ostest.WorldExe(t, "xmsg")
+	hub := newFedNode(t, "hub", np.b, "192.0.2.2", exe)
+	peers := map[string]map[string]any{}
+	var certs []*fedtest.Cert
+	name := func(i int) string { return fmt.Sprintf("leaf%02d", i) }
+	for i := range 20 {
+		c := fedtest.New(t, name(i), nil, fedtest.Options{})
+		certs = append(certs, c)
+		if i < 10 {
+			peers[name(i)] = map[string]any{"pin": c.Pin, "leaf": true}
+		}
+	}
+	hub.writeFile("peers.json", peersJSON(peers))
+	hub.start("--fed-max-conns", "32") // 16 pending, 16 authenticated
+	if strings.Contains(hub.stderr.String(), "federation capacity") {
+		t.Errorf("10 leaves in a budget of 16: warned at start:\n%s", hub.stderr)
+	}
+	for i, c := range certs[10:] {
+		peers[name(10+i)] = map[string]any{"pin": c.Pin, "leaf": true}
+	}
+	hub.writeFile("peers.json", peersJSON(peers))
+	waitLog := func(what string) {
+		t.Helper()
+		for range 500 {
+			if strings.Contains(hub.stderr.String(), what) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Errorf("hub log lacks %q:\n%s", what, hub.stderr)
+	}
+	waitLog("federation capacity: the peers file names 20 peers")
+	if lines := fmt.Sprint(hub.httpDoctor()); !strings.Contains(lines, "federation capacity WARNING") || !strings.Contains(lines, "federation capacity: 32 connections") {
+		t.Errorf("doctor: %s", lines)
+	}
+	hub.kill()
+	hub.restart()
+	waitLog("federation capacity: the peers file names 20 peers")
+	// 16 leaves hold long-polls; the 17th is answered hub_busy.
+	for _, c := range certs[:16] {
+		tc := fedConn(t, np.a, hub, c)
+		io.WriteString(tc, "GET /fed/v2/inbox?wait=30 HTTP/1.1\r\nHost: hub\r\n\r\n")
+	}
+	time.Sleep(200 * time.Millisecond) // the 16 counted (not asserted: the answer below is)
+	tc := fedConn(t, np.a, hub, certs[16])
+	io.WriteString(tc, "GET /fed/v2/inbox?wait=0 HTTP/1.1\r\nHost: hub\r\n\r\n")
+	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatalf("17th leaf: %v, want an answer", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 503 || !strings.Contains(string(body), "hub_busy") {
+		t.Errorf("17th leaf: %d %s, want 503 hub_busy", resp.StatusCode, body)
+	}
+	waitLog("refused for capacity")
+}

@@ -274,13 +274,21 @@ func (s *Server) rate(keys ...string) bool {
 // peerHasRoom checks the peer's bucket before its body is read: a peer over its rate is
 // answered 429 without decoding, resolving or storing anything (the token itself is taken
 // later, with the principal's, by rate).
-func (s *Server) peerHasRoom(w http.ResponseWriter, p *Peer) bool {
+func (s *Server) peerHasRoom(w http.ResponseWriter, r *http.Request, p *Peer) bool {
 	if !s.n.limits.has("peer:"+p.Name, s.n.cfg.PeerRate) {
+		if r.ContentLength < 0 || r.ContentLength > unreadBody {
+			// Draining it would still cost its decryption: a peer flooding 64 KiB bodies
+			// over its rate pays a new handshake instead (per-source handshake rate).
+			w.Header().Set("Connection", "close")
+		}
 		writeError(w, rateLimited())
 		return false
 	}
 	return true
 }
+
+// unreadBody is the largest refused body drained to keep the connection.
+const unreadBody = 4096
 
 func rateLimited() *bus.Error {
 	return apiError(http.StatusTooManyRequests, "rate_limited", "rate limit exceeded")
@@ -289,7 +297,7 @@ func rateLimited() *bus.Error {
 // messages is POST /fed/v2/messages, its checks in the order of §8.3.
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.peer(w, r)
-	if !ok || !s.peerHasRoom(w, p) {
+	if !ok || !s.peerHasRoom(w, r, p) {
 		return
 	}
 	body, ok := s.readBody(w, r)
@@ -302,6 +310,12 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		writeError(w, apiError(http.StatusBadRequest, "bad_request", "%v", err))
+		return
+	}
+	// The principal's bucket too, before anything is resolved or validated (the token is
+	// taken at step 6; a refused request takes none).
+	if !s.n.limits.has("principal:"+p.Name+"\x00"+rateKey(e.Principal), s.n.cfg.PrincipalRate) {
+		writeError(w, rateLimited())
 		return
 	}
 	// 1. version
@@ -437,7 +451,7 @@ func printable(s string) bool {
 // replies is POST /fed/v2/replies.
 func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.peer(w, r)
-	if !ok || !s.peerHasRoom(w, p) {
+	if !ok || !s.peerHasRoom(w, r, p) {
 		return
 	}
 	body, ok := s.readBody(w, r)
