@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/xmsg/xmsg/internal/activation"
 	"github.com/xmsg/xmsg/internal/bus"
@@ -19,6 +21,7 @@ import (
 	"github.com/xmsg/xmsg/internal/httpapi"
 	"github.com/xmsg/xmsg/internal/leaf"
 	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/ratelog"
 	"github.com/xmsg/xmsg/internal/registersock"
 	"github.com/xmsg/xmsg/internal/sandbox"
 	"github.com/xmsg/xmsg/internal/servergroup"
@@ -158,8 +161,12 @@ func (d *leafInstance) serve(ctx context.Context) error {
 	})
 	defer b.Close()
 	var pullers []*leaf.Puller
+	// A hub that refuses or is away is retried every 5 s for as long as it lasts: its
+	// warnings pass once per 30 s per hub, code and delay (so the backoff's climb shows
+	// once, the steady retries every 30 s), with the count of the others.
+	pullLog := slog.New(ratelog.Handler(d.log.Handler(), &ratelog.Limiter{Every: 30 * time.Second}, "peer", "code", "retry_in"))
 	for _, h := range d.hubs {
-		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, MaxBody: cfg.MaxBody, Log: d.log})
+		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, MaxBody: cfg.MaxBody, Log: pullLog})
 	}
 	doctorLines := func() []string {
 		lines := d.facts.Lines()
