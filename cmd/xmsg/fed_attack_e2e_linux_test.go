@@ -554,3 +554,40 @@ func TestFedCapacityWarnings(t *testing.T) {
 	}
 	waitLog("refused for capacity")
 }
+
+// TestFedReloadIdleCost: an idle hub whose peers file names 1,000 peers, checked every
+// second: the figure is its CPU per second (the files are stat'ed, and read, hashed or
+// parsed only when their stamps move; parsing each tick cost ~21 ms/s before). 5 s,
+// XMSG_LONG=1: 30 s.
+func TestFedReloadIdleCost(t *testing.T) {
+	np := newNetPair(t)
+	_, exe := ostest.WorldExe(t, "xmsg")
+	hub := newFedNode(t, "hub", np.b, "192.0.2.2", exe)
+	peers := map[string]map[string]any{}
+	for i := range 1000 {
+		peers[fmt.Sprintf("leaf%04d", i)] = map[string]any{"pin": fmt.Sprintf("sha256:%064x", i+1), "leaf": true, "allow": []string{"send"}, "targets": []string{"svc:bot"}}
+	}
+	hub.writeFile("peers.json", peersJSON(peers))
+	hub.start() // --fed-reload-interval-secs 1
+	window := 5 * time.Second
+	if long() {
+		window = 30 * time.Second
+	}
+	time.Sleep(time.Second)
+	before := cpuTicks(hub.cmd.Process.Pid)
+	time.Sleep(window)
+	ticks := cpuTicks(hub.cmd.Process.Pid) - before
+	info, _ := os.Stat(hub.path("creds/peers.json"))
+	t.Logf("idle hub, 1,000-peer file (%d KiB) re-read every 1 s: %.1f ms CPU per second over %v (clock ticks of 10 ms; 2 CPUs shared with other work)",
+		info.Size()/1024, float64(ticks)*10/window.Seconds(), window)
+	// The control: a change is still seen (and parsed) at the next tick.
+	delete(peers, "leaf0000")
+	hub.writeFile("peers.json", peersJSON(peers))
+	for range 300 {
+		if strings.Contains(hub.stderr.String(), "fed reloaded") {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("a changed peers file was not reloaded:\n%s", hub.stderr)
+}

@@ -410,6 +410,17 @@ func TestReloadUnchangedParsesNothing(t *testing.T) {
 	if got := b.n.builds.Load() - before; got != 0 {
 		t.Errorf("%d parses for 5 reloads of unchanged files, want 0", got)
 	}
+	// Once the files' stamps are older than the clock could blur (2 s), a reload stats them
+	// and reads nothing.
+	time.Sleep(2100 * time.Millisecond)
+	b.n.Reload()
+	reads := b.n.reads.Load()
+	for range 5 {
+		b.n.Reload()
+	}
+	if got := b.n.reads.Load() - reads; got != 0 {
+		t.Errorf("%d reads for 5 reloads of files whose stamps did not move, want 0", got)
+	}
 	b.write("peers.json", []byte("{"+peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send"]`)+"}"))
 	if changed, err := b.n.Reload(); !changed || err != nil {
 		t.Fatalf("reload of a changed peers file: %v %v", changed, err)

@@ -85,7 +85,10 @@ type Node struct {
 	cap        capacity                 // the listener's budget (capacity.go)
 	lst        atomic.Pointer[listener] // the listener, once serving (doctor)
 	builds     atomic.Int64             // snapshots parsed: a reload of unchanged files parses none
+	reads      atomic.Int64             // reloads that read the files (the others saw equal stamps)
 	reloadMu   sync.Mutex
+	stamps     []creds.Stamp // of the inputs last read and found current (under reloadMu)
+	stampedAt  time.Time
 	stop       chan struct{}
 	stopOnce   sync.Once
 	wg         sync.WaitGroup
@@ -320,6 +323,44 @@ func (n *Node) load() (*state, error) {
 		return nil, fmt.Errorf("fed: %w", err)
 	}
 	return n.build(in)
+}
+
+// stampInputs stamps every input of cur (cert, key, peers file, the CA bundles it names);
+// false when one cannot be stamped.
+func (n *Node) stampInputs(cur *state) ([]creds.Stamp, bool) {
+	var out []creds.Stamp
+	add := func(s creds.Stamp, err error) bool {
+		out = append(out, s)
+		return err == nil
+	}
+	ok := add(creds.StampOf(CredCert, n.cfg.CertPath)) && add(creds.StampOf(CredKey, n.cfg.KeyPath)) && add(creds.StampOf(CredPeers, n.cfg.PeersPath))
+	names := append([]string(nil), cur.cas...)
+	sort.Strings(names)
+	for _, name := range names {
+		switch {
+		case filepath.IsAbs(name):
+			ok = ok && add(creds.StampPath(name))
+		case name == CredCA:
+			ok = ok && add(creds.StampOf(name, n.cfg.CAPath))
+		default:
+			ok = ok && add(creds.StampOf(name, ""))
+		}
+	}
+	return out, ok
+}
+
+// sameStamps reports whether stamps equal those of the last read that found the inputs
+// current, none of them racy.
+func (n *Node) sameStamps(stamps []creds.Stamp) bool {
+	if len(stamps) != len(n.stamps) {
+		return false
+	}
+	for i, s := range stamps {
+		if s != n.stamps[i] || s.Racy(n.stampedAt) {
+			return false
+		}
+	}
+	return true
 }
 
 // unchanged reports whether the inputs are byte for byte those of cur, the CA bundles cur

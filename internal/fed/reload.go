@@ -37,12 +37,22 @@ func (n *Node) Reload() (bool, error) {
 	defer n.reloadMu.Unlock()
 	cur := n.st.Load()
 	when := time.Now().UTC().Format(time.RFC3339)
-	// Read and hash first: an unchanged peers file (a thousand peers, every second) is
-	// compared as bytes and never parsed again.
-	in, err := readInputs(n.cfg)
-	if err == nil && n.unchanged(in, cur) {
+	// Stat, then read and hash, before parsing: an unchanged peers file (a thousand peers,
+	// every second) costs a few stat calls, a file whose stamp moved is compared as bytes,
+	// and only a changed one is parsed.
+	stamps, stamped := n.stampInputs(cur)
+	if stamped && n.sameStamps(stamps) {
 		return false, nil
 	}
+	n.reads.Add(1)
+	in, err := readInputs(n.cfg)
+	if err == nil && n.unchanged(in, cur) {
+		if stamped {
+			n.stamps, n.stampedAt = stamps, time.Now()
+		}
+		return false, nil
+	}
+	n.stamps = nil // taken before this read, they may not describe what is swapped in
 	var next *state
 	if err != nil {
 		err = fmt.Errorf("fed: %w", err)
