@@ -177,18 +177,30 @@ func TestPendingPoolEvictsIdle(t *testing.T) {
 		t.Errorf("no eviction logged:\n%s", logs)
 	}
 
-	// One source's share: 8. The 9th of the same source takes the oldest one's place.
-	var own []net.Conn
-	for range 8 {
-		own = append(own, dialFrom(t, "127.0.0.20", b.addr()))
-		time.Sleep(5 * time.Millisecond) // accept order = dial order
+	// One source's share: 8, with room in the pool. The oldest connection of the source is a
+	// handshake under way (it sent the start of a ClientHello): it is not what goes. The 9th
+	// takes the place of the oldest silent one.
+	for _, c := range idle {
+		c.Close()
 	}
+	waitFor(t, "an empty pending pool", func() bool { return b.pending() == 0 })
+	speaking := dialFrom(t, "127.0.0.20", b.addr())
+	speaking.Write([]byte{0x16, 0x03, 0x01, 0x00, 0x80, 0x01}) // a record header and a byte of 128
+	var own []net.Conn
+	for range 7 {
+		time.Sleep(5 * time.Millisecond) // accept order = dial order
+		own = append(own, dialFrom(t, "127.0.0.20", b.addr()))
+	}
+	waitFor(t, "8 pending", func() bool { return b.pending() == 8 })
 	newest := dialFrom(t, "127.0.0.20", b.addr())
 	if !closed(own[0], 2*time.Second) {
-		t.Error("the oldest silent connection of the source was kept")
+		t.Error("the oldest silent connection of the source was kept (its share is 8)")
 	}
 	if closed(newest, 100*time.Millisecond) {
-		t.Error("the newest connection was refused instead of the oldest evicted")
+		t.Error("the newest connection was refused instead of the oldest silent one evicted")
+	}
+	if closed(speaking, 50*time.Millisecond) {
+		t.Error("the handshake under way was evicted instead of a silent connection")
 	}
 }
 
