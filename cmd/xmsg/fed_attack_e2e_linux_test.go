@@ -591,3 +591,26 @@ func TestFedReloadIdleCost(t *testing.T) {
 	}
 	t.Errorf("a changed peers file was not reloaded:\n%s", hub.stderr)
 }
+
+// TestLeafListenLoopbackOnly: `xmsg serve --leaf --listen 0.0.0.0:PORT` (the issue's row: it
+// started and served a send from another namespace, badged as the leaf's principal) is
+// refused at start; the flag named for it lets it past that check (the control: it then
+// stops at the next one, the missing peers file).
+func TestLeafListenLoopbackOnly(t *testing.T) {
+	dir := shortTemp(t)
+	base := []string{"serve", "--leaf", "--leaf-principal", "svc:bot", "--db-path", dir + "/x.db", "--leaf-register-sock", dir + "/reg.sock"}
+	for _, tt := range []struct {
+		args       []string
+		want, lack string
+	}{
+		{[]string{"--listen", "0.0.0.0:17790"}, "not a loopback IP address", ""},
+		{[]string{"--listen", "192.0.2.1:17790"}, "--leaf-listen-non-loopback allows it", ""},
+		{[]string{"--listen", "0.0.0.0:17790", "--leaf-listen-non-loopback"}, "needs a peers file", "loopback"},
+		{[]string{"--listen", "127.0.0.1:0"}, "needs a peers file", "loopback"},
+	} {
+		out, err := xmsgCmd([]string{"XDG_RUNTIME_DIR=" + dir}, append(base, tt.args...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tt.want) || (tt.lack != "" && strings.Contains(string(out), tt.lack)) {
+			t.Errorf("serve %v: %v\n%s\nwant a refusal naming %q", tt.args, err, out, tt.want)
+		}
+	}
+}
