@@ -177,7 +177,7 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
-// TestAttackFedIdleFlood: silent TCP connections to --fed-listen, twice the pending pool,
+// TestAttackFedIdleFlood: silent TCP connections to --fed-listen, twice the pending pool or more,
 // from 16 and from 256 source addresses (an attacker process in the peer's namespace,
 // redialing every connection the hub closes), while a pinned peer sends on a fresh
 // connection each time: ≥ 99 % of its sends are accepted. The control: the same flood
@@ -191,9 +191,15 @@ func TestAttackFedIdleFlood(t *testing.T) {
 	peerA := map[string]any{"address": a.addr(), "pin": a.cert.Pin, "allow": []string{"send"}}
 	a.writeFile("peers.json", peersJSON(map[string]map[string]any{"b": {"address": b.addr(), "pin": b.cert.Pin, "allow": []string{"send"}}}))
 	b.writeFile("peers.json", peersJSON(map[string]map[string]any{"a": peerA}))
-	// A budget of 512: 64 pending (32 per source). The peer's rate limits are out of the way:
-	// what is measured is the listener.
-	b.start("--fed-max-conns", "512", "--fed-rate-peer", "100000", "--fed-rate-principal", "100000")
+	// Short: a budget of 512, 64 pending (32 per source), against floods of 128 and 256.
+	// Long: the budget from the descriptor limit (1,024 pending here), against 2,048. Twice
+	// the pending pool or more either way. The peer's rate limits are out of the way: what is
+	// measured is the listener.
+	args := []string{"--fed-rate-peer", "100000", "--fed-rate-principal", "100000"}
+	if !long() {
+		args = append(args, "--fed-max-conns", "512")
+	}
+	b.start(args...)
 	b.claude("c0000000-0000-4000-8000-0000000000f1", "target")
 	srcs := addSources(t, np, 256)
 	sends := 100
@@ -203,7 +209,7 @@ func TestAttackFedIdleFlood(t *testing.T) {
 	for _, nsrc := range []int{16, 256} {
 		flood := max(128, nsrc) // twice the pending pool at least, every address used
 		if long() {
-			flood = 1024
+			flood = 2048
 		}
 		stop := startFlood(t, np.a, b.addr(), srcs[:nsrc], flood)
 		time.Sleep(500 * time.Millisecond) // the pool full before the first send (not asserted)

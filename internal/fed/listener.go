@@ -218,11 +218,25 @@ func (l *listener) admit(c net.Conn, src netip.Addr, now time.Time) (p *pending,
 	return p, wait, victim, ""
 }
 
-// pick is the connection of list (oldest first) that makes room: the oldest that never
-// sent a byte, else the oldest stalled handshake, else none.
+// quiet reports what the handshake saw: not a byte read from p yet. A quiet connection may
+// still have its ClientHello waiting unread (its goroutine not scheduled under load): heard
+// asks the kernel before one is evicted.
+func (p *pending) quiet() bool { return !p.raw.spoke.Load() }
+
+// heard reports (and remembers) bytes from the client waiting in p's receive buffer.
+func (p *pending) heard() bool {
+	if unread(p.raw.Conn) {
+		p.raw.spoke.Store(true)
+		return true
+	}
+	return false
+}
+
+// pick is the connection of list (oldest first) that makes room: the oldest that never sent
+// a byte, else the oldest stalled handshake, else none.
 func pick(list []*pending, now time.Time) *pending {
 	for _, p := range list {
-		if !p.raw.spoke.Load() {
+		if p.quiet() && !p.heard() {
 			return p
 		}
 	}
@@ -232,17 +246,40 @@ func pick(list []*pending, now time.Time) *pending {
 	return nil
 }
 
-// heaviest is the victim when the pending pool is full: from the source holding the most
-// pending connections (among those with one to give), its pick.
+// heaviest is the victim when the pending pool is full: the oldest connection that never sent
+// a byte, of the source holding most that has one; else the oldest stalled handshake of the
+// source holding most; else none. The kernel is asked only about the one chosen (a flood
+// makes this the hot path); one that turns out to have spoken is skipped and the choice made
+// again.
 func (l *listener) heaviest(now time.Time) *pending {
+	for {
+		var best *pending
+		bestN := 0
+		for _, list := range l.bySrc {
+			if len(list) < bestN {
+				continue
+			}
+			for _, p := range list {
+				if p.quiet() {
+					if len(list) > bestN || p.at.Before(best.at) {
+						best, bestN = p, len(list)
+					}
+					break
+				}
+			}
+		}
+		if best == nil {
+			break
+		}
+		if !best.heard() {
+			return best
+		}
+	}
 	var best *pending
 	bestN := 0
 	for _, list := range l.bySrc {
-		if len(list) < bestN {
-			continue
-		}
-		if v := pick(list, now); v != nil && (len(list) > bestN || v.at.Before(best.at)) {
-			best, bestN = v, len(list)
+		if p := list[0]; now.Sub(p.at) >= staleHandshake && (len(list) > bestN || (len(list) == bestN && p.at.Before(best.at))) {
+			best, bestN = p, len(list)
 		}
 	}
 	return best

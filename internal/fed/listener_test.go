@@ -481,3 +481,28 @@ func TestHandshakeErrorKinds(t *testing.T) {
 		t.Errorf("send to a peer that closes in the handshake: %v, want peer_unreachable", err)
 	}
 }
+
+// TestUnread: bytes a client sent but nobody read yet count as spoken (the kernel's receive
+// buffer is asked), so a ClientHello waiting for a busy goroutine is not taken for silence.
+func TestUnread(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c := dialFrom(t, "127.0.0.1", ln.Addr().String())
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := &pending{raw: &rawConn{Conn: s}}
+	if p.heard() {
+		t.Error("a connection that sent nothing was heard")
+	}
+	c.Write([]byte{0x16})
+	waitFor(t, "the byte to be heard", p.heard)
+	if p.quiet() {
+		t.Error("heard, but still quiet")
+	}
+}
