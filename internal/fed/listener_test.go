@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -504,5 +505,44 @@ func TestUnread(t *testing.T) {
 	waitFor(t, "the byte to be heard", p.heard)
 	if p.quiet() {
 		t.Error("heard, but still quiet")
+	}
+}
+
+// TestReloadKubeletSwap: --fed-cert, --fed-key and --peers-file naming a Secret volume's
+// links (name -> ..data/name, ..data -> ..<ts>) load, and the kubelet's swap of ..data is
+// what the next reload applies.
+func TestReloadKubeletSwap(t *testing.T) {
+	a, b := newNode(t, "a"), newNode(t, "b")
+	vol := t.TempDir()
+	layout := func(ts, peers string) {
+		os.Mkdir(filepath.Join(vol, ts), 0o755)
+		for name, data := range map[string][]byte{"fed-cert": b.cert.CertPEM, "fed-key": b.cert.KeyPEM, "peers": []byte(peers)} {
+			if err := os.WriteFile(filepath.Join(vol, ts, name), data, 0o400); err != nil {
+				t.Fatal(err)
+			}
+			os.Symlink("..data/"+name, filepath.Join(vol, name)) // exists after the first
+		}
+		os.Symlink(ts, filepath.Join(vol, "..data_tmp"))
+		if err := os.Rename(filepath.Join(vol, "..data_tmp"), filepath.Join(vol, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	layout("..2026_12_01_10_00_00.1", "{"+peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send"]`)+"}")
+	b.tune = func(c *Config) {
+		c.CertPath, c.KeyPath, c.PeersPath = filepath.Join(vol, "fed-cert"), filepath.Join(vol, "fed-key"), filepath.Join(vol, "peers")
+	}
+	b.start("{}")
+	if p, ok := b.n.st.Load().peers.Get("a"); !ok || !p.Allow["send"] || p.Allow["list"] {
+		t.Fatalf("loaded through the kubelet's links: %+v %v", p, ok)
+	}
+	if changed, err := b.n.Reload(); changed || err != nil {
+		t.Errorf("reload before the swap: %v %v", changed, err)
+	}
+	layout("..2026_12_01_11_00_00.2", "{"+peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send", "list"]`)+"}")
+	if changed, err := b.n.Reload(); !changed || err != nil {
+		t.Fatalf("reload after the swap: %v %v", changed, err)
+	}
+	if p, _ := b.n.st.Load().peers.Get("a"); !p.Allow["list"] {
+		t.Errorf("the swapped peers file was not applied: %+v", p)
 	}
 }
