@@ -243,34 +243,82 @@ func TestAttackFedIdleFlood(t *testing.T) {
 
 // fleetLeaf is one simulated leaf: its own pinned certificate, one connection to the hub,
 // the leaf's pull loop reduced to its connection behaviour (a quick inbox poll, then
-// long-polls; on any failure a backoff of 100 ms doubling to 5 s, as internal/leaf).
+// long-polls; on any failure a new connection after a backoff of 100 ms doubling to 5 s, as
+// internal/leaf). The HTTP is by hand, one request at a time on the one connection: a
+// client library would retry a GET on a fresh connection unseen, and the figure is about
+// reconnecting.
 type fleetLeaf struct {
-	client *http.Client
-	url    string
-	mu     sync.Mutex
-	back   time.Time // the first success after the last failure
-	failed bool
+	ns, addr string
+	tls      *tls.Config
+	mu       sync.Mutex
+	back     time.Time // the first success after the last failure
+	failed   bool
 }
 
 func (l *fleetLeaf) run(stop <-chan struct{}) {
 	backoff := 100 * time.Millisecond
 	wait := 0
+	var c *tls.Conn
+	var r *bufio.Reader
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
+	go func() {
+		<-stop
+		l.mu.Lock()
+		cc := c
+		l.mu.Unlock()
+		if cc != nil {
+			cc.Close()
+		}
+	}()
 	for {
 		select {
 		case <-stop:
 			return
 		default:
 		}
-		resp, err := l.client.Get(fmt.Sprintf("%s?wait=%d", l.url, wait))
-		if err == nil {
+		err := func() error {
+			if c == nil {
+				raw, err := dialIn(l.ns, l.addr)
+				if err != nil {
+					return err
+				}
+				tc := tls.Client(raw, l.tls)
+				tc.SetDeadline(time.Now().Add(10 * time.Second))
+				if err := tc.Handshake(); err != nil {
+					tc.Close()
+					return err
+				}
+				l.mu.Lock()
+				c, r = tc, bufio.NewReader(tc)
+				l.mu.Unlock()
+			}
+			c.SetDeadline(time.Now().Add(time.Duration(wait)*time.Second + 10*time.Second))
+			if _, err := fmt.Fprintf(c, "GET /fed/v2/inbox?wait=%d HTTP/1.1\r\nHost: hub\r\n\r\n", wait); err != nil {
+				return err
+			}
+			resp, err := http.ReadResponse(r, nil)
+			if err != nil {
+				return err
+			}
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-		}
-		if err != nil || resp.StatusCode != http.StatusOK {
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return nil
+		}()
+		if err != nil {
 			l.mu.Lock()
 			l.failed = true
+			if c != nil {
+				c.Close()
+				c = nil
+			}
 			l.mu.Unlock()
-			l.client.CloseIdleConnections()
 			wait = 0
 			select {
 			case <-stop:
@@ -315,9 +363,8 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 		cert := fedtest.New(t, name, nil, fedtest.Options{})
 		peers[name] = map[string]any{"pin": cert.Pin, "leaf": true}
 		pair, _ := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
-		leaves[i] = &fleetLeaf{url: "https://" + hub.addr() + "/fed/v2/inbox", client: &http.Client{Timeout: 45 * time.Second, Transport: &http.Transport{
-			MaxConnsPerHost: 1, DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dialIn(np.a, addr) },
-			TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}}}}
+		leaves[i] = &fleetLeaf{ns: np.a, addr: hub.addr(),
+			tls: &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}}
 	}
 	hub.writeFile("peers.json", peersJSON(peers))
 	hub.start()
