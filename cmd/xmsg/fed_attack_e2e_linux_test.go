@@ -26,6 +26,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/xmsg/xmsg/internal/daemontest"
 	"github.com/xmsg/xmsg/internal/fed/fedtest"
 	"github.com/xmsg/xmsg/internal/ostest"
 )
@@ -665,5 +666,45 @@ func TestLeafListenLoopbackOnly(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), tt.want) || (tt.lack != "" && strings.Contains(string(out), tt.lack)) {
 			t.Errorf("serve %v: %v\n%s\nwant a refusal naming %q", tt.args, err, out, tt.want)
 		}
+	}
+}
+
+// TestFedCapacityFromLimitNOFILE: with no --fed-max-conns the budget follows the process's
+// descriptor limit (LimitNOFILE= under systemd; prlimit here): 256 descriptors hold 168
+// authenticated connections, and a peers file naming 200 leaves is said to be too big, at
+// start and in doctor.
+func TestFedCapacityFromLimitNOFILE(t *testing.T) {
+	ostest.RequireTool(t, "prlimit")
+	np := newNetPair(t)
+	_, exe := ostest.WorldExe(t, "xmsg")
+	hub := newFedNode(t, "hub", np.b, "192.0.2.2", exe)
+	peers := map[string]map[string]any{}
+	for i := range 200 {
+		peers[fmt.Sprintf("leaf%04d", i)] = map[string]any{"pin": fmt.Sprintf("sha256:%064x", i+1), "leaf": true}
+	}
+	hub.writeFile("peers.json", peersJSON(peers))
+	hub.start()
+	hub.kill()
+	// The same daemon again under a descriptor limit of 256 (soft and hard: the Go runtime
+	// raises the soft one to the hard one).
+	hub.stderr = &daemontest.LogBuffer{}
+	args := append([]string{"netns", "exec", hub.ns, "prlimit", "--nofile=256:256", "--", "setpriv", fmt.Sprintf("--reuid=%d", hub.user.UID), fmt.Sprintf("--regid=%d", hub.user.GID), "--clear-groups", "--", hub.exe}, hub.args...)
+	cmd := exec.Command("ip", args...)
+	cmd.Env = append(os.Environ(), "XMSG_TEST_ROLE=xmsg", "HOME="+hub.base, "XDG_RUNTIME_DIR="+hub.path("rt"))
+	cmd.Stderr = hub.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	hub.cmd = cmd
+	for i := 0; i < 1000 && !strings.Contains(hub.stderr.String(), "msg=serving"); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	const want = "the peers file names 200 peers that may connect (leaves and peers with an allow list) but the budget holds 168 authenticated connections"
+	if !strings.Contains(hub.stderr.String(), want) {
+		t.Errorf("start under RLIMIT_NOFILE 256: log lacks %q:\n%s", want, hub.stderr)
+	}
+	if lines := fmt.Sprint(hub.httpDoctor()); !strings.Contains(lines, "federation capacity: 192 connections (RLIMIT_NOFILE 256)") || !strings.Contains(lines, "WARNING") {
+		t.Errorf("doctor under RLIMIT_NOFILE 256: %s", lines)
 	}
 }
