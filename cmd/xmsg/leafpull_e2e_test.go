@@ -370,7 +370,7 @@ func result[T any](t *testing.T, h *lhelper) T {
 	return v
 }
 
-func quantile(ns []int64, q float64) time.Duration {
+func nsQuantile(ns []int64, q float64) time.Duration {
 	if len(ns) == 0 {
 		return 0
 	}
@@ -392,7 +392,7 @@ func (s *pullSetup) path(t *testing.T, u ostest.User, sock, ref string, n int, e
 			ref, sr.Sent, sr.Refused, sr.Other, sr.Detail, dr.N, dr.Dups, dr.Err, s.hub.stderr, s.leaf.stderr)
 	}
 	rate := float64(n-1) / time.Duration(dr.Last-dr.First).Seconds()
-	return rate, quantile(dr.Lat, 0.5), quantile(dr.Lat, 0.99)
+	return rate, nsQuantile(dr.Lat, 0.5), nsQuantile(dr.Lat, 0.99)
 }
 
 // TestLeafPullFigures: one leaf with default limits drains a backlog (4 senders on the hub
@@ -449,7 +449,7 @@ func TestLeafPullFigures(t *testing.T) {
 	pct := func(r sendResult) float64 { return 100 * float64(r.Sent) / float64(max(1, r.Sent+r.Refused+r.Other)) }
 	t.Logf("flood of svc:bot by p1 (new principal per request, 4 connections) with p2 sending 50/s:")
 	t.Logf("  share %d per origin: p2 %d of %d accepted (%.1f %%, p99 %v); p1 %d accepted, %d refused",
-		50, good.Sent, good.Sent+good.Refused+good.Other, pct(good), quantile(good.Lat, 0.99).Round(100*time.Microsecond), bad.Sent, bad.Refused)
+		50, good.Sent, good.Sent+good.Refused+good.Other, pct(good), nsQuantile(good.Lat, 0.99).Round(100*time.Microsecond), bad.Sent, bad.Refused)
 	t.Logf("  --queue-max-per-origin 0 (control): p2 %d of %d accepted (%.1f %%); p1 %d accepted, %d refused",
 		goodOff.Sent, goodOff.Sent+goodOff.Refused+goodOff.Other, pct(goodOff), badOff.Sent, badOff.Refused)
 	if pct(good) < 99 {

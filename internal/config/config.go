@@ -36,6 +36,8 @@ type Config struct {
 	FedCert, FedKey, FedCA            string
 	FedReloadInterval                 time.Duration // 0 = no reload
 	FedRatePeer, FedRatePrincipal     int           // token buckets per minute (burst the same)
+	FedMaxConns                       int           // federation listener budget; 0 = from RLIMIT_NOFILE
+	FedBodyTimeout                    time.Duration // federation request bodies, from the end of the headers
 	AgentMaxLine, AgentMaxConns       int
 	AgentIdleTimeout                  time.Duration
 	AgentWriteTimeout                 time.Duration
@@ -50,12 +52,15 @@ type Config struct {
 	Leaf             bool
 	LeafPrincipal    string
 	LeafRegisterSock string // "" = RegisterSock, else the default register.sock path
-	Limits           Limits
 	// Custody are the secrets the daemon holds and who may receive each (custody.go).
 	Custody               []custody.Secret
 	CustodyReloadInterval time.Duration // 0 = no reload but on SIGHUP
 	// Shares of what senders share (internal/limits): 0 = no bound.
 	QueueMaxPerOrigin, LeafMailboxMax, LeafMailboxMaxBytes int
+	// LeafListenNonLoopback lets a leaf's --listen take a non-loopback address: that listener
+	// has no peer check, and whoever reaches it speaks as the leaf's principal.
+	LeafListenNonLoopback bool
+	Limits                Limits
 }
 
 // Limits are the fairness bounds of the sockets (docs/design.md §3): how many connections
@@ -210,6 +215,17 @@ var options = []option{
 		set: integer("leaf-mailbox-max", 0, func(c *Config) *int { return &c.LeafMailboxMax })},
 	{name: "leaf-mailbox-max-bytes", env: "XMSG_LEAF_MAILBOX_MAX_BYTES", def: strconv.Itoa(limits.LeafMailboxMaxBytes), usage: "stored bytes one leaf's mailbox on this hub may hold; 0 = no bound",
 		set: integer("leaf-mailbox-max-bytes", 0, func(c *Config) *int { return &c.LeafMailboxMaxBytes })},
+	{name: "fed-max-conns", env: "XMSG_FED_MAX_CONNS", def: "0", usage: "federation listener connections at once, pending and authenticated (0: sized from RLIMIT_NOFILE; more than it allows is lowered, with a warning)",
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || (n != 0 && n < 32) {
+				return fmt.Errorf("config: --fed-max-conns: %q is not 0 or an integer >= 32", v)
+			}
+			c.FedMaxConns = n
+			return nil
+		}},
+	{name: "fed-body-timeout", env: "XMSG_FED_BODY_TIMEOUT", def: "10s", usage: "federation request bodies must arrive within this, from the end of the headers",
+		set: duration("fed-body-timeout", func(c *Config) *time.Duration { return &c.FedBodyTimeout })},
 	{name: "agent-max-line", env: "XMSG_AGENT_MAX_LINE", def: strconv.Itoa(limits.AgentMaxLine), usage: "agent.sock maximum line length in bytes",
 		set: integer("agent-max-line", 1024, func(c *Config) *int { return &c.AgentMaxLine })},
 	{name: "agent-max-conns", env: "XMSG_AGENT_MAX_CONNS", def: strconv.Itoa(limits.AgentMaxConns), usage: "agent.sock connections served at once, counted once attested to a session",
@@ -261,6 +277,13 @@ var options = []option{
 		set: str(func(c *Config) *string { return &c.LeafPrincipal })},
 	{name: "leaf-register-sock", env: "XMSG_LEAF_REGISTER_SOCK", doc: "--register-sock, else $XDG_RUNTIME_DIR/xmsg/register.sock", usage: "leaf mode: the register socket of the leaf's service",
 		set: str(func(c *Config) *string { return &c.LeafRegisterSock })},
+	{name: "leaf-listen-non-loopback", env: "XMSG_LEAF_LISTEN_NON_LOOPBACK", def: "false", usage: "leaf mode: let --listen take a non-loopback address (that listener has no peer check: whoever reaches it sends as the leaf's principal)", boolean: true,
+		set: func(c *Config, v string) (err error) {
+			if c.LeafListenNonLoopback, err = strconv.ParseBool(v); err != nil {
+				return fmt.Errorf("config: --leaf-listen-non-loopback: %q is not a boolean", v)
+			}
+			return nil
+		}},
 	{name: "require-landlock", env: "XMSG_REQUIRE_LANDLOCK", def: "false", usage: "refuse to start unless Landlock enforces filesystem, network and scoping", boolean: true,
 		set: func(c *Config, v string) (err error) {
 			if c.RequireLandlock, err = strconv.ParseBool(v); err != nil {
@@ -548,8 +571,8 @@ func optionDefault(name string) string {
 // --listen adds a TCP listener for a bot that cannot use a Unix socket.
 func (c *Config) checkLeaf() error {
 	if !c.Leaf {
-		if c.LeafPrincipal != "" || c.LeafRegisterSock != "" {
-			return errors.New("config: --leaf-principal and --leaf-register-sock need --leaf")
+		if c.LeafPrincipal != "" || c.LeafRegisterSock != "" || c.LeafListenNonLoopback {
+			return errors.New("config: --leaf-principal, --leaf-register-sock and --leaf-listen-non-loopback need --leaf")
 		}
 		return nil
 	}
@@ -563,6 +586,20 @@ func (c *Config) checkLeaf() error {
 	}
 	if c.LeafRegisterSock == "" {
 		c.LeafRegisterSock = c.RegisterSock
+	}
+	return c.checkLeafListen()
+}
+
+// checkLeafListen: a leaf's --listen has no peer check and speaks as the leaf's principal
+// to its hubs, so it is the pod's (loopback) only, unless the operator says otherwise by
+// name. Only an IP literal counts: a host name could resolve anywhere.
+func (c *Config) checkLeafListen() error {
+	if c.Listen == "" || c.LeafListenNonLoopback {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(c.Listen)
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.Unmap().IsLoopback() {
+		return fmt.Errorf("config: --leaf --listen %q: not a loopback IP address; whoever reaches this listener sends as the leaf's principal (--leaf-listen-non-loopback allows it)", c.Listen)
 	}
 	return nil
 }

@@ -22,6 +22,14 @@ func TestLeafValidation(t *testing.T) {
 		{"svc exe from env", base, map[string]string{"XMSG_SVC_EXE": "bot=/bin/true"}, "--leaf forbids --svc-exe"},
 		{"principal without leaf", []string{"--leaf-principal", "svc:bot"}, nil, "need --leaf"},
 		{"bad bool", []string{"--leaf=maybe"}, nil, "--leaf"},
+		{"listen everywhere", []string{"--leaf", "--leaf-principal", "svc:bot", "--listen", "0.0.0.0:7787"}, nil, "not a loopback IP address"},
+		{"listen on an interface", []string{"--leaf", "--leaf-principal", "svc:bot", "--listen", "192.0.2.1:7787"}, nil, "--leaf-listen-non-loopback allows it"},
+		{"listen on a name", []string{"--leaf", "--leaf-principal", "svc:bot", "--listen", "localhost:7787"}, nil, "not a loopback IP address"},
+		{"listen on ::1", []string{"--leaf", "--leaf-principal", "svc:bot", "--listen", "[::1]:7787"}, nil, ""},
+		{"listen on 127.0.0.2", []string{"--leaf", "--leaf-principal", "svc:bot", "--listen", "127.0.0.2:7787"}, nil, ""},
+		{"allowed by name", []string{"--leaf", "--leaf-principal", "svc:bot", "--listen", "0.0.0.0:7787", "--leaf-listen-non-loopback"}, nil, ""},
+		{"allowed from env", []string{"--leaf", "--leaf-principal", "svc:bot", "--listen", "0.0.0.0:7787"}, map[string]string{"XMSG_LEAF_LISTEN_NON_LOOPBACK": "true"}, ""},
+		{"allow without leaf", []string{"--leaf-listen-non-loopback"}, nil, "need --leaf"},
 	} {
 		e := map[string]string{"HOME": "/home/u"}
 		for k, v := range tc.env {

@@ -20,9 +20,10 @@
 //     by the service user instead. Both are accepted; a file readable by anyone else is not;
 //   - it must be at most MaxSize bytes, checked before and while reading.
 //
-// One shape more is accepted in $CREDENTIALS_DIRECTORY only: a Kubernetes Secret volume (the
-// kubelet's links through ..data, resolved beneath the directory; group-readable for the
-// process's own group), where a leaf in a pod finds its credentials (kube.go).
+// One shape more is accepted, in $CREDENTIALS_DIRECTORY and for a plain path alike: a
+// Kubernetes Secret volume (the kubelet's links through ..data, resolved beneath the
+// directory holding the link; group-readable for the process's own group), where a daemon in
+// a pod finds its credentials (kube.go).
 package creds
 
 import (
@@ -110,10 +111,20 @@ func readCredential(dir, name string) ([]byte, error) {
 }
 
 // readFile opens path without following a symlink, checks the opened file and reads it.
+// The one symlink taken is the kubelet's Secret layout (kube.go), resolved beneath the
+// file's own directory: a pod mounts its Secret at a path its flags name.
 func readFile(name, path string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if errors.Is(err, syscall.ELOOP) {
-		return nil, fmt.Errorf("creds: %s: %s is a symlink (refused)", name, path)
+		dir, base := filepath.Dir(path), filepath.Base(path)
+		if !kubeLayout(dir, base) {
+			return nil, fmt.Errorf("creds: %s: %s is a symlink (refused)", name, path)
+		}
+		if f, err = openBeneath(dir, base); err != nil {
+			return nil, fmt.Errorf("creds: %s: open: %w", name, err)
+		}
+		defer f.Close()
+		return readOpened(name, path, f, true)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("creds: %s: open: %w", name, err)

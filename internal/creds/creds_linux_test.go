@@ -257,9 +257,30 @@ func TestReadKubernetesSecret(t *testing.T) {
 	if b, _, err := Read("peers", ""); err == nil || !strings.Contains(err.Error(), "beneath") {
 		t.Errorf("..data -> ..hop -> %s: %q %v, want refused beneath the volume", outside, b, err)
 	}
-	// The shape is accepted in $CREDENTIALS_DIRECTORY only, never through a flag's path.
+	// The same shape named by a flag's path (the Secret mounted where --fed-cert points) is
+	// read by the same rule; a swap of ..data is what the next read sees.
 	t.Setenv("CREDENTIALS_DIRECTORY", "")
-	if _, _, err := Read("fed-cert", filepath.Join(good, "fed-cert")); err == nil || !strings.Contains(err.Error(), "symlink (refused)") {
-		t.Errorf("the kubelet's shape named by a flag: %v, want refused", err)
+	flagVol := kubeVolume(t, dir, 0, 0o400, map[string]string{"fed-cert": "first"})
+	if b, src, err := Read("fed-cert", filepath.Join(flagVol, "fed-cert")); err != nil || string(b) != "first" || src != SourcePath {
+		t.Errorf("the kubelet's shape named by a flag: %q %v %v, want it read", b, src, err)
+	}
+	const ts2 = "..2026_12_01_11_00_00.000000001"
+	os.Mkdir(filepath.Join(flagVol, ts2), 0o755)
+	write(t, filepath.Join(flagVol, ts2, "fed-cert"), []byte("second"), 0o400)
+	os.Symlink(ts2, filepath.Join(flagVol, "..data_tmp"))
+	if err := os.Rename(filepath.Join(flagVol, "..data_tmp"), filepath.Join(flagVol, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _, err := Read("fed-cert", filepath.Join(flagVol, "fed-cert")); err != nil || string(b) != "second" {
+		t.Errorf("after the kubelet swapped ..data: %q %v, want the new content", b, err)
+	}
+	// Other symlinks named by a flag stay refused: a link out of its directory, and the
+	// kubelet's names with an escaping ..data.
+	os.Symlink(filepath.Join(outside, "peers"), filepath.Join(dir, "plain-link"))
+	if _, _, err := Read("peers", filepath.Join(dir, "plain-link")); err == nil || !strings.Contains(err.Error(), "symlink (refused)") {
+		t.Errorf("a plain symlink named by a flag: %v, want refused", err)
+	}
+	if b, _, err := Read("peers", filepath.Join(hop, "peers")); err == nil || !strings.Contains(err.Error(), "beneath") {
+		t.Errorf("..data -> ..hop -> %s named by a flag: %q %v, want refused beneath its directory", outside, b, err)
 	}
 }

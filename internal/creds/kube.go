@@ -14,7 +14,8 @@ import (
 //	<dir>/..2026_12_01_10_00_00.123456789/fed-cert   root-owned, group fsGroup, mode 0440
 //
 // (a symlink, and group-readable so that the pod's non-root uid can read it). That exact
-// shape is accepted, and only in $CREDENTIALS_DIRECTORY: the name must be a symlink to
+// shape is accepted, in $CREDENTIALS_DIRECTORY or in the directory of a path a flag names
+// (--fed-cert /etc/xmsg/secret/fed-cert): the name must be a symlink to
 // "..data/<name>", "..data" a symlink to one "..<something>" entry beside it, the file is
 // opened beneath the directory with symlinks resolved inside it only (openat2
 // RESOLVE_BENEATH; Linux), and its group may read it only when that group is this process's

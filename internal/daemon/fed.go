@@ -31,7 +31,7 @@ type federation struct {
 func fedConfig(cfg *config.Config, log *slog.Logger) fed.Config {
 	return fed.Config{Host: cfg.HostLabel, Listen: cfg.FedListen, CertPath: cfg.FedCert, KeyPath: cfg.FedKey, CAPath: cfg.FedCA,
 		PeersPath: cfg.PeersFile, ReloadInterval: cfg.FedReloadInterval, PeerRate: cfg.FedRatePeer, PrincipalRate: cfg.FedRatePrincipal,
-		MaxBody: cfg.MaxBody, Log: log}
+		MaxBody: cfg.MaxBody, MaxConns: cfg.FedMaxConns, BodyTimeout: cfg.FedBodyTimeout, Log: log}
 }
 
 // loadCredentials reads and validates the federation credentials, from

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/xmsg/xmsg/internal/activation"
 	"github.com/xmsg/xmsg/internal/bus"
@@ -18,6 +20,7 @@ import (
 	"github.com/xmsg/xmsg/internal/gate"
 	"github.com/xmsg/xmsg/internal/leaf"
 	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/ratelog"
 	"github.com/xmsg/xmsg/internal/sandbox"
 	"github.com/xmsg/xmsg/internal/servergroup"
 )
@@ -187,9 +190,13 @@ func (l *leafMode) buildServers() error {
 	})
 	d.bus = b
 	d.onClose(func() error { b.Close(); return nil })
+	// A hub that refuses or is away is retried every 5 s for as long as it lasts: its
+	// warnings pass once per 30 s per hub, code and delay (so the backoff's climb shows
+	// once, the steady retries every 30 s), with the count of the others.
+	pullLog := slog.New(ratelog.Handler(d.log.Handler(), &ratelog.Limiter{Every: 30 * time.Second}, "peer", "code", "retry_in"))
 	var pullers []*leaf.Puller
 	for _, h := range l.hubs {
-		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, MaxBody: cfg.MaxBody, Log: d.log})
+		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, MaxBody: cfg.MaxBody, Log: pullLog})
 	}
 	doctorLines := func() []string {
 		lines := d.facts.Lines()

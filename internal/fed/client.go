@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/bus"
@@ -57,19 +58,49 @@ func (n *Node) dialTLS(ctx context.Context, network, addr string) (net.Conn, err
 		// The standard verification (system roots, DNS names) does not apply: the peer is
 		// judged by its pin or its CA and URI SAN, in VerifyConnection (§8.1).
 		InsecureSkipVerify: true,
-		VerifyConnection:   func(cs tls.ConnectionState) error { return p.VerifyServer(cs.PeerCertificates) },
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if err := p.VerifyServer(cs.PeerCertificates); err != nil {
+				return &verifyError{err}
+			}
+			return nil
+		},
 	})
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		n.book.handshake(name, "outbound", err)
-		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-			return nil, fmt.Errorf("%w: %v", errUnreachable, err)
-		}
-		return nil, fmt.Errorf("%w: %v", errRejected, err)
+		return nil, handshakeError(err)
 	}
 	n.book.handshake(name, "outbound", nil)
 	n.dials.Add(1)
 	return tc, nil
+}
+
+// verifyError is our refusal of the peer's certificate (pin, CA, identity).
+type verifyError struct{ error }
+
+func (e *verifyError) Unwrap() error { return e.error }
+
+// handshakeError classifies a failed outbound handshake. Rejected is only a refusal: ours
+// of the peer's certificate, or the peer's TLS alert. A connection closed or reset during
+// the handshake (EOF included) is what a busy or restarting peer does, and a timeout is a
+// slow or absent one: both unreachable, which sends an operator to capacity and the
+// network, not to certificates.
+func handshakeError(err error) error {
+	var ve *verifyError
+	if errors.As(err, &ve) || isAlert(err) {
+		return fmt.Errorf("%w: %v", errRejected, err)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("%w: connection closed during the TLS handshake (the peer may be busy or restarting): %v", errUnreachable, err)
+	}
+	return fmt.Errorf("%w: %v", errUnreachable, err)
+}
+
+// isAlert reports a TLS alert from the peer ("remote error: tls: ..."): a refusal.
+func isAlert(err error) bool {
+	var alert tls.AlertError
+	var oe *net.OpError
+	return errors.As(err, &alert) || (errors.As(err, &oe) && oe.Op == "remote error")
 }
 
 func isTimeout(err error) bool {
@@ -81,9 +112,8 @@ func isTimeout(err error) bool {
 // the peer's alert, which TLS 1.3 delivers on the first read) are peer_rejected; connect
 // failures and timeouts are peer_unreachable.
 func callError(peer string, err error) *bus.Error {
-	var alert tls.AlertError
 	switch {
-	case errors.Is(err, errRejected), errors.As(err, &alert), strings.Contains(err.Error(), "remote error: tls"):
+	case errors.Is(err, errRejected), isAlert(err), strings.Contains(err.Error(), "remote error: tls"):
 		return &bus.Error{Code: "peer_rejected", Detail: fmt.Sprintf("peer '%s' refused the TLS connection", peer)}
 	case errors.Is(err, errUnreachable), errors.Is(err, context.DeadlineExceeded), isTimeout(err):
 		return &bus.Error{Code: "peer_unreachable", Detail: fmt.Sprintf("peer '%s' unreachable", peer)}

@@ -49,6 +49,13 @@ func (l *limiter) sweep(now time.Time) {
 	}
 }
 
+// has reports whether k's bucket holds a token now, taking none.
+func (l *limiter) has(k string, rate int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refill(k, rate, l.now()).tokens >= 1
+}
+
 // take spends one token from every bucket in keys (with its rate), or from none: a refused
 // request does not drain the buckets that still had room.
 func (l *limiter) take(keys []string, rates []int) bool {

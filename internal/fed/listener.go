@@ -5,18 +5,36 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
-// Connection limits of the federation listener (docs/protocol.md §2.6).
+// Connection limits of the federation listener (docs/protocol.md §2.6). The pool sizes come
+// from the connection budget (capacity.go); these are the fixed parts.
 const (
-	maxConns        = 128 // concurrent connections in total; the next is dropped
-	maxPreHandshake = 8   // connections per source IP still in the TLS handshake
-	maxPerPeer      = 8   // concurrent authenticated connections per peer
-	handshakeTime   = 3 * time.Second
+	maxPerPeer    = 8 // concurrent authenticated connections per peer
+	handshakeTime = 3 * time.Second
+	// staleHandshake: a pending connection this old may make room although it spoke; a
+	// handshake takes milliseconds, so only one stalled on purpose is that slow.
+	staleHandshake = time.Second
+	// Handshakes per second per source address, a token bucket: the burst holds a thousand
+	// leaves behind one NAT reconnecting after a hub restart; a connection over the rate
+	// waits for its token (at most maxTokenWait) instead of being refused.
+	hsRate           = 128
+	hsBurst          = 1024
+	maxTokenWait     = 2 * time.Second
+	maxSourceBuckets = 4096 // per-source buckets kept; full ones are dropped first
+	// maxBusy bounds the authenticated connections being answered 503 hub_busy at once.
+	maxBusy = 64
 )
 
 // conn is an authenticated federation connection: the TLS handshake is done and the peer
@@ -27,44 +45,75 @@ type conn struct {
 	l      *listener
 	once   sync.Once
 	source netip.Addr
+	// Guarded by l.mu: the slot the connection holds, and since when it is idle (zero while
+	// a request is served).
+	peer      string // the name its slot is counted under
+	shared    bool   // a slot of the shared pool, not the peer's own room
+	counted   bool   // holds a slot (false once released or evicted)
+	busy      bool   // over capacity: answered 503 hub_busy, then closed
+	idleSince time.Time
 }
 
 // rawConn is the TCP connection under TLS; the handshake's verifier records its result here,
 // where the listener finds it after the handshake.
 type rawConn struct {
 	net.Conn
-	st    *state // the snapshot the handshake used
+	spoke atomic.Bool // a byte arrived: not an idle holder
+	st    *state      // the snapshot the handshake used
 	peer  *Peer
 	chain []*x509.Certificate
 }
 
+func (r *rawConn) Read(b []byte) (int, error) {
+	n, err := r.Conn.Read(b)
+	if n > 0 && !r.spoke.Load() {
+		r.spoke.Store(true)
+	}
+	return n, err
+}
+
 func (c *conn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.raw.peer, true) })
+	c.once.Do(func() { c.l.release(c) })
 	return err
 }
 
-// listener accepts TCP connections, enforces the connection limits, runs the TLS handshake
+// pending is a connection before or during its handshake.
+type pending struct {
+	raw  *rawConn
+	key  netip.Addr // sourceKey of its address
+	at   time.Time
+	gone chan struct{} // closed when evicted
+	in   bool          // still counted (guarded by l.mu)
+}
+
+// listener accepts TCP connections, keeps the pools of capacity.go, runs the TLS handshake
 // (3 s budget) and hands out only authenticated connections.
 type listener struct {
 	inner net.Listener
 	n     *Node
+	cap   capacity
 	out   chan net.Conn
 	done  chan struct{}
 	once  sync.Once
 	wg    sync.WaitGroup
+	rlog  ratelog.Limiter // refusals and evictions, one line per reason a second
 
-	mu         sync.Mutex
-	lastLog    time.Time // refusals are logged at most once a second (a flood must not fill the journal)
-	suppressed int
-	total      int
-	preHS      map[netip.Addr]int
-	perPeer    map[string]int
+	mu      sync.Mutex
+	bySrc   map[netip.Addr][]*pending // oldest first
+	npend   int
+	perPeer map[string][]*conn // oldest first
+	shared  int
+	busy    int
+	buckets map[netip.Addr]*hsBucket
+	refused atomic.Int64 // capacity refusals (doctor)
+	evicted atomic.Int64
 }
 
 func (n *Node) newListener(inner net.Listener) *listener {
-	l := &listener{inner: inner, n: n, out: make(chan net.Conn), done: make(chan struct{}),
-		preHS: map[netip.Addr]int{}, perPeer: map[string]int{}}
+	l := &listener{inner: inner, n: n, cap: n.cap, out: make(chan net.Conn), done: make(chan struct{}),
+		bySrc: map[netip.Addr][]*pending{}, perPeer: map[string][]*conn{}, buckets: map[netip.Addr]*hsBucket{}}
+	n.lst.Store(l)
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l
@@ -115,62 +164,245 @@ func (l *listener) acceptLoop() {
 			continue
 		}
 		src := sourceOf(c)
-		l.mu.Lock()
-		ok := l.total < maxConns && l.preHS[src] < maxPreHandshake
-		if ok {
-			l.total++
-			l.preHS[src]++
-		}
-		l.mu.Unlock()
-		if !ok {
-			// Dropped without a byte: the limits are for floods, which get no answer.
+		if !l.n.st.Load().peers.SourceKnown(src) {
+			// Every peer that may connect has a `from` list and this address is in none:
+			// no handshake is spent on it.
 			c.Close()
+			l.log("source", src, "fed connection closed before TLS: source address in no peer's from list", nil)
 			continue
 		}
-		go l.handshake(c, src)
+		p, wait, victim, reason := l.admit(c, src, time.Now())
+		if victim != nil {
+			victim.raw.Conn.Close()
+			l.evicted.Add(1)
+			l.log("evict", src, "fed pending connection evicted for a newer one", nil, "evicted_source", victim.key.String())
+		}
+		if p == nil {
+			c.Close()
+			l.refused.Add(1)
+			l.log("refuse:"+reason, src, "fed connection refused for capacity", errors.New(reason))
+			continue
+		}
+		go l.handshake(p, wait)
 	}
 }
 
-// release gives back a connection's slots: the total always, and the peer's when it was
-// authenticated.
-func (l *listener) release(p *Peer, authenticated bool) {
+// admit finds a newcomer from src a place in the pending pool, making room by evicting
+// (the returned victim, already uncounted), and reserves its handshake token (wait is how
+// long until it may start). A nil pending means refused, for reason.
+func (l *listener) admit(c net.Conn, src netip.Addr, now time.Time) (p *pending, wait time.Duration, victim *pending, reason string) {
+	key := sourceKey(src)
 	l.mu.Lock()
-	l.total--
-	if authenticated && p != nil {
-		if l.perPeer[p.Name]--; l.perPeer[p.Name] <= 0 {
-			delete(l.perPeer, p.Name)
+	defer l.mu.Unlock()
+	switch {
+	case len(l.bySrc[key]) >= l.cap.perSrc:
+		// Over its own share: it makes room only among its own source's connections.
+		if victim = pick(l.bySrc[key], now); victim == nil {
+			return nil, 0, nil, "pending connections of this source address at their bound"
+		}
+	case l.npend >= l.cap.pending:
+		if victim = l.heaviest(now); victim == nil {
+			return nil, 0, nil, "pending pool full of handshakes in progress"
 		}
 	}
-	l.mu.Unlock()
+	wait, ok := l.token(key, now)
+	if !ok {
+		return nil, 0, nil, "handshakes per second of this source address over the rate"
+	}
+	if victim != nil {
+		l.drop(victim)
+	}
+	p = &pending{raw: &rawConn{Conn: c}, key: key, at: now, gone: make(chan struct{}), in: true}
+	l.bySrc[key] = append(l.bySrc[key], p)
+	l.npend++
+	return p, wait, victim, ""
 }
 
-func (l *listener) handshake(c net.Conn, src netip.Addr) {
-	raw := &rawConn{Conn: c}
+// quiet reports what the handshake saw: not a byte read from p yet. A quiet connection may
+// still have its ClientHello waiting unread (its goroutine not scheduled under load): heard
+// asks the kernel before one is evicted.
+func (p *pending) quiet() bool { return !p.raw.spoke.Load() }
+
+// heard reports (and remembers) bytes from the client waiting in p's receive buffer.
+func (p *pending) heard() bool {
+	if unread(p.raw.Conn) {
+		p.raw.spoke.Store(true)
+		return true
+	}
+	return false
+}
+
+// pick is the connection of list (oldest first) that makes room: the oldest that never sent
+// a byte, else the oldest stalled handshake, else none.
+func pick(list []*pending, now time.Time) *pending {
+	for _, p := range list {
+		if p.quiet() && !p.heard() {
+			return p
+		}
+	}
+	if len(list) > 0 && now.Sub(list[0].at) >= staleHandshake {
+		return list[0]
+	}
+	return nil
+}
+
+// heaviest is the victim when the pending pool is full: the oldest connection that never sent
+// a byte, of the source holding most that has one; else the oldest stalled handshake of the
+// source holding most; else none. The kernel is asked only about the one chosen (a flood
+// makes this the hot path); one that turns out to have spoken is skipped and the choice made
+// again.
+func (l *listener) heaviest(now time.Time) *pending {
+	for {
+		var best *pending
+		bestN := 0
+		for _, list := range l.bySrc {
+			if len(list) < bestN {
+				continue
+			}
+			for _, p := range list {
+				if p.quiet() {
+					if len(list) > bestN || p.at.Before(best.at) {
+						best, bestN = p, len(list)
+					}
+					break
+				}
+			}
+		}
+		if best == nil {
+			break
+		}
+		if !best.heard() {
+			return best
+		}
+	}
+	var best *pending
+	bestN := 0
+	for _, list := range l.bySrc {
+		if p := list[0]; now.Sub(p.at) >= staleHandshake && (len(list) > bestN || (len(list) == bestN && p.at.Before(best.at))) {
+			best, bestN = p, len(list)
+		}
+	}
+	return best
+}
+
+// drop uncounts p (under l.mu); its goroutine finds it gone.
+func (l *listener) drop(p *pending) {
+	if !p.in {
+		return
+	}
+	p.in = false
+	list := l.bySrc[p.key]
+	for i, q := range list {
+		if q == p {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(l.bySrc, p.key)
+	} else {
+		l.bySrc[p.key] = list
+	}
+	l.npend--
+	if p.gone != nil {
+		close(p.gone)
+	}
+}
+
+// hsBucket is a per-source token bucket of handshakes.
+type hsBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// token takes one handshake token of key, possibly in advance: wait is when it exists.
+// False: it would not exist within maxTokenWait (nothing is taken).
+func (l *listener) token(key netip.Addr, now time.Time) (time.Duration, bool) {
+	b := l.buckets[key]
+	if b == nil {
+		if len(l.buckets) >= maxSourceBuckets {
+			for k, o := range l.buckets {
+				if o.tokens+now.Sub(o.last).Seconds()*hsRate >= hsBurst {
+					delete(l.buckets, k)
+				}
+			}
+		}
+		if len(l.buckets) >= maxSourceBuckets {
+			// Sources past the map's bound share one bucket: fail closed, not open.
+			key = netip.Addr{}
+			b = l.buckets[key]
+		}
+		if b == nil {
+			b = &hsBucket{tokens: hsBurst, last: now}
+			l.buckets[key] = b
+		}
+	}
+	b.tokens = min(hsBurst, b.tokens+now.Sub(b.last).Seconds()*hsRate)
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0, true
+	}
+	wait := time.Duration((1 - b.tokens) / hsRate * float64(time.Second))
+	if wait > maxTokenWait {
+		return 0, false
+	}
+	b.tokens--
+	return wait, true
+}
+
+func (l *listener) handshake(p *pending, wait time.Duration) {
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-p.gone:
+		case <-l.done:
+		}
+		t.Stop()
+	}
+	raw := p.raw
 	tc := tls.Server(raw, l.n.serverConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTime)
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	l.mu.Lock()
-	if l.preHS[src]--; l.preHS[src] <= 0 {
-		delete(l.preHS, src)
-	}
-	authed := err == nil && raw.peer != nil
-	if authed && l.perPeer[raw.peer.Name] >= maxPerPeer {
-		authed, err = false, errors.New("too many connections from this peer")
-	}
-	if authed {
-		l.perPeer[raw.peer.Name]++
+	evicted := !p.in
+	l.drop(p)
+	var fc *conn
+	var victim *conn
+	if err == nil && raw.peer != nil && !evicted {
+		fc = &conn{Conn: tc, raw: raw, l: l, source: sourceOf(raw.Conn), peer: raw.peer.Name, idleSince: time.Now()}
+		var ok bool
+		if ok, victim = l.admitAuth(fc, raw.st); !ok {
+			if l.busy < maxBusy {
+				fc.busy = true
+				l.busy++
+			} else {
+				fc = nil
+			}
+		}
 	}
 	l.mu.Unlock()
-	if !authed {
-		if err != nil && raw.peer == nil {
-			l.logRefusal(src, err)
+	if victim != nil {
+		victim.Close()
+		l.evicted.Add(1)
+		l.log("evict-auth", victim.source, "fed idle connection closed to make room", nil, "peer", victim.peer)
+	}
+	if fc == nil {
+		if err != nil && raw.peer == nil && !evicted {
+			l.log("handshake", sourceOf(raw.Conn), "fed handshake refused", err)
+		} else if err == nil && !evicted {
+			l.refused.Add(1)
+			l.log("refuse:busy", sourceOf(raw.Conn), "fed connection refused for capacity", errors.New("no room and too many answered busy"), "peer", raw.peer.Name)
 		}
 		tc.Close()
-		l.release(nil, false)
 		return
 	}
-	fc := &conn{Conn: tc, raw: raw, l: l, source: src}
+	if fc.busy {
+		l.refused.Add(1)
+		l.log("refuse:busy", fc.source, "fed connection refused for capacity: answered hub_busy", errors.New("no room for the peer"), "peer", fc.peer)
+	}
 	select {
 	case l.out <- fc:
 	case <-l.done:
@@ -178,18 +410,147 @@ func (l *listener) handshake(c net.Conn, src netip.Addr) {
 	}
 }
 
-func (l *listener) logRefusal(src netip.Addr, err error) {
-	l.mu.Lock()
-	now := time.Now()
-	if now.Sub(l.lastLog) < time.Second {
-		l.suppressed++
-		l.mu.Unlock()
+// admitAuth gives an authenticated connection its slot (under l.mu): its peer's own room,
+// else a shared slot, else the place of an idle connection (the peer's own oldest when it
+// is at maxPerPeer; else the oldest idle shared one of the peer holding most). False: no
+// room (the caller answers 503 hub_busy).
+func (l *listener) admitAuth(fc *conn, st *state) (bool, *conn) {
+	inbound := st.peers.inbound
+	mine := l.perPeer[fc.peer]
+	take := func(shared bool) {
+		fc.shared, fc.counted = shared, true
+		l.perPeer[fc.peer] = append(l.perPeer[fc.peer], fc)
+		if shared {
+			l.shared++
+		}
+	}
+	if len(mine) < l.cap.room(inbound) {
+		take(false)
+		return true, nil
+	}
+	if len(mine) < maxPerPeer && l.shared < l.cap.shared(inbound) {
+		take(true)
+		return true, nil
+	}
+	var victim *conn
+	if len(mine) >= maxPerPeer {
+		victim = oldestIdle(mine, func(*conn) bool { return true })
+	} else {
+		most := 0
+		for _, list := range l.perPeer {
+			n := 0
+			for _, c := range list {
+				if c.shared {
+					n++
+				}
+			}
+			if n < most || n == 0 {
+				continue
+			}
+			if v := oldestIdle(list, func(c *conn) bool { return c.shared }); v != nil && (n > most || victim == nil || v.idleSince.Before(victim.idleSince)) {
+				victim, most = v, n
+			}
+		}
+	}
+	if victim == nil {
+		return false, nil
+	}
+	shared := victim.shared
+	l.uncount(victim)
+	take(shared)
+	return true, victim
+}
+
+func oldestIdle(list []*conn, ok func(*conn) bool) *conn {
+	var v *conn
+	for _, c := range list {
+		if ok(c) && !c.idleSince.IsZero() && (v == nil || c.idleSince.Before(v.idleSince)) {
+			v = c
+		}
+	}
+	return v
+}
+
+// uncount frees c's slot (under l.mu).
+func (l *listener) uncount(c *conn) {
+	if !c.counted {
 		return
 	}
-	n := l.suppressed
-	l.lastLog, l.suppressed = now, 0
+	c.counted = false
+	list := l.perPeer[c.peer]
+	for i, o := range list {
+		if o == c {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(l.perPeer, c.peer)
+	} else {
+		l.perPeer[c.peer] = list
+	}
+	if c.shared {
+		l.shared--
+	}
+}
+
+// release gives back a closed connection's slot.
+func (l *listener) release(c *conn) {
+	l.mu.Lock()
+	if c.busy {
+		c.busy = false
+		l.busy--
+	}
+	l.uncount(c)
 	l.mu.Unlock()
-	l.n.cfg.Log.Warn("fed handshake refused", "source", src.String(), "err", oneLine(err.Error()), "suppressed_since_last", n)
+}
+
+// connState tracks which authenticated connections are idle (http.Server.ConnState): only
+// an idle keep-alive may be closed to make room, never one serving a request or a poll.
+func (l *listener) connState(c net.Conn, s http.ConnState) {
+	fc, ok := c.(*conn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	switch s {
+	case http.StateNew, http.StateIdle:
+		fc.idleSince = time.Now()
+	case http.StateActive:
+		fc.idleSince = time.Time{}
+	}
+	l.mu.Unlock()
+}
+
+// log writes one line per kind a second (a flood must not fill the journal), with the
+// count of the suppressed ones.
+func (l *listener) log(kind string, src netip.Addr, msg string, err error, attrs ...any) {
+	ok, n := l.rlog.Allow(kind)
+	if !ok {
+		return
+	}
+	level := slog.LevelWarn
+	if strings.HasPrefix(kind, "evict") {
+		level = slog.LevelInfo // the pools doing their job; a refusal is what needs an operator
+	}
+	args := []any{"source", src.String()}
+	if err != nil {
+		args = append(args, "err", oneLine(err.Error()))
+	}
+	args = append(append(args, attrs...), "suppressed_since_last", n)
+	l.n.cfg.Log.Log(context.Background(), level, msg, args...)
+}
+
+// stats is doctor's line about the pools now.
+func (l *listener) stats() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	auth := 0
+	for _, list := range l.perPeer {
+		auth += len(list)
+	}
+	return fmt.Sprintf("pending %d, authenticated %d (%d shared), answered busy now %d; since start %d refused for capacity, %d evicted",
+		l.npend, auth, l.shared, l.busy, l.refused.Load(), l.evicted.Load())
 }
 
 // serverConfig is the static outer config: it fetches the current snapshot per connection,

@@ -52,7 +52,12 @@ type Config struct {
 	ReloadInterval                       time.Duration // 0 = no reload
 	PeerRate, PrincipalRate              int           // token buckets, per minute (burst the same)
 	MaxBody                              int
-	Log                                  *slog.Logger
+	// MaxConns is --fed-max-conns, the listener's connection budget; 0 sizes it from
+	// RLIMIT_NOFILE (capacity.go).
+	MaxConns int
+	// BodyTimeout bounds reading a request body, from the end of its headers (0: 10 s).
+	BodyTimeout time.Duration
+	Log         *slog.Logger
 }
 
 // state is one consistent snapshot of the credentials and the peers file.
@@ -61,6 +66,7 @@ type state struct {
 	pin    string // "sha256:<hex>" of our own certificate
 	peers  *Peers
 	hash   [32]byte
+	cas    []string // the CA bundles the peers file named, to hash them again on reload
 	loaded time.Time
 	source creds.Source
 }
@@ -76,7 +82,13 @@ type Node struct {
 	dials     atomic.Int64 // outbound TLS handshakes completed: none on the hot path
 	// startPorts are the peer ports the sandbox allows (Ports at start), for reload warnings.
 	startPorts map[uint16]bool
+	cap        capacity                 // the listener's budget (capacity.go)
+	lst        atomic.Pointer[listener] // the listener, once serving (doctor)
+	builds     atomic.Int64             // snapshots parsed: a reload of unchanged files parses none
+	reads      atomic.Int64             // reloads that read the files (the others saw equal stamps)
 	reloadMu   sync.Mutex
+	stamps     []creds.Stamp // of the inputs last read and found current (under reloadMu)
+	stampedAt  time.Time
 	stop       chan struct{}
 	stopOnce   sync.Once
 	wg         sync.WaitGroup
@@ -111,11 +123,14 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 65536
 	}
-	st, err := load(cfg)
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 10 * time.Second
+	}
+	n := &Node{cfg: cfg, limits: newLimiter(), stop: make(chan struct{}), cap: sizeCapacity(cfg.MaxConns, descriptorLimit())}
+	st, err := n.load()
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, limits: newLimiter(), stop: make(chan struct{})}
 	n.st.Store(st)
 	n.startPorts = map[uint16]bool{}
 	for _, p := range n.Ports() {
@@ -131,7 +146,19 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.client = &http.Client{Transport: n.transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	cfg.Log.Info("federation loaded", "pin", st.pin, "peers", len(st.peers.names), "source", string(st.source))
+	n.warnCapacity(st)
 	return n, nil
+}
+
+// warnCapacity says, at start and at each reload, when the peers file names more peers than
+// the listener's budget can hold (or the flag asked for more than the descriptor limit).
+func (n *Node) warnCapacity(st *state) {
+	if n.cfg.Listen == "" {
+		return
+	}
+	for _, w := range n.cap.warnings(st.peers.inbound) {
+		n.cfg.Log.Warn("federation capacity: " + w)
+	}
 }
 
 // Source says where the credentials came from (for doctor).
@@ -290,15 +317,69 @@ func readInputs(cfg Config) (*inputs, error) {
 }
 
 // load reads and validates everything; the result is a complete snapshot or an error.
-func load(cfg Config) (*state, error) {
-	in, err := readInputs(cfg)
+func (n *Node) load() (*state, error) {
+	in, err := readInputs(n.cfg)
 	if err != nil {
 		return nil, fmt.Errorf("fed: %w", err)
 	}
-	return build(cfg, in)
+	return n.build(in)
 }
 
-func build(cfg Config, in *inputs) (*state, error) {
+// stampInputs stamps every input of cur (cert, key, peers file, the CA bundles it names);
+// false when one cannot be stamped.
+func (n *Node) stampInputs(cur *state) ([]creds.Stamp, bool) {
+	var out []creds.Stamp
+	add := func(s creds.Stamp, err error) bool {
+		out = append(out, s)
+		return err == nil
+	}
+	ok := add(creds.StampOf(CredCert, n.cfg.CertPath)) && add(creds.StampOf(CredKey, n.cfg.KeyPath)) && add(creds.StampOf(CredPeers, n.cfg.PeersPath))
+	names := append([]string(nil), cur.cas...)
+	sort.Strings(names)
+	for _, name := range names {
+		switch {
+		case filepath.IsAbs(name):
+			ok = ok && add(creds.StampPath(name))
+		case name == CredCA:
+			ok = ok && add(creds.StampOf(name, n.cfg.CAPath))
+		default:
+			ok = ok && add(creds.StampOf(name, ""))
+		}
+	}
+	return out, ok
+}
+
+// sameStamps reports whether stamps equal those of the last read that found the inputs
+// current, none of them racy.
+func (n *Node) sameStamps(stamps []creds.Stamp) bool {
+	if len(stamps) != len(n.stamps) {
+		return false
+	}
+	for i, s := range stamps {
+		if s != n.stamps[i] || s.Racy(n.stampedAt) {
+			return false
+		}
+	}
+	return true
+}
+
+// unchanged reports whether the inputs are byte for byte those of cur, the CA bundles cur
+// named included: then a reload has nothing to parse. Any read error says "changed", and
+// the full load that follows reports it.
+func (n *Node) unchanged(in *inputs, cur *state) bool {
+	for _, name := range cur.cas {
+		raw, err := readCA(n.cfg, name)
+		if err != nil {
+			return false
+		}
+		in.cas[name] = raw
+	}
+	return in.hash() == cur.hash
+}
+
+func (n *Node) build(in *inputs) (*state, error) {
+	cfg := n.cfg
+	n.builds.Add(1)
 	if in.peers == nil {
 		return nil, errors.New("fed: federation needs a peers file (--peers-file or the peers credential)")
 	}
@@ -319,7 +400,11 @@ func build(cfg Config, in *inputs) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &state{cert: cert, pin: pin, peers: peers, hash: in.hash(), loaded: time.Now(), source: in.source}, nil
+	cas := make([]string, 0, len(in.cas))
+	for name := range in.cas {
+		cas = append(cas, name)
+	}
+	return &state{cert: cert, pin: pin, peers: peers, hash: in.hash(), cas: cas, loaded: time.Now(), source: in.source}, nil
 }
 
 // ParseKeyPair parses our certificate (the file may hold a chain; the first is the leaf)

@@ -63,6 +63,32 @@ func (p *Peer) AllowList() []string {
 type Peers struct {
 	byName map[string]*Peer
 	names  []string // sorted
+	// inbound counts the peers that may connect to us (a leaf, or a non-empty allow); each
+	// keeps room for a connection of its own (capacity.go). fromless says one of them has
+	// no `from` list, so no source address can be refused before TLS.
+	inbound  int
+	fromless bool
+	froms    []netip.Prefix // every `from` entry of those peers
+}
+
+// Inbound reports whether p may connect to us at all: an outbound-only peer is refused in
+// the handshake.
+func (p *Peer) Inbound() bool { return p.Leaf || len(p.Allow) > 0 }
+
+// SourceKnown reports whether a connection from addr could belong to any peer: false when
+// every peer that may connect has a `from` list and none contains addr, so the listener
+// closes it before spending a TLS handshake on it.
+func (ps *Peers) SourceKnown(addr netip.Addr) bool {
+	if ps.fromless {
+		return true
+	}
+	addr = addr.Unmap().WithZone("")
+	for _, pfx := range ps.froms {
+		if pfx.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // Get returns the peer called name.
@@ -149,6 +175,11 @@ func ParsePeers(raw []byte, readCA ReadCA) (*Peers, error) {
 		}
 		ps.byName[p.Name] = p
 		ps.names = append(ps.names, p.Name)
+		if p.Inbound() {
+			ps.inbound++
+			ps.fromless = ps.fromless || p.From == nil
+			ps.froms = append(ps.froms, p.From...)
+		}
 	}
 	sort.Strings(ps.names)
 	return ps, nil

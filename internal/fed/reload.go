@@ -36,8 +36,30 @@ func (n *Node) Reload() (bool, error) {
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
 	cur := n.st.Load()
-	next, err := load(n.cfg)
 	when := time.Now().UTC().Format(time.RFC3339)
+	// Stat, then read and hash, before parsing: an unchanged peers file (a thousand peers,
+	// every second) costs a few stat calls, a file whose stamp moved is compared as bytes,
+	// and only a changed one is parsed.
+	stamps, stamped := n.stampInputs(cur)
+	if stamped && n.sameStamps(stamps) {
+		return false, nil
+	}
+	n.reads.Add(1)
+	in, err := readInputs(n.cfg)
+	if err == nil && n.unchanged(in, cur) {
+		if stamped {
+			n.stamps, n.stampedAt = stamps, time.Now()
+		}
+		return false, nil
+	}
+	n.stamps = nil // taken before this read, they may not describe what is swapped in
+	var next *state
+	if err != nil {
+		err = fmt.Errorf("fed: %w", err)
+	} else {
+		in.cas = map[string][]byte{}
+		next, err = n.build(in)
+	}
 	if err != nil {
 		n.cfg.Log.Error("fed reload refused; keeping the current credentials and peers", "err", err)
 		n.book.setReload(fmt.Sprintf("every %s, last attempt %s REFUSED (kept the previous config): %s", n.cfg.ReloadInterval, when, oneLine(err.Error())))
@@ -60,6 +82,7 @@ func (n *Node) Reload() (bool, error) {
 		}
 	}
 	n.cfg.Log.Info("fed reloaded", "pin", next.pin, "peers", len(next.peers.names))
+	n.warnCapacity(next)
 	n.book.setReload(fmt.Sprintf("every %s, last change %s applied", n.cfg.ReloadInterval, when))
 	return true, nil
 }
@@ -90,6 +113,15 @@ func (n *Node) DoctorLines() []string {
 		}
 		l = append(l, fmt.Sprintf("federation peer %s%s: address %s, %s, allow %s; last inbound handshake: %s; last outbound handshake: %s",
 			p.Name, extra, p.Address, trust, allow, n.book.get(p.Name, "inbound"), n.book.get(p.Name, "outbound")))
+	}
+	if n.cfg.Listen != "" {
+		l = append(l, "federation capacity: "+n.cap.describe(st.peers.inbound))
+		for _, w := range n.cap.warnings(st.peers.inbound) {
+			l = append(l, "federation capacity WARNING: "+w)
+		}
+		if lst := n.lst.Load(); lst != nil {
+			l = append(l, "federation connections: "+lst.stats())
+		}
 	}
 	if s := n.book.get("(unknown)", "inbound"); s != "none yet" {
 		l = append(l, "federation unknown certificates: last inbound handshake: "+s)

@@ -46,7 +46,7 @@ func (n *Node) NewServer(inner net.Listener, b *bus.Bus) *Server {
 		writeError(w, &bus.Error{Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
 	})
 	s.srv = &http.Server{
-		Handler:           mux,
+		Handler:           s.bodyDeadline(mux),
 		ReadHeaderTimeout: 5 * time.Second, // §2.6
 		MaxHeaderBytes:    64 << 10,
 		WriteTimeout:      bus.MaxWait + 15*time.Second,
@@ -57,7 +57,22 @@ func (n *Node) NewServer(inner net.Listener, b *bus.Bus) *Server {
 		},
 	}
 	s.l = n.newListener(inner)
+	s.srv.ConnState = s.l.connState
 	return s
+}
+
+// bodyDeadline gives a request body BodyTimeout from the end of its headers, as http.sock
+// does (net/http's ReadTimeout would also cut the long-polls that follow): a peer that
+// announces 1000 bytes and sends one a second is cut off. readBody lifts the deadline once
+// the body is in; a body the handler leaves unread (a refusal) stays under it while net/http
+// drains it.
+func (s *Server) bodyDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 {
+			http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.n.cfg.BodyTimeout))
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Addr is the listening address.
@@ -113,6 +128,15 @@ func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 		writeError(w, apiError("peer_rejected", "unauthenticated connection"))
 		return nil, false
 	}
+	if c.busy {
+		// Authenticated, but neither the peer's own room nor the shared pool had a place
+		// (capacity.go): a code of its own, so that a leaf looks for capacity, not for a
+		// certificate problem. The connection is closed after the answer.
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", "1")
+		writeError(w, apiError("hub_busy", "no connection room for peer %q (budget %d connections); retry later", c.raw.peer.Name, s.n.cap.total))
+		return nil, false
+	}
 	p := c.raw.peer
 	if st := s.n.st.Load(); st != c.raw.st {
 		np, err := st.peers.Inbound(c.raw.chain)
@@ -146,7 +170,15 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 		return nil, false
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
+	if err == nil {
+		// In: the wait for the answer (a delivery, a reply push) is not the body's.
+		http.NewResponseController(w).SetReadDeadline(time.Time{})
+	}
 	if err != nil {
+		if isTimeout(err) {
+			writeError(w, apiError("bad_request", "body not received within %s", s.n.cfg.BodyTimeout))
+			return nil, false
+		}
 		writeError(w, apiError("bad_request", "could not read body"))
 		return nil, false
 	}
@@ -241,6 +273,25 @@ func (s *Server) rate(keys ...string) bool {
 	return s.n.limits.take(keys, rates)
 }
 
+// peerHasRoom checks the peer's bucket before its body is read: a peer over its rate is
+// answered 429 without decoding, resolving or storing anything (the token itself is taken
+// later, with the principal's, by rate).
+func (s *Server) peerHasRoom(w http.ResponseWriter, r *http.Request, p *Peer) bool {
+	if !s.n.limits.has("peer:"+p.Name, s.n.cfg.PeerRate) {
+		if r.ContentLength < 0 || r.ContentLength > unreadBody {
+			// Draining it would still cost its decryption: a peer flooding 64 KiB bodies
+			// over its rate pays a new handshake instead (per-source handshake rate).
+			w.Header().Set("Connection", "close")
+		}
+		writeError(w, rateLimited())
+		return false
+	}
+	return true
+}
+
+// unreadBody is the largest refused body drained to keep the connection.
+const unreadBody = 4096
+
 func rateLimited() *bus.Error {
 	return apiError("rate_limited", "rate limit exceeded")
 }
@@ -248,7 +299,7 @@ func rateLimited() *bus.Error {
 // messages is POST /fed/v2/messages, its checks in the order of §8.3.
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.peer(w, r)
-	if !ok {
+	if !ok || !s.peerHasRoom(w, r, p) {
 		return
 	}
 	body, ok := s.readBody(w, r)
@@ -261,6 +312,12 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		writeError(w, apiError("bad_request", "%v", err))
+		return
+	}
+	// The principal's bucket too, before anything is resolved or validated (the token is
+	// taken at step 6; a refused request takes none).
+	if !s.n.limits.has("principal:"+p.Name+"\x00"+rateKey(e.Principal), s.n.cfg.PrincipalRate) {
+		writeError(w, rateLimited())
 		return
 	}
 	// 1. version
@@ -390,7 +447,7 @@ func printable(s string) bool {
 // replies is POST /fed/v2/replies.
 func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.peer(w, r)
-	if !ok {
+	if !ok || !s.peerHasRoom(w, r, p) {
 		return
 	}
 	body, ok := s.readBody(w, r)

@@ -38,6 +38,7 @@ type node struct {
 	bus   *bus.Bus
 	store *store.Store
 	srv   *Server
+	tune  func(*Config) // set before start: adjusts the node's Config
 }
 
 func newNode(t testing.TB, name string) *node {
@@ -74,6 +75,9 @@ func (nd *node) start(peers string, rates ...int) {
 		PeersPath: filepath.Join(nd.dir, "peers.json"), Log: slog.New(slog.DiscardHandler)}
 	if len(rates) == 2 {
 		cfg.PeerRate, cfg.PrincipalRate = rates[0], rates[1]
+	}
+	if nd.tune != nil {
+		nd.tune(&cfg)
 	}
 	var err error
 	if nd.n, err = New(cfg); err != nil {
@@ -351,7 +355,13 @@ func TestHandshakeRefusalsReachNoHandler(t *testing.T) {
 }
 
 func TestSourceCheckEveryRequest(t *testing.T) {
-	a, b := pair(t, `, "from": ["192.0.2.0/24"]`)
+	// A second peer without a `from` list: else the listener would close a's connection
+	// before TLS (TestSourceOutsideEveryFromClosedBeforeTLS) and the per-request check
+	// would never be reached.
+	a, b, other := newNode(t, "a"), newNode(t, "b"), fedtest.New(t, "other", nil, fedtest.Options{})
+	a.start("{" + peerEntry("b", b.addr(), b.cert.Pin, `, "allow": ["send", "reply", "list"]`) + "}")
+	b.start("{" + peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send", "reply", "list"], "from": ["192.0.2.0/24"]`) + "," +
+		peerEntry("other", "192.0.2.9:1", other.Pin, `, "allow": ["send"]`) + "}")
 	c := rawClient(a.cert) // one kept-alive connection from 127.0.0.1
 	for i := range 2 {
 		status, out := post(t, c, b.addr(), "/fed/v2/messages", envelopeTo("svc:bot"))

@@ -28,6 +28,7 @@ var statuses = map[string]int{
 	"inbox_unavailable":    http.StatusBadGateway,
 	"delivery_failed":      http.StatusBadGateway,
 	"service_unavailable":  http.StatusServiceUnavailable,
+	"hub_busy":             http.StatusServiceUnavailable,
 	"credentials_stale":    http.StatusServiceUnavailable,
 	"peer_unreachable":     http.StatusServiceUnavailable,
 	"inbox_timeout":        http.StatusGatewayTimeout,
