@@ -1,21 +1,30 @@
 package main
 
 import (
+	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/codex"
 	"github.com/xmsg/xmsg/internal/daemontest"
+	"github.com/xmsg/xmsg/internal/fed/fedtest"
 )
 
 // TestCodexReceive: a Codex thread reads its mail through the MCP bridge's receive tool
 // (docs/protocol.md §2.8). A fake Codex (a trusted copied executable holding the thread's
 // writer lock and rollout) starts `xmsg mcp` as its child and speaks MCP over stdio with
-// _meta. Messages sent to codex:<thread> over http.sock, agent.sock and from a service reach
+// _meta. Messages sent to codex:<thread> over http.sock, agent.sock, from a service and over
+// federation (a pinned mTLS peer on loopback) reach
 // it in order, each behind the preamble with its message id; what was returned is acked once
 // the result is written, so the next receive does not return it again (a result that could not
 // be written acks nothing: TestReceiveAcksOnlyWritten in internal/mcp). Other tools carry a one-line
@@ -26,7 +35,24 @@ func TestCodexReceive(t *testing.T) {
 	home := newCodexHome(t, base)
 	exe := daemontest.CopyExe(t, base, "codex")
 	botExe := daemontest.CopyExe(t, base, "bot")
-	d := newDaemon(t, "--codex-exe", exe, "--codex-home", home.dir, "--svc-exe", "bot="+botExe)
+	// A federation peer "a" on loopback, as in TestConformance.
+	self := fedtest.New(t, "testhost", nil, fedtest.Options{})
+	peer := fedtest.New(t, "a", nil, fedtest.Options{})
+	fedAddr := freePort(t)
+	for name, data := range map[string][]byte{"cert.pem": self.CertPEM, "key.pem": self.KeyPEM,
+		"peers.json": peersJSON(map[string]map[string]any{"a": {"address": freePort(t), "pin": peer.Pin, "allow": []string{"send"}}})} {
+		if err := os.WriteFile(filepath.Join(base, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := newDaemon(t, "--codex-exe", exe, "--codex-home", home.dir, "--svc-exe", "bot="+botExe, "--fed-listen", fedAddr,
+		"--fed-cert", filepath.Join(base, "cert.pem"), "--fed-key", filepath.Join(base, "key.pem"), "--peers-file", filepath.Join(base, "peers.json"))
+	pair, err := tls.X509KeyPair(peer.CertPEM, peer.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fedPeer := &http.Client{Timeout: daemontest.Wait, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}}}
 	thread := uuid.NewString()
 	meta := map[string]any{"threadId": thread, "sessionId": thread, "turn_id": "turn-1"}
 	lockEnv := []string{daemontest.LockEnv + "=" + home.lock(thread), daemontest.OpenEnv + "=" + home.rollout(thread, thread)}
@@ -99,10 +125,24 @@ func TestCodexReceive(t *testing.T) {
 		t.Fatalf("svc send: %v", r)
 	}
 	sent = append(sent, field(r["delivery"], "messageId").(string))
+	fedID := uuid.Must(uuid.NewV7()).String()
+	env, _ := json.Marshal(map[string]any{"v": 2, "id": fedID, "to": map[string]any{"ref": "codex:" + thread}, "body": "four over federation",
+		"push_replies": true, "thread_id": fedID, "created_at": time.Now().Unix(),
+		"principal": map[string]any{"kind": "session", "harness": "claude", "session_id": "s-1", "name": "alice"}})
+	resp, err := fedPeer.Post("https://"+fedAddr+"/fed/v2/messages", "application/json", bytes.NewReader(env))
+	if err != nil {
+		t.Fatalf("fed post: %v", err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 202 {
+		t.Fatalf("fed send: %d %s", resp.StatusCode, raw)
+	}
+	sent = append(sent, fedID)
 
-	// Another tool's result says that three wait, on a line of its own after the result.
+	// Another tool's result says that four wait, on a line of its own after the result.
 	r = rpc(map[string]any{"name": "list", "arguments": map[string]any{}, "_meta": meta})
-	if tx := texts(r); r["isError"] != false || len(tx) != 2 || tx[1] != "[xmsg] 3 messages wait for this thread: call the receive tool." {
+	if tx := texts(r); r["isError"] != false || len(tx) != 2 || tx[1] != "[xmsg] 4 messages wait for this thread: call the receive tool." {
 		t.Fatalf("list with mail waiting: %v", r)
 	}
 	// Without _meta: refused, nothing handed over; no notice either (no thread named).
@@ -121,12 +161,12 @@ func TestCodexReceive(t *testing.T) {
 		t.Fatalf("receive of another thread's mail: %v", or)
 	}
 
-	// The thread receives all three, in order, behind the preamble.
+	// The thread receives all four, in order, behind the preamble.
 	ids, all := receive()
 	if strings.Join(ids, ",") != strings.Join(sent, ",") {
 		t.Fatalf("received %v, want %v in order", ids, sent)
 	}
-	for _, want := range []string{"one via http", "two via agent.sock", "three from svc", "· svc:bot", "· pi:peer"} {
+	for _, want := range []string{"one via http", "two via agent.sock", "three from svc", "four over federation", "· svc:bot", "· pi:peer"} {
 		if !strings.Contains(all, want) {
 			t.Fatalf("received %q, missing %q", all, want)
 		}
@@ -141,16 +181,16 @@ func TestCodexReceive(t *testing.T) {
 	}
 
 	// A new bridge of the same thread (Codex restarted it) reads what came since.
-	status, v = d.do("POST", "/v1/sessions/codex:"+thread+"/messages", `{"from":"cli","text":"four"}`)
+	status, v = d.do("POST", "/v1/sessions/codex:"+thread+"/messages", `{"from":"cli","text":"five"}`)
 	if status != 202 {
 		t.Fatalf("http send: %d %v", status, v)
 	}
-	four := field(v, "messageId").(string)
+	five := field(v, "messageId").(string)
 	in.Close()
 	bridge.Wait()
 	_, in, out = daemontest.StartMCPAt(t, exe, d.sock("agent"), d.sock("http"), lockEnv...)
 	id = 0
-	if ids, _ := receive(); len(ids) != 1 || ids[0] != four {
-		t.Fatalf("after a new bridge: got %v, want %s", ids, four)
+	if ids, _ := receive(); len(ids) != 1 || ids[0] != five {
+		t.Fatalf("after a new bridge: got %v, want %s", ids, five)
 	}
 }
