@@ -208,7 +208,7 @@ func (d *Daemon) prepareSessionDirs() {
 func (d *Daemon) buildServers() error {
 	cfg := d.cfg
 	if !d.c.InProcess {
-		tuneGC()
+		tuneGC(d.runCtx)
 	}
 	proc := peercred.Proc{}
 	uid := uint32(os.Geteuid())

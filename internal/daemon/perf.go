@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
+	"time"
 
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/doctor"
@@ -28,8 +31,43 @@ func reportWatchFallbacks(sessions *claude.Scanner, proc peercred.Proc, log *slo
 // says otherwise. The daemon's live heap is a few MB, and a send allocates a few KB, so the
 // default collected every few hundred sends: about a fifth of a send's CPU under load in
 // xmsg bench. The cost is tens of MB at most.
-func tuneGC() {
+//
+// That headroom is for a small heap. A hub holding thousands of leaves has a live heap of tens
+// of MB, where 5x would be most of its RSS and no CPU saved that matters: so, unless GOMEMLIMIT
+// says otherwise, a soft memory limit of max(64 MiB, 2x the live heap) (GOGC=100's growth),
+// renewed every 10 s from the live heap the last collection measured, bounds it until ctx ends.
+func tuneGC(ctx context.Context) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	setGCLimit()
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				setGCLimit()
+			}
+		}
+	}()
+}
+
+// gcLimitFloor is the soft memory limit of a small heap: GOGC=400's headroom stays below it.
+const gcLimitFloor = 64 << 20
+
+// setGCLimit sets the soft memory limit to max(gcLimitFloor, twice the live heap).
+func setGCLimit() {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(sample)
+	limit := int64(gcLimitFloor)
+	if sample[0].Value.Kind() == metrics.KindUint64 {
+		limit = max(limit, 2*int64(sample[0].Value.Uint64()))
+	}
+	debug.SetMemoryLimit(limit)
 }
