@@ -24,7 +24,7 @@ import (
 // routes exist on it: no /healthz, no /v1.
 type Server struct {
 	n   *Node
-	bus *bus.Bus
+	bus Bus
 	l   *listener
 	srv *http.Server
 	// pulls is what the inbox routes remember per leaf (leaf.go).
@@ -34,7 +34,7 @@ type Server struct {
 type connKey struct{}
 
 // NewServer wraps an already bound TCP listener. Serve runs it.
-func (n *Node) NewServer(inner net.Listener, b *bus.Bus) *Server {
+func (n *Node) NewServer(inner net.Listener, b Bus) *Server {
 	s := &Server{n: n, bus: b}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /fed/v2/messages", s.messages)

@@ -38,9 +38,20 @@ const (
 	BatchBytes = 1 << 20
 )
 
+// Bus is what a pull loop asks of the leaf's bus: its identity, recording pulled rows into
+// its service's queue, and waiting for the service's ack. *bus.Bus is one.
+type Bus interface {
+	Leaf() *bus.LeafIdentity
+	DeliverPulled(p bus.Pulled) (string, error)
+	DeliverPulledBatch(ps []bus.Pulled) (session string, n int, err error)
+	WaitAcked(ctx context.Context, sessionID, messageID string) error
+}
+
+var _ Bus = (*bus.Bus)(nil)
+
 // Puller pulls one hub's mailbox into the leaf service's queue.
 type Puller struct {
-	Bus     *bus.Bus
+	Bus     Bus
 	Hub     Hub
 	Peer    string // the hub's name in the peers file
 	MaxBody int
