@@ -6,6 +6,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/custody"
+	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/jsonline"
 )
 
@@ -22,7 +23,9 @@ func (s *Server) credential(c net.Conn, reg *bus.Registration, line []byte) (res
 		return errorLine("bad_request", err.Error()), true
 	}
 	p := custody.Principal{Actor: reg.Caller().Actor(), PID: reg.PID, Alive: func() bool { return s.cfg.Bus.Alive(reg) }}
-	if reg.Harness == "svc" {
+	// Only a service attested by its executable (svc) is a principal custody can name; a
+	// uid-admitted session of the same name is not.
+	if s.cfg.Bus.Harnesses().Is(reg.Harness, harness.Exe) {
 		p.Service = reg.Name
 	}
 	f, grant, err := s.cfg.Custody.Give(name, p)
