@@ -213,9 +213,6 @@ func validRef(id string) bool {
 	return err == nil && u.String() == id
 }
 
-// sessionHarnesses are the harnesses a session principal or replier may name.
-var sessionHarnesses = map[string]bool{"claude": true, "agy": true, "pi": true, "svc": true, "opencode": true, "hermes": true}
-
 // policyNames are the strings a principal matches in a peer's `principals` (§8.3 step 3).
 func policyNames(p WirePrincipal) []string {
 	switch p.Kind {
@@ -410,7 +407,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 func (s *Server) principal(p *Peer, wp WirePrincipal) (from string, ret *bus.Caller, badge string, err *bus.Error) {
 	switch wp.Kind {
 	case "session":
-		if !sessionHarnesses[wp.Harness] {
+		if !envelope.PrincipalHarness(wp.Harness) {
 			return "", nil, "", apiError("bad_request", "invalid harness '%s'", wp.Harness)
 		}
 		if wp.SessionID == "" || len(wp.SessionID) > 256 || !printable(wp.SessionID) {
@@ -467,7 +464,7 @@ func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError("op_denied", "reply operation not allowed for peer"))
 		return
 	}
-	if !validID(e.ID) || !validRef(e.InReplyTo) || e.Text == "" || !sessionHarnesses[e.Replier.Harness] ||
+	if !validID(e.ID) || !validRef(e.InReplyTo) || e.Text == "" || !envelope.PrincipalHarness(e.Replier.Harness) ||
 		e.Replier.SessionID == "" || len(e.Replier.SessionID) > 256 || !printable(e.Replier.SessionID) {
 		writeError(w, apiError("bad_request", "id, in_reply_to, replier and text are required"))
 		return

@@ -347,7 +347,7 @@ func (p *Puller) check(row *bus.InboxRow) (bus.Pulled, error) {
 	out := bus.Pulled{ID: row.ID, Peer: p.Peer, Body: row.Body, PushReplies: row.PushReplies, ThreadID: row.ThreadID}
 	switch wp.Kind {
 	case "session":
-		if !sessionHarnesses[wp.Harness] || wp.SessionID == "" || len(wp.SessionID) > 256 {
+		if !envelope.PrincipalHarness(wp.Harness) || wp.SessionID == "" || len(wp.SessionID) > 256 {
 			return bus.Pulled{}, fmt.Errorf("%w: invalid session principal", errUndeliverable)
 		}
 		name := or2(wp.Name, wp.SessionID)
@@ -373,8 +373,6 @@ func (p *Puller) check(row *bus.InboxRow) (bus.Pulled, error) {
 	}
 	return out, nil
 }
-
-var sessionHarnesses = map[string]bool{"claude": true, "agy": true, "pi": true, "svc": true, "opencode": true, "hermes": true}
 
 func or2(a, b string) string {
 	if a != "" {
