@@ -400,8 +400,9 @@ func selfSession(t *testing.T, d *daemon, id string) {
 
 // TestAttackAgentBlankLineHolders: 40 connections sending a blank line every 100 ms. Counted
 // before attestation and with blank lines resetting the idle timer, they once held every slot.
-// Now an MCP-like client (an attested session) is served throughout; the control turns the
-// per-process share off and gives the unattested pool exactly the holders' size.
+// Now an MCP-like client (an attested session) is served throughout: its connection evicts
+// the oldest idle holder (blank lines do not make a holder younger). The control turns
+// eviction off (--evict-idle=false) with the pending deadline long.
 func TestAttackAgentBlankLineHolders(t *testing.T) {
 	sends := 20
 	if long() {
@@ -434,8 +435,8 @@ func TestAttackAgentBlankLineHolders(t *testing.T) {
 		}
 	})
 	t.Run("control", func(t *testing.T) {
-		tl := run(t, "--agent-max-per-pid", "1000", "--agent-max-pending", "40", "--agent-pending-timeout", "1h")
-		t.Logf("attested sends without the per-process share: %s", tl)
+		tl := run(t, "--evict-idle=false", "--agent-pending-timeout", "1h")
+		t.Logf("attested sends without eviction: %s", tl)
 		if tl.failed == 0 {
 			t.Errorf("control: %s; the attack did no harm", tl)
 		}

@@ -36,6 +36,7 @@ func tcpListener(l net.Listener, cfg *config.Config, log *slog.Logger) net.Liste
 // agentLimits fills the fairness fields of an agent.sock config.
 func agentLimits(c agentsock.Config, cfg *config.Config) agentsock.Config {
 	c.MaxPending, c.MaxPerPID, c.PendingTimeout = cfg.Limits.AgentMaxPending, cfg.Limits.AgentMaxPerPID, cfg.Limits.AgentPendingTimeout
+	c.NoEvict = cfg.Limits.NoEvict
 	return c
 }
 
@@ -44,6 +45,7 @@ func registerLimits(c registersock.Config, cfg *config.Config) registersock.Conf
 	l := cfg.Limits
 	c.MaxConns, c.MaxPending, c.MaxPerPID, c.MaxUIDOnly = l.RegisterMaxConns, l.RegisterMaxPending, l.RegisterMaxPerPID, l.RegisterMaxUIDOnly
 	c.FirstFrameTimeout, c.IdleTimeout = l.RegisterFirstFrameTimeout, l.RegisterIdleTimeout
+	c.NoEvict = l.NoEvict
 	return c
 }
 

@@ -328,28 +328,31 @@ func TestFrameBytes(t *testing.T) {
 	}
 }
 
-// TestMaxConns: the 33rd connection is closed at once; after one closes, a new one is served.
+// TestMaxConns: with DefaultMaxPending unattested connections held idle, the next one is
+// served, and the oldest idle one is told it was closed to make room (an error frame).
 func TestMaxConns(t *testing.T) {
 	e := daemontest.New(t, daemontest.Options{})
 	var clients []*daemontest.Client
-	for i := 0; i < agentsock.DefaultMaxConns; i++ {
+	for i := 0; i < agentsock.DefaultMaxPending; i++ {
 		c := daemontest.Dial(t, e.AgentPath)
 		// An answer proves the server holds this connection.
 		wantError(t, c.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
 		clients = append(clients, c)
 	}
+	daemontest.WaitFor(t, "every held connection to wait idle", func() bool { return e.Agent.Idle() == agentsock.DefaultMaxPending })
 	extra := daemontest.Dial(t, e.AgentPath)
-	extra.C.Write([]byte(`{"action":"x"}` + "\n")) // may fail: the server may have closed it already
-	if line, eof := extra.Recv(); !eof {
-		t.Fatalf("connection 33: got %q, want it closed", line)
+	wantError(t, extra.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
+	line, _ := clients[0].Recv()
+	if !strings.Contains(line, `"error":"service_unavailable"`) || !strings.Contains(line, "to make room") {
+		t.Fatalf("the oldest idle connection: got %q, want the eviction frame", line)
 	}
-	if !strings.Contains(e.Logs.String(), "too many connections") {
-		t.Fatalf("refusal not logged")
+	if _, eof := clients[0].Recv(); !eof {
+		t.Fatal("the evicted connection stayed open")
 	}
-	clients[0].C.Close()
-	daemontest.WaitFor(t, "a slot to free", func() bool { return e.Agent.Conns() < agentsock.DefaultMaxConns })
-	again := daemontest.Dial(t, e.AgentPath)
-	wantError(t, again.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
+	if !strings.Contains(e.Logs.String(), "evicted to make room") {
+		t.Fatalf("eviction not logged")
+	}
+	wantError(t, clients[1].Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
 }
 
 func TestFraming(t *testing.T) {
