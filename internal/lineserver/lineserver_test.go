@@ -434,10 +434,42 @@ func TestEvictsHeaviestHolder(t *testing.T) {
 	if got, _ := call(t, fresh, fr, "hi"); got != "hi" {
 		t.Fatalf("fresh: got %q, want served", got)
 	}
+	if got, eof := call(t, mine, mr, "hi"); eof || got != "hi" {
+		t.Fatalf("the oldest connection, of the lighter process: got %q (eof %v), want still served", got, eof)
+	}
 	if got, err := lines.ReadString('\n'); err != nil || !strings.HasPrefix(got, "0: ") || !strings.Contains(got, "to make room") {
 		t.Fatalf("holder: got %q (%v), want its oldest connection evicted", got, err)
 	}
-	if got, eof := call(t, mine, mr, "hi"); eof || got != "hi" {
-		t.Fatalf("the oldest connection, of the lighter process: got %q (eof %v), want still served", got, eof)
+}
+
+// TestBlankLinesDoNotMakeYounger: the oldest idle connection makes room even when it keeps
+// sending blank lines; they move neither its deadline nor its place in the eviction order.
+func TestBlankLinesDoNotMakeYounger(t *testing.T) {
+	s, path, _ := echoCfg(t, lineserver.Config{MaxConns: 4, MaxPending: 2}, true)
+	old, or := dial(t, path)
+	if got, _ := call(t, old, or, "hi"); got != "hi" {
+		t.Fatalf("old: got %q", got)
+	}
+	young, yr := dial(t, path)
+	if got, _ := call(t, young, yr, "hi"); got != "hi" {
+		t.Fatalf("young: got %q", got)
+	}
+	// The old one now sends blank lines. The pause lets the server read them (if it had not
+	// yet, this test could not tell the mutant apart, but it would not fail for that).
+	for range 3 {
+		old.Write([]byte("\n"))
+	}
+	time.Sleep(20 * time.Millisecond)
+	waitFor(t, func() bool { return s.Idle() == 2 })
+	fresh, fr := dial(t, path)
+	if got, _ := call(t, fresh, fr, "hi"); got != "hi" {
+		t.Fatalf("fresh: got %q", got)
+	}
+	if got, eof := call(t, young, yr, "hi"); eof || got != "hi" {
+		t.Fatalf("the younger silent connection: got %q (eof %v), want still served", got, eof)
+	}
+	old.SetDeadline(time.Now().Add(wait))
+	if got, err := or.ReadString('\n'); err != nil || !strings.Contains(got, "to make room") {
+		t.Fatalf("the older blank-line sender: got %q (%v), want the eviction frame", got, err)
 	}
 }
