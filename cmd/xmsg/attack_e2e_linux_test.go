@@ -331,7 +331,7 @@ func TestAttackHTTPSlowBodiesAndIdleConns(t *testing.T) {
 			t.Errorf("well-behaved client: %s, want every send served", tl)
 		}
 		// The refusals are logged, rate-limited with a count of the others.
-		lines := strings.Count(d.stderr.String(), `reason="too many connections from one process"`)
+		lines := strings.Count(d.stderr.String(), `reason="too many requests in progress from one process"`)
 		if lines == 0 || !strings.Contains(d.stderr.String(), "suppressed=") {
 			t.Errorf("refusals not logged with a suppressed count (%d lines)", lines)
 		}

@@ -396,6 +396,37 @@ func TestServerHangupCancelsWait(t *testing.T) {
 	}
 }
 
+// TestServerHangupAfterPipelinedBytes: a client that pipelined bytes behind a waiting request
+// (in the same write, and later) and then hung up still cancels the wait at once: the watch
+// keeps reading past pipelined bytes. (It once stopped after one byte, and the waiter place
+// stayed taken for the whole wait.) Mutant: the watch returning after the first read with
+// data: red.
+func TestServerHangupAfterPipelinedBytes(t *testing.T) {
+	cancelled := make(chan struct{}, 1)
+	path, _ := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/wait" {
+			select {
+			case <-hangupContext(w, r).Done():
+				cancelled <- struct{}{}
+				return
+			case <-time.After(20 * time.Second):
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"request": r.Method + " " + r.URL.Path})
+	}), nil)
+	c, _ := rawConn(t, path)
+	io.WriteString(c, "GET /wait HTTP/1.1\r\nHost: l\r\n\r\nGET /n")
+	time.Sleep(50 * time.Millisecond)
+	io.WriteString(c, "ext HTTP/1.1\r\n")
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a client that pipelined bytes and hung up did not cancel the waiting handler")
+	}
+}
+
 // TestServerShutdown: Shutdown lets an active request finish (its answer says Connection:
 // close), closes idle connections, and Serve returns http.ErrServerClosed.
 func TestServerShutdown(t *testing.T) {
