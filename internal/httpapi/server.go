@@ -409,12 +409,15 @@ func (c *conn) answerBadRequest(err error, tooLarge bool) {
 }
 
 // closeWriteAndWait half-closes the connection and gives the client a moment to read the
-// answer before the close (which could otherwise reset it), as net/http does.
+// answer before the close, as net/http does; meanwhile it reads and discards what the client
+// still sends (at most 1 MiB), which net/http does not: a close with unread bytes resets the
+// connection, and a reset can destroy the answer in the client's buffer before it is read.
 func (c *conn) closeWriteAndWait() {
 	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	time.Sleep(500 * time.Millisecond)
+	c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	io.Copy(io.Discard, io.LimitReader(c.br, 1<<20))
 }
 
 // unsupportedTE is the type net/http's ReadRequest gives a Transfer-Encoding it does not
@@ -607,7 +610,10 @@ func (b *requestBody) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := b.rc.Read(p)
-	if err == io.EOF {
+	// A Content-Length body cut short by the client's EOF is at its end too (net/http's body
+	// marks it so: the connection then ends on its own, without a Connection: close); a
+	// chunked one is not (its reader's error is sticky, and net/http says close).
+	if err == io.EOF || err == io.ErrUnexpectedEOF && b.orig != nil && b.orig.ContentLength > 0 {
 		b.sawEOF = true
 		// The trailers were read with the last chunk, into ReadRequest's request (the
 		// handler holds a copy made with its context): hand them over, as net/http does.
