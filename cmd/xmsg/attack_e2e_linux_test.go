@@ -64,17 +64,21 @@ func attackMain() int {
 			return false
 		}
 	}
+	// $SOCK may name several sockets (comma-separated): $N connections on each.
+	socks := strings.Split(sock, ",")
 	var first sync.WaitGroup
-	first.Add(n)
-	for i := range n {
-		go func() {
-			once := sync.OnceFunc(first.Done)
-			for !stopped() {
-				holdOne(kind, sock, extra, i, once, stop)
-				once()
-				time.Sleep(50 * time.Millisecond)
-			}
-		}()
+	first.Add(n * len(socks))
+	for _, sock := range socks {
+		for i := range n {
+			go func() {
+				once := sync.OnceFunc(first.Done)
+				for !stopped() {
+					holdOne(kind, sock, extra, i, once, stop)
+					once()
+					time.Sleep(50 * time.Millisecond)
+				}
+			}()
+		}
 	}
 	first.Wait()
 	fmt.Println("started")
@@ -88,7 +92,11 @@ func attackProcs(procs int) int {
 	var cmds []*exec.Cmd
 	for i := range procs {
 		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), "PROCS=1", "N=1", "EXTRA="+strconv.Itoa(i))
+		childN := os.Getenv("CHILD_N") // connections of each process; default one
+		if childN == "" {
+			childN = "1"
+		}
+		cmd.Env = append(os.Environ(), "PROCS=1", "N="+childN, "EXTRA="+strconv.Itoa(i))
 		in, _ := cmd.StdinPipe()
 		out, _ := cmd.StdoutPipe()
 		cmd.Stderr = os.Stderr
@@ -113,7 +121,11 @@ func attackProcs(procs int) int {
 // holdOne opens one connection and holds it as kind says until the daemon closes it. started
 // is called once the connection has done its first step.
 func holdOne(kind, sock, extra string, i int, started func(), stop <-chan struct{}) {
-	c, err := net.Dial("unix", sock)
+	network, addr := "unix", sock
+	if a, ok := strings.CutPrefix(sock, "tcp:"); ok {
+		network, addr = "tcp", a
+	}
+	c, err := net.Dial(network, addr)
 	if err != nil {
 		return
 	}
@@ -139,10 +151,25 @@ func holdOne(kind, sock, extra string, i int, started func(), stop <-chan struct
 		}
 		started()
 		tick(300*time.Millisecond, []byte(" "))
-	case "http-idle":
+	case "http-idle", "silent":
 		// Connected, sending nothing.
 		started()
 		io.Copy(io.Discard, c)
+	case "http-keepalive":
+		// One request answered, then an idle keep-alive.
+		fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+		r := bufio.NewReader(c)
+		if resp, err := http.ReadResponse(r, nil); err == nil {
+			io.Copy(io.Discard, resp.Body)
+		}
+		started()
+		io.Copy(io.Discard, r)
+	case "ghostpoll":
+		// A reply long-poll with one byte pipelined behind it; the process then exits (its
+		// stdin closes) without reading the answer.
+		fmt.Fprintf(c, "GET /v1/messages/%s/replies?wait=60 HTTP/1.1\r\nHost: localhost\r\n\r\nG", extra)
+		started()
+		<-stop
 	case "agent-blank":
 		// A blank line every 100 ms: never a frame.
 		c.Write([]byte("\n"))
@@ -176,21 +203,34 @@ func startAttack(t *testing.T, kind, sock string, n int, extra string) {
 	startAttackEnv(t, kind, sock, n, extra)
 }
 
-// startAttackEnv is startAttack with more environment for the attacker.
-func startAttackEnv(t *testing.T, kind, sock string, n int, extra string, env ...string) {
+// startAttackEnv is startAttack with more environment for the attacker. stop ends the
+// attacker (every process of it exits) and waits for it; the test's end does it too.
+func startAttackEnv(t *testing.T, kind, sock string, n int, extra string, env ...string) (stop func()) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
+	return startAttackAs(t, os.Args[0], nil, kind, sock, n, extra, env...)
+}
+
+// startAttackAs is startAttackEnv running bin (a copy of this test binary) with cred (nil:
+// this process's).
+func startAttackAs(t *testing.T, bin string, cred *syscall.Credential, kind, sock string, n int, extra string, env ...string) (stop func()) {
+	t.Helper()
+	cmd := exec.Command(bin)
 	cmd.Env = append(append(os.Environ(), "XMSG_TEST_ROLE=attack", "ATTACK="+kind, "SOCK="+sock, "N="+strconv.Itoa(n), "EXTRA="+extra), env...)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { in.Close(); cmd.Wait() })
+	stop = sync.OnceFunc(func() { in.Close(); cmd.Wait() })
+	t.Cleanup(stop)
 	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "started\n" {
 		t.Fatalf("attacker %s did not start: %q", kind, line)
 	}
+	return stop
 }
 
 // limitFiles sets the daemon's RLIMIT_NOFILE (soft and hard).
@@ -1038,4 +1078,78 @@ func TestMCPHelp(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "usage: xmsg mcp") || !strings.Contains(string(out), "-agent-sock") {
 		t.Errorf("xmsg mcp --help: %v\n%s", err, out)
 	}
+}
+
+// TestAttackSilentHolders (issue 18): many processes of the uid, each holding one silent
+// connection on each of http.sock, agent.sock and register.sock (36 in the short mode,
+// against http.sock's pool lowered to 32; 300 in the long one, against the defaults). Per-pid
+// caps cannot stop that: each process is under them. A full pool now evicts its oldest idle
+// connection for a new one, so a client that speaks at once is served on every socket; the
+// control turns eviction off (--evict-idle=false) and every socket refuses it.
+func TestAttackSilentHolders(t *testing.T) {
+	procs, sends, args := 36, 10, []string{"--http-max-conns", "32"}
+	if long() {
+		procs, sends, args = 300, 50, nil
+	}
+	// The silent connections' own deadlines are made long, so that only eviction frees a
+	// place (the header deadline would free http.sock's every 5 s, agent.sock's pending one
+	// every 10 s).
+	args = append(args, "--http-header-timeout", "10m", "--agent-pending-timeout", "10m", "--register-first-frame-timeout", "10m")
+	self, err := filepath.EvalSymlinks(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct{ http, agent, register tally }
+	run := func(t *testing.T, extra ...string) result {
+		d := newDaemon(t, append(append([]string{"--svc-exe", "worker=" + self}, args...), extra...)...)
+		target := startClaude(t, d.sess, "aaaaaaaa-0000-0000-0000-00000000d001", "target", "/")
+		selfSession(t, d, "aaaaaaaa-0000-0000-0000-00000000d002")
+		socks := d.sock("http") + "," + d.sock("agent") + "," + d.sock("register")
+		startAttackEnv(t, "silent", socks, 1, "", "PROCS="+strconv.Itoa(procs))
+		var r result
+		r.http = sendAll(d, d.freshClient(10*time.Second), target.id, sends)
+		for i := range sends {
+			switch got, err := agentSend(d, target.id, i); {
+			case err != nil:
+				r.agent.fail("closed")
+			case got == "ok":
+				r.agent.served++
+			default:
+				r.agent.fail(got)
+			}
+		}
+		for range sends {
+			if err := registerSvc(d, "worker"); err != nil {
+				r.register.fail(err.Error())
+			} else {
+				r.register.served++
+			}
+		}
+		return r
+	}
+	t.Run("defended", func(t *testing.T) {
+		r := run(t)
+		t.Logf("%d processes, one silent connection each per socket: http.sock sends %s; agent.sock sends %s; register.sock registrations %s", procs, r.http, r.agent, r.register)
+		for name, tl := range map[string]tally{"http": r.http, "agent": r.agent, "register": r.register} {
+			if tl.failed != 0 {
+				t.Errorf("%s.sock: %s, want every request served", name, tl)
+			}
+		}
+	})
+	t.Run("control", func(t *testing.T) {
+		r := run(t, "--evict-idle=false")
+		t.Logf("without eviction: http.sock sends %s; agent.sock sends %s; register.sock registrations %s", r.http, r.agent, r.register)
+		for name, tl := range map[string]tally{"http": r.http, "agent": r.agent, "register": r.register} {
+			if tl.failed == 0 {
+				t.Errorf("control, %s.sock: %s; the attack did no harm", name, tl)
+			}
+		}
+		// Each refusal was an answer naming the bound, not a silent close.
+		if r.http.codes["503 service_unavailable"] != r.http.failed {
+			t.Errorf("control, http.sock: failures %v, want each a 503 service_unavailable", r.http.codes)
+		}
+		if r.agent.codes["service_unavailable"] != r.agent.failed {
+			t.Errorf("control, agent.sock: failures %v, want each a service_unavailable frame", r.agent.codes)
+		}
+	})
 }

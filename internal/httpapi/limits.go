@@ -152,7 +152,11 @@ func (l *limitListener) victimLocked() *limitConn {
 // client has had a moment to read the answer (and whatever it sent is drained), the rest.
 func (l *limitListener) refuse(c net.Conn, holder int, reason string, limit int) {
 	l.rl.Log(l.log, slog.LevelWarn, reason, "refused", "socket", l.socket, "actor", actorOf(holder), "request", "connect", "reason", reason, "limit", limit)
-	detail := fmt.Sprintf("%s on %s (limit %d), none idle; retry later", reason, l.socket, limit)
+	why := ", none idle"
+	if l.lim.NoEvict {
+		why = ""
+	}
+	detail := fmt.Sprintf("%s on %s (limit %d)%s; retry later", reason, l.socket, limit, why)
 	go answerAndClose(c, http.StatusServiceUnavailable, "service_unavailable", detail)
 }
 

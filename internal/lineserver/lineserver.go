@@ -254,7 +254,11 @@ func (s *Server) Serve(l net.Listener) error {
 				s.refuseLocked(c, "connect", "too many connections", s.cfg.MaxPending)
 				s.mu.Unlock()
 				c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-				c.Write(ErrorLine("service_unavailable", fmt.Sprintf("more than %d connections waiting to be attested, none idle; retry later", s.cfg.MaxPending)))
+				why := ", none idle"
+				if s.cfg.NoEvict {
+					why = ""
+				}
+				c.Write(ErrorLine("service_unavailable", fmt.Sprintf("more than %d connections waiting to be attested%s; retry later", s.cfg.MaxPending, why)))
 				c.Close()
 				continue
 			}
