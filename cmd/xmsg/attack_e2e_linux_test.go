@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,7 +168,7 @@ func holdOne(kind, sock, extra string, i int, started func(), stop <-chan struct
 	case "ghostpoll":
 		// A reply long-poll with one byte pipelined behind it; the process then exits (its
 		// stdin closes) without reading the answer.
-		fmt.Fprintf(c, "GET /v1/messages/%s/replies?wait=60 HTTP/1.1\r\nHost: localhost\r\n\r\nG", extra)
+		fmt.Fprintf(c, "GET /v1/messages/%s/replies?wait=60 HTTP/1.1\r\nHost: localhost\r\n\r\nG", os.Getenv("ID"))
 		started()
 		<-stop
 	case "agent-blank":
@@ -1150,6 +1151,207 @@ func TestAttackSilentHolders(t *testing.T) {
 		}
 		if r.agent.codes["service_unavailable"] != r.agent.failed {
 			t.Errorf("control, agent.sock: failures %v, want each a service_unavailable frame", r.agent.codes)
+		}
+	})
+}
+
+// tcpAddr is the address d's --listen listener was bound to (from its log line).
+func tcpAddr(t *testing.T, d *daemon) string {
+	t.Helper()
+	m := regexp.MustCompile(`tcp listener without peer check.*addr=(\S+)`).FindStringSubmatch(d.stderr.String())
+	if m == nil {
+		t.Fatalf("no tcp listener logged:\n%s", d.stderr)
+	}
+	return m[1]
+}
+
+// TestAttackTCPOtherUID (issue 18): another uid holds idle keep-alives (40, or 300 with
+// XMSG_LONG=1, against a pool of 64, or the default 256) and 32 reply long-polls on the
+// --listen port. Every TCP peer once counted as "pid 0", so those took the owner's share: its
+// requests failed, its long-poll got 503. Now each connection is its own holder: idle ones
+// are evicted for a new connection, and the long-polls count per connection. The control
+// turns eviction off.
+func TestAttackTCPOtherUID(t *testing.T) {
+	other := ostest.AddUser(t)
+	_, bin := ostest.WorldExe(t, "attacker")
+	// 32 long-polls are busy connections, which cannot be evicted: the pool must be larger.
+	idle, args := 40, []string{"--http-max-conns", "64"}
+	if long() {
+		idle, args = 300, nil
+	}
+	args = append(args, "--listen", "127.0.0.1:0", "--http-header-timeout", "10m", "--http-idle-timeout", "10m")
+	requests := 10
+	run := func(t *testing.T, extra ...string) (reqs, polls tally) {
+		d := newDaemon(t, append(args, extra...)...)
+		addr := tcpAddr(t, d)
+		s := startClaude(t, d.sess, "aaaaaaaa-0000-0000-0000-00000000e001", "target", "/")
+		status, v := d.do("POST", "/v1/sessions/"+s.id+"/messages", `{"from":"a","text":"q"}`)
+		if status != 202 {
+			t.Fatalf("send: %d %v", status, v)
+		}
+		id := field(v, "messageId").(string)
+		cred := &syscall.Credential{Uid: other.UID, Gid: other.GID}
+		startAttackAs(t, bin, cred, "longpoll", "tcp:"+addr, 32, id)
+		startAttackAs(t, bin, cred, "http-keepalive", "tcp:"+addr, idle, "")
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		get := func(path string, tl *tally) {
+			resp, err := c.Get("http://" + addr + path)
+			if err != nil {
+				tl.fail("transport")
+				return
+			}
+			var v any
+			json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				tl.served++
+			} else {
+				tl.fail(fmt.Sprint(resp.StatusCode, " ", field(v, "error")))
+			}
+		}
+		for range requests {
+			get("/healthz", &reqs)
+		}
+		for range 3 {
+			get("/v1/messages/"+id+"/replies?wait=1", &polls)
+		}
+		return reqs, polls
+	}
+	t.Run("defended", func(t *testing.T) {
+		reqs, polls := run(t)
+		t.Logf("another uid holding %d idle keep-alives and 32 long-polls on --listen: the owner's requests %s, its long-polls %s", idle, reqs, polls)
+		if reqs.failed != 0 || polls.failed != 0 {
+			t.Errorf("owner: requests %s, long-polls %s; want every one served", reqs, polls)
+		}
+	})
+	t.Run("control", func(t *testing.T) {
+		reqs, polls := run(t, "--evict-idle=false")
+		t.Logf("without eviction: the owner's requests %s, its long-polls %s", reqs, polls)
+		if reqs.failed == 0 {
+			t.Errorf("control: requests %s; the attack did no harm", reqs)
+		}
+	})
+}
+
+// TestAttackGhostWaiters (issue 18): 4 processes open 32 reply long-polls each (more than the
+// whole waiter pool), each with a byte pipelined behind it, and exit. The hang-up watch
+// once stopped at the pipelined byte, and the places stayed taken for the polls' 60 s. Now a
+// poll right after the exit is served. The positive control is the flood itself: while the
+// attackers live, a poll gets 503.
+func TestAttackGhostWaiters(t *testing.T) {
+	// The waiter pool is lowered below the attackers' 128, so that it is surely full.
+	d := newDaemon(t, "--http-max-waiters", "100")
+	s := startClaude(t, d.sess, "aaaaaaaa-0000-0000-0000-00000000f001", "target", "/")
+	status, v := d.do("POST", "/v1/sessions/"+s.id+"/messages", `{"from":"a","text":"q"}`)
+	if status != 202 {
+		t.Fatalf("send: %d %v", status, v)
+	}
+	id := field(v, "messageId").(string)
+	// The message id goes in $ID: attackProcs gives each child its index as $EXTRA.
+	stop := startAttackEnv(t, "ghostpoll", d.sock("http"), 1, "", "PROCS=4", "CHILD_N=32", "ID="+id)
+	c := d.freshClient(10 * time.Second)
+	poll := func() (int, any) {
+		resp, err := c.Get("http://localhost/v1/messages/" + id + "/replies?wait=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v any
+		json.NewDecoder(resp.Body).Decode(&v)
+		return resp.StatusCode, v
+	}
+	// Every waiter place taken: the attack is real.
+	var full bool
+	for range 5 {
+		if code, _ := poll(); code == 503 {
+			full = true
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !full {
+		t.Fatalf("control: 128 long-polls never filled the waiter pool:\n%s", d.stderr)
+	}
+	t0 := time.Now()
+	stop()
+	var code int
+	var body any
+	for range 50 {
+		if code, body = poll(); code == 200 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("128 long-polls with a pipelined byte, their processes gone: a poll served %v after the exit (was: 503 for 60 s)", time.Since(t0).Round(time.Millisecond))
+	if code != 200 {
+		t.Errorf("after the attackers exited: %d %v, want the poll served", code, body)
+	}
+}
+
+// TestHTTPPoolOf64 (issue 18): one process with a pool of 64 keep-alive connections on
+// http.sock, all in use at once, is served on every one (connections over 32 were once
+// closed unread: resets). The control lowers the share of requests in progress to 32: the
+// requests over it are answered 503, still not reset.
+func TestHTTPPoolOf64(t *testing.T) {
+	run := func(t *testing.T, args ...string) tally {
+		d := newDaemon(t, args...)
+		var mu sync.Mutex
+		var tl tally
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := net.Dial("unix", d.sock("http"))
+				if err != nil {
+					mu.Lock()
+					tl.fail("dial")
+					mu.Unlock()
+					return
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(20 * time.Second))
+				// Each connection starts its request and holds it open until all 64 are in
+				// one: 64 requests in progress at once.
+				fmt.Fprint(c, "GET /v1/messages/nope/replies?wait=1 HTTP/1.1\r\n")
+				<-start
+				fmt.Fprint(c, "Host: localhost\r\n\r\n")
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					tl.fail("reset: " + err.Error())
+				case resp.StatusCode == 404:
+					tl.served++
+				default:
+					tl.fail(fmt.Sprint(resp.StatusCode))
+				}
+			}()
+		}
+		time.Sleep(300 * time.Millisecond) // the 64 first lines are read
+		close(start)
+		wg.Wait()
+		return tl
+	}
+	t.Run("defended", func(t *testing.T) {
+		tl := run(t)
+		t.Logf("one process, 64 requests in progress on 64 connections: %s", tl)
+		if tl.failed != 0 {
+			t.Errorf("pool of 64: %s, want every request served", tl)
+		}
+	})
+	t.Run("control", func(t *testing.T) {
+		tl := run(t, "--http-max-per-pid", "32")
+		t.Logf("with --http-max-per-pid 32: %s", tl)
+		if tl.failed == 0 {
+			t.Errorf("control: %s; the lower share refused nothing", tl)
+		}
+		for code := range tl.codes {
+			if code != "503" {
+				t.Errorf("control: a failure %q, want only 503 answers", code)
+			}
 		}
 	})
 }
