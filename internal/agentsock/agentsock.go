@@ -126,12 +126,7 @@ func (s *Server) Idle() int { return s.srv.Idle() }
 
 // Serve accepts connections on l until Shutdown, then returns net.ErrClosed. l must be a
 // gate.Listener: a connection without gate credentials is closed unread.
-func (s *Server) Serve(l net.Listener) error {
-	if err := s.srv.Serve(l); err != net.ErrClosed {
-		return fmt.Errorf("agentsock: accept: %w", err)
-	}
-	return net.ErrClosed
-}
+func (s *Server) Serve(l net.Listener) error { return s.srv.Serve(l) }
 
 // Shutdown stops accepting, lets frames being processed finish and closes every connection.
 // When ctx ends first, the remaining connections are closed at once and ctx's error returned.

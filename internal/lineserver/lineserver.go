@@ -196,7 +196,7 @@ func (s *Server) Conns() int {
 
 // Serve accepts connections on l until Shutdown, then returns net.ErrClosed. l must be a
 // gate.Listener: a connection without gate credentials is closed unread. Any other error is
-// l's non-temporary Accept error, returned unwrapped for the protocol package to name.
+// l's non-temporary Accept error, wrapped with the socket's name.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
@@ -222,7 +222,7 @@ func (s *Server) Serve(l net.Listener) error {
 				return net.ErrClosed
 			}
 			if !retryable(err) {
-				return err
+				return fmt.Errorf("lineserver: %s.sock: accept: %w", s.cfg.Socket, err)
 			}
 			// Out of descriptors or an aborted handshake: wait and retry rather than stop
 			// serving, as net/http does.

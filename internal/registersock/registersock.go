@@ -136,12 +136,7 @@ func (s *Server) Idle() int { return s.srv.Idle() }
 
 // Serve accepts connections on l until Shutdown, then returns net.ErrClosed. l must be a
 // gate.Listener: a connection without gate credentials is closed unread.
-func (s *Server) Serve(l net.Listener) error {
-	if err := s.srv.Serve(l); err != net.ErrClosed {
-		return fmt.Errorf("registersock: accept: %w", err)
-	}
-	return net.ErrClosed
-}
+func (s *Server) Serve(l net.Listener) error { return s.srv.Serve(l) }
 
 // Shutdown stops accepting, ends long-polls (their messages stay queued), lets other frames
 // being processed finish, and closes every connection, which ends its registration. When ctx
