@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/inq"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
@@ -134,18 +136,28 @@ func (l *limitListener) Accept() (net.Conn, error) {
 }
 
 // victimLocked is the idle connection to close for a new one: of the holder with the most
-// connections, the one idle longest. Nil when none is idle.
+// connections, the one idle longest. One with bytes waiting in its socket is not idle: its
+// request has arrived and is about to be read. Nil when none is idle.
 func (l *limitListener) victimLocked() *limitConn {
-	var v *limitConn
+	var cands []*limitConn
 	for c := range l.conns {
-		if !c.idle {
-			continue
-		}
-		if v == nil || l.held[c.holder] > l.held[v.holder] || l.held[c.holder] == l.held[v.holder] && c.since.Before(v.since) {
-			v = c
+		if c.idle {
+			cands = append(cands, c)
 		}
 	}
-	return v
+	sort.Slice(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if l.held[a.holder] != l.held[b.holder] {
+			return l.held[a.holder] > l.held[b.holder]
+		}
+		return a.since.Before(b.since)
+	})
+	for _, c := range cands {
+		if !inq.Pending(c.Conn) {
+			return c
+		}
+	}
+	return nil
 }
 
 // refuse answers c 503 naming the bound and closes it: the write side first, then, after the

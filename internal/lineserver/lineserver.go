@@ -34,6 +34,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -41,6 +42,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/inq"
 	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/ratelog"
@@ -100,6 +102,9 @@ type Server struct {
 	conns     map[net.Conn]*slot
 	attested  int         // conns holding one of the MaxConns slots
 	evicting  int         // unattested conns told to make room, not yet gone
+	// evicted is when each peer pid last had a connection evicted: a pid that keeps coming
+	// back after eviction weighs one more (see victimLocked).
+	evicted map[int]time.Time
 	perPID    map[int]int // attested conns by peer pid
 	wg        sync.WaitGroup
 	lim       ratelog.Limiter
@@ -272,7 +277,13 @@ func (s *Server) Serve(l net.Listener) error {
 }
 
 // victimLocked is the unattested connection to evict: idle, of the pid that holds the most
-// unattested connections, the one idle longest. Nil when no unattested connection is idle.
+// unattested connections, the one idle longest. A connection with bytes waiting in its socket
+// is not idle, whatever its state says: it has spoken, and its server goroutine has not read
+// it yet (under a flood of connects, that can take a while). Nil when none is idle.
+//
+// "Holds the most" counts a pid evicted within the last PendingTimeout as holding one more:
+// under a flood of processes that each redial the moment they are evicted, every holder holds
+// one, and the weight keeps their returning connections ahead of a client that came once.
 func (s *Server) victimLocked() net.Conn {
 	held := map[int]int{}
 	for _, sl := range s.conns {
@@ -280,17 +291,37 @@ func (s *Server) victimLocked() net.Conn {
 			held[sl.pid]++
 		}
 	}
-	var victim net.Conn
-	var vs *slot
-	for c, sl := range s.conns {
-		if sl.attested || sl.evicted || !sl.idle {
-			continue
-		}
-		if vs == nil || held[sl.pid] > held[vs.pid] || held[sl.pid] == held[vs.pid] && sl.since.Before(vs.since) {
-			victim, vs = c, sl
+	now := time.Now()
+	for pid, at := range s.evicted {
+		if now.Sub(at) > s.cfg.PendingTimeout {
+			delete(s.evicted, pid)
+		} else if held[pid] > 0 {
+			held[pid]++
 		}
 	}
-	return victim
+	type cand struct {
+		c  net.Conn
+		sl *slot
+	}
+	var cands []cand
+	for c, sl := range s.conns {
+		if !sl.attested && !sl.evicted && sl.idle {
+			cands = append(cands, cand{c, sl})
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		a, b := cands[i].sl, cands[j].sl
+		if held[a.pid] != held[b.pid] {
+			return held[a.pid] > held[b.pid]
+		}
+		return a.since.Before(b.since)
+	})
+	for _, cd := range cands {
+		if !inq.Pending(cd.c) {
+			return cd.c
+		}
+	}
+	return nil
 }
 
 // evictLocked tells c's Reader to end the connection with an error frame: its read deadline
@@ -299,6 +330,10 @@ func (s *Server) evictLocked(c net.Conn) {
 	sl := s.conns[c]
 	sl.evicted = true
 	s.evicting++
+	if s.evicted == nil {
+		s.evicted = map[int]time.Time{}
+	}
+	s.evicted[sl.pid] = time.Now()
 	s.refuseLocked(c, "connect", "evicted to make room", s.cfg.MaxPending)
 	c.SetReadDeadline(time.Now())
 }
