@@ -100,14 +100,14 @@ type Server struct {
 	closing   bool
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]*slot
-	attested  int         // conns holding one of the MaxConns slots
-	evicting  int         // unattested conns told to make room, not yet gone
+	attested  int // conns holding one of the MaxConns slots
+	evicting  int // unattested conns told to make room, not yet gone
 	// evicted is when each peer pid last had a connection evicted: a pid that keeps coming
 	// back after eviction weighs one more (see victimLocked).
 	evicted map[int]time.Time
-	perPID    map[int]int // attested conns by peer pid
-	wg        sync.WaitGroup
-	lim       ratelog.Limiter
+	perPID  map[int]int // attested conns by peer pid
+	wg      sync.WaitGroup
+	lim     ratelog.Limiter
 }
 
 // slot is the accounting of one connection.
