@@ -43,6 +43,9 @@ func holding(t *testing.T) {
 var (
 	hold         chan struct{}
 	cleanupFirst func()
+	// slowStart delays each connection's first read, as a server busy accepting a flood
+	// would: its client's first frame then waits, unread, in the socket.
+	slowStart time.Duration
 )
 
 // echoCfg is echo with more of the Config; the line "attest" is answered "attested" or "full"
@@ -66,8 +69,9 @@ func echoCfg(t *testing.T, cfg lineserver.Config, gated bool) (s *lineserver.Ser
 	}
 	log := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Socket, cfg.Log = "echo", log
-	h := hold
+	h, delay := hold, slowStart
 	cfg.Handle = func(c net.Conn, p lineserver.Peer) {
+		time.Sleep(delay)
 		r := s.NewReader(c, 64, "line")
 		for s.ArmRead(c, wait) {
 			line, _, err := r.Next()
@@ -471,5 +475,27 @@ func TestBlankLinesDoNotMakeYounger(t *testing.T) {
 	old.SetDeadline(time.Now().Add(wait))
 	if got, err := or.ReadString('\n'); err != nil || !strings.Contains(got, "to make room") {
 		t.Fatalf("the older blank-line sender: got %q (%v), want the eviction frame", got, err)
+	}
+}
+
+// TestSpokenIsNotIdle: a connection whose first frame is in its socket, not yet read (its
+// goroutine is slow to start), is not evicted for a newer one, even when it is the only
+// candidate: the newer one is refused instead. Mutant: no inq.Pending check: red (the
+// spoken connection gets the eviction frame).
+func TestSpokenIsNotIdle(t *testing.T) {
+	slowStart = 300 * time.Millisecond
+	t.Cleanup(func() { slowStart = 0 })
+	_, path, _ := echoCfg(t, lineserver.Config{MaxConns: 4, MaxPending: 1}, true)
+	spoken, sr := dial(t, path)
+	spoken.Write([]byte("hi\n"))
+	time.Sleep(50 * time.Millisecond) // the bytes reach its socket; its first read is still far off
+	late, lr := dial(t, path)
+	late.SetDeadline(time.Now().Add(wait))
+	if got, _ := lr.ReadString('\n'); !strings.Contains(got, "none idle") {
+		t.Fatalf("the newer connection: got %q, want refused (none idle)", got)
+	}
+	spoken.SetDeadline(time.Now().Add(wait))
+	if got, err := sr.ReadString('\n'); got != "hi\n" {
+		t.Fatalf("the connection that had spoken: got %q (%v), want its frame answered", got, err)
 	}
 }
