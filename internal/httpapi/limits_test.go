@@ -34,6 +34,19 @@ func busyCount(l *limitListener) int {
 	return n
 }
 
+// idleCount is the number of l's connections waiting for a request.
+func idleCount(l *limitListener) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for c := range l.conns {
+		if c.idle {
+			n++
+		}
+	}
+	return n
+}
+
 // waitBusy waits until l has n connections in a request.
 func waitBusy(t *testing.T, l *limitListener, n int) {
 	t.Helper()
@@ -163,14 +176,23 @@ func TestEvictOldestIdle(t *testing.T) {
 	path, ll := serveL(t, Config{}, Limits{MaxConns: 3, MaxPerPID: 10})
 	busy, br := busyConn(t, path) // the oldest, but busy
 	waitBusy(t, ll, 1)
+	waitIdle := func(n int) {
+		for end := time.Now().Add(10 * time.Second); idleCount(ll) != n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("idle connections: %d, want %d", idleCount(ll), n)
+			}
+		}
+	}
 	idle1, r1 := dialReq(t, path)
 	if code, _ := status(r1); code != 404 {
 		t.Fatalf("idle1: %d", code)
 	}
+	waitIdle(1) // idle1 waits for its next request before idle2 does: it is the older idle
 	idle2, r2 := dialReq(t, path)
 	if code, _ := status(r2); code != 404 {
 		t.Fatalf("idle2: %d", code)
 	}
+	waitIdle(2)
 	_, r3 := dialReq(t, path)
 	if code, body := status(r3); code != 404 {
 		t.Fatalf("over MaxConns: %d %s, want served", code, body)

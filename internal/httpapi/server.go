@@ -532,12 +532,28 @@ func validFieldValue(v string) bool {
 	return true
 }
 
-// hasToken reports whether the comma-separated header value v holds token (any case).
+// hasToken is net/http's: whether v holds token (any case) between token boundaries
+// (start or end, space, comma, tab). Not a split on commas: "100-continue x" holds
+// "100-continue" for net/http, and the answers must agree (FuzzDifferential found it).
 func hasToken(v, token string) bool {
-	for v != "" {
-		var part string
-		part, v, _ = strings.Cut(v, ",")
-		if strings.EqualFold(strings.TrimSpace(part), token) {
+	if len(token) > len(v) || token == "" {
+		return false
+	}
+	if v == token {
+		return true
+	}
+	boundary := func(b byte) bool { return b == ' ' || b == ',' || b == '\t' }
+	for sp := 0; sp <= len(v)-len(token); sp++ {
+		if b := v[sp]; b != token[0] && b|0x20 != token[0] {
+			continue
+		}
+		if sp > 0 && !boundary(v[sp-1]) {
+			continue
+		}
+		if end := sp + len(token); end != len(v) && !boundary(v[end]) {
+			continue
+		}
+		if strings.EqualFold(v[sp:sp+len(token)], token) {
 			return true
 		}
 	}
@@ -612,8 +628,9 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	// A Content-Length body cut short by the client's EOF is at its end too (net/http's body
 	// marks it so: the connection then ends on its own, without a Connection: close); a
-	// chunked one is not (its reader's error is sticky, and net/http says close).
-	if err == io.EOF || err == io.ErrUnexpectedEOF && b.orig != nil && b.orig.ContentLength > 0 {
+	// chunked one is not (its reader's error is sticky, and net/http says close), nor one
+	// behind Expect: 100-continue (net/http's expectContinueReader sees only io.EOF).
+	if err == io.EOF || err == io.ErrUnexpectedEOF && b.orig != nil && b.orig.ContentLength > 0 && !b.expectContinue {
 		b.sawEOF = true
 		// The trailers were read with the last chunk, into ReadRequest's request (the
 		// handler holds a copy made with its context): hand them over, as net/http does.
