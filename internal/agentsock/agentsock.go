@@ -287,9 +287,10 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 			s.refuse(actor, "mcp_start", e.Code, e.Detail)
 			return errorLine(e.Code, e.Detail), true
 		}
-		if !s.srv.Attest(c) {
-			s.refuse(actor, "mcp_start", "service_unavailable", "too many attested connections")
-			return errorLine("service_unavailable", "too many attested connections; retry later"), false
+		if err := s.srv.AttestErr(c); err != nil {
+			fe := err.(*lineserver.FrameError)
+			s.refuse(actor, "mcp_start", fe.Code, fe.Reason)
+			return fe.Line(), false
 		}
 		s.cfg.Log.Info("accepted", "socket", "agent", "actor", actor, "request", "mcp_start", "session_id", id)
 		return encode(mcpStartResp{Status: "ok", SessionID: id}), true
@@ -322,9 +323,10 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	caller := (*att).Caller
 	// Only now does the connection take an attested slot: connections that never attest stay
 	// in the unattested pool and cannot crowd sessions out.
-	if !s.srv.Attest(c) {
-		s.refuse(caller.Actor(), req.Action, "service_unavailable", "too many attested connections")
-		return errorLine("service_unavailable", "too many attested connections; retry later"), false
+	if err := s.srv.AttestErr(c); err != nil {
+		fe := err.(*lineserver.FrameError)
+		s.refuse(caller.Actor(), req.Action, fe.Code, fe.Reason)
+		return fe.Line(), false
 	}
 	switch req.Action {
 	case "send":

@@ -599,8 +599,9 @@ func TestUnattestedDoNotTakeAttestedSlots(t *testing.T) {
 	}
 	// A third attested connection is over MaxConns: refused with a retryable code, closed.
 	c := session.Dial(e.AgentPath)
-	if got := session.Call(c, map[string]any{"action": "reply", "messageId": "nope", "text": "x"}); got["error"] != "service_unavailable" {
-		t.Fatalf("over MaxConns: got %v, want service_unavailable", got)
+	if got := session.Call(c, map[string]any{"action": "reply", "messageId": "nope", "text": "x"}); got["error"] != "service_unavailable" ||
+		got["detail"] != "too many attested connections (limit 2); retry later" {
+		t.Fatalf("over MaxConns: got %v, want service_unavailable naming the bound", got)
 	}
 }
 

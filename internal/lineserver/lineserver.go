@@ -83,6 +83,9 @@ type Config struct {
 	PendingTimeout time.Duration
 	// WriteTimeout abandons a response the client does not read; not positive: 10s.
 	WriteTimeout time.Duration
+	// AttestedName is what attested connections are called in refusals ("registrations" on
+	// register.sock); "" is "attested connections".
+	AttestedName string
 	// Handle serves one attested connection; the Server closes c when it returns.
 	Handle func(c net.Conn, p Peer)
 }
@@ -137,6 +140,9 @@ func New(cfg Config) *Server {
 	if cfg.PendingTimeout <= 0 {
 		cfg.PendingTimeout = defaultPendingTimeout
 	}
+	if cfg.AttestedName == "" {
+		cfg.AttestedName = "attested connections"
+	}
 	return &Server{cfg: cfg, listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]*slot{}, perPID: map[int]int{}}
 }
 
@@ -152,30 +158,36 @@ func (s *Server) Attested() int {
 // the peer pid holds MaxPerPID of them, or c was just evicted): the protocol refuses what
 // the connection asked and ends it. From now on ArmRead's deadlines are the protocol's own
 // (idle), no longer capped by PendingTimeout, and c is never evicted.
-func (s *Server) Attest(c net.Conn) bool {
+func (s *Server) Attest(c net.Conn) bool { return s.AttestErr(c) == nil }
+
+// AttestErr is Attest with the refusal as a *FrameError naming the bound, for the protocol
+// to answer (Answer) after logging it in its own words, or to write (FrameError.Line).
+func (s *Server) AttestErr(c net.Conn) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl := s.conns[c]
 	if sl == nil || sl.evicted {
-		return false
+		return &FrameError{Code: "service_unavailable", Reason: "evicted to make room", Detail: "connection closed to make room; retry"}
 	}
 	if sl.attested {
-		return true
+		return nil
 	}
 	if s.attested >= s.cfg.MaxConns {
-		s.refuseLocked(c, "attest", "too many attested connections", s.cfg.MaxConns)
-		return false
+		reason := "too many " + s.cfg.AttestedName
+		s.refuseLocked(c, "attest", reason, s.cfg.MaxConns)
+		return &FrameError{Code: "service_unavailable", Reason: reason, Detail: fmt.Sprintf("%s (limit %d); retry later", reason, s.cfg.MaxConns)}
 	}
 	// Attested connections cannot be evicted (their peer proved who it is and may be in the
 	// middle of a poll), so this is the bound that keeps one process from taking them all.
 	if s.perPID[sl.pid] >= s.cfg.MaxPerPID {
-		s.refuseLocked(c, "attest", "too many attested connections from one process", s.cfg.MaxPerPID)
-		return false
+		reason := "too many " + s.cfg.AttestedName + " from one process"
+		s.refuseLocked(c, "attest", reason, s.cfg.MaxPerPID)
+		return &FrameError{Code: "service_unavailable", Reason: reason, Detail: fmt.Sprintf("%s (limit %d); retry later", reason, s.cfg.MaxPerPID)}
 	}
 	s.attested++
 	s.perPID[sl.pid]++
 	sl.attested, sl.deadline = true, time.Time{}
-	return true
+	return nil
 }
 
 // Idle is the number of unattested connections waiting for their next line: the ones a new
@@ -475,6 +487,9 @@ type FrameError struct {
 }
 
 func (e *FrameError) Error() string { return "lineserver: " + e.Reason }
+
+// Line is e's error frame.
+func (e *FrameError) Line() []byte { return ErrorLine(e.Code, e.Detail) }
 
 // ErrGone is Reader.Next's error when Alive says the peer process is no longer the one that
 // connected: nobody may act for it on this descriptor, and nothing is answered.

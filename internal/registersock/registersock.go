@@ -123,7 +123,7 @@ func New(cfg Config) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
 	s.srv = lineserver.New(lineserver.Config{Socket: "register", Proc: cfg.Proc, Log: cfg.Log,
-		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.FirstFrameTimeout, NoEvict: cfg.NoEvict,
+		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.FirstFrameTimeout, NoEvict: cfg.NoEvict, AttestedName: "registrations",
 		WriteTimeout: writeTimeout, Handle: s.serveConn})
 	return s
 }
@@ -163,11 +163,14 @@ func (s *Server) refuse(actor, request, reason string) {
 // waiting for a first frame (or sending a bad one) never hold such a slot, so they cannot
 // crowd registered services out. False: refused and answered.
 func (s *Server) attest(c net.Conn, actor string) bool {
-	if s.srv.Attest(c) {
+	err := s.srv.AttestErr(c)
+	if err == nil {
 		return true
 	}
-	s.refuse(actor, "register", "too many registrations")
-	s.srv.Write(c, errorLine("service_unavailable", "too many registrations; retry later"))
+	// The bound named: all registrations, or this process's share of them.
+	fe := err.(*lineserver.FrameError)
+	s.refuse(actor, "register", fe.Reason)
+	s.srv.Write(c, fe.Line())
 	return false
 }
 
