@@ -22,16 +22,12 @@
 package agentsock
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"time"
-	"unicode/utf8"
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/custody"
@@ -64,9 +60,10 @@ type Config struct {
 	// MaxFrame is the protocol's frame cap, max_body*6+4096 (docs/protocol.md §2.4); 0 = none.
 	// It is kept in addition to MaxLine (docs/protocol.md §2.4): the smaller of the two applies.
 	MaxFrame   int
-	MaxConns   int // attested connections served at once
-	MaxPending int // connections not yet attested; the next is closed at accept
-	MaxPerPID  int // connections of one peer pid; 0: no bound of its own
+	MaxConns   int  // attested connections served at once
+	MaxPending int  // connections not yet attested; the next is closed at accept
+	MaxPerPID  int  // attested connections of one peer pid; 0: no bound of its own
+	NoEvict    bool // a full pending pool refuses the newest instead of evicting (lineserver)
 	// PendingTimeout closes a connection that has not been attested this long after connect.
 	PendingTimeout time.Duration
 	IdleTimeout    time.Duration // no complete line for this long: close
@@ -120,7 +117,7 @@ func New(cfg Config) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, audit: bus.NewAudit(cfg.Log)}
 	s.srv = lineserver.New(lineserver.Config{Socket: "agent", Proc: cfg.Proc, Log: cfg.Log,
-		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.PendingTimeout,
+		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.PendingTimeout, NoEvict: cfg.NoEvict,
 		WriteTimeout: cfg.WriteTimeout, Handle: s.serveConn})
 	return s
 }
@@ -128,14 +125,12 @@ func New(cfg Config) *Server {
 // Conns is the number of connections being served now.
 func (s *Server) Conns() int { return s.srv.Conns() }
 
+// Idle is the number of unattested connections waiting for a frame (lineserver.Server.Idle).
+func (s *Server) Idle() int { return s.srv.Idle() }
+
 // Serve accepts connections on l until Shutdown, then returns net.ErrClosed. l must be a
 // gate.Listener: a connection without gate credentials is closed unread.
-func (s *Server) Serve(l net.Listener) error {
-	if err := s.srv.Serve(l); err != net.ErrClosed {
-		return fmt.Errorf("agentsock: accept: %w", err)
-	}
-	return net.ErrClosed
-}
+func (s *Server) Serve(l net.Listener) error { return s.srv.Serve(l) }
 
 // Shutdown stops accepting, lets frames being processed finish and closes every connection.
 // When ctx ends first, the remaining connections are closed at once and ctx's error returned.
@@ -158,15 +153,17 @@ func (s *Server) refuse(actor, request, code, reason string) {
 	s.lim.Log(s.cfg.Log, slog.LevelWarn, request+" "+code, "refused", "socket", "agent", "actor", actor, "request", request, "code", code, "reason", reason)
 }
 
-// serveConn answers the frames of one attested connection until it ends.
+// serveConn answers the frames of one connection until it ends. lineserver's Reader does
+// the read prologue (blank lines, the line cap, the pid check, UTF-8, an eviction).
 func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	cred, start, actor := p.Cred, p.Start, p.Actor
-	r := bufio.NewReaderSize(c, 64<<10)
 	var att *bus.Attested // the connection's caller, attested at its first send or reply
 	// The pid must still name the process that connected (lineserver.Peer.Start), checked
 	// before every frame; the guard does it with a pidfd where it can (no /proc read).
 	peer := s.cfg.Proc.Guard(cred.PID, start)
 	defer peer.Close()
+	r := s.srv.NewReader(c, s.cfg.MaxLine, "line")
+	r.Alive = peer.Alive
 	// The idle deadline is armed here and after each answered frame, never for a blank line:
 	// a client sending only blank lines (or a line a byte at a time) is still closed when it
 	// runs out. A connection waiting for its next line is woken by Shutdown; one processing a
@@ -177,37 +174,11 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	var later []func()
 	after := func(fn func()) { later = append(later, fn) }
 	for {
-		line, err := jsonline.ReadLine(r, s.cfg.MaxLine)
-		if errors.Is(err, jsonline.ErrTooLong) {
-			// The rest of the line is not read: the connection ends here, so the frame
-			// boundary is lost anyway.
-			s.refuse(actor, "frame", "payload_too_large", "line too long")
-			s.srv.Write(c, errorLine("payload_too_large", fmt.Sprintf("line exceeds %d bytes", s.cfg.MaxLine)))
-			return
-		}
 		// An unterminated line followed by EOF is still a request (the client half-closed);
 		// a partial line cut off by the idle deadline or a read error is not.
-		last := errors.Is(err, io.ErrUnexpectedEOF)
-		if err != nil && !last {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				s.cfg.Log.Debug("idle connection closed", "socket", "agent", "actor", actor)
-			}
-			return
-		}
-		if jsonline.IsBlank(line) {
-			if last {
-				return
-			}
-			continue
-		}
-		if !peer.Alive() {
-			s.refuse(actor, "frame", "", "peer process exited or its pid was reused")
-			return
-		}
-		if !utf8.Valid(line) {
-			s.refuse(actor, "frame", "bad_request", "invalid UTF-8")
-			s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
+		line, last, err := r.Next()
+		if err != nil {
+			s.srv.Answer(c, actor, "frame", err)
 			return
 		}
 		resp, keep := s.frame(c, cred, actor, peer, &att, line, after)
@@ -294,15 +265,8 @@ func decodeRequest(line []byte) (request, error) {
 	return req, nil
 }
 
-type errorResp struct {
-	Status string `json:"status"`
-	Error  string `json:"error"`
-	Detail string `json:"detail"`
-}
-
-func errorLine(code, detail string) []byte {
-	return encode(errorResp{Status: "error", Error: code, Detail: detail})
-}
+// errorLine is the error frame (shared with register.sock: lineserver.ErrorLine).
+func errorLine(code, detail string) []byte { return lineserver.ErrorLine(code, detail) }
 
 // encode renders one response line (jsonline: no HTML escaping, as the original xmsg,
 // docs/protocol.md §4.1).
@@ -341,9 +305,10 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 			s.refuse(actor, "mcp_start", e.Code, e.Detail)
 			return errorLine(e.Code, e.Detail), true
 		}
-		if !s.srv.Attest(c) {
-			s.refuse(actor, "mcp_start", "service_unavailable", "too many attested connections")
-			return errorLine("service_unavailable", "too many attested connections; retry later"), false
+		if err := s.srv.AttestErr(c); err != nil {
+			fe := err.(*lineserver.FrameError)
+			s.refuse(actor, "mcp_start", fe.Code, fe.Reason)
+			return fe.Line(), false
 		}
 		s.cfg.Log.Info("accepted", "socket", "agent", "actor", actor, "request", "mcp_start", "session_id", id)
 		return encode(mcpStartResp{Status: "ok", SessionID: id}), true
@@ -379,9 +344,10 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	caller := (*att).Caller
 	// Only now does the connection take an attested slot: connections that never attest stay
 	// in the unattested pool and cannot crowd sessions out.
-	if !s.srv.Attest(c) {
-		s.refuse(caller.Actor(), req.Action, "service_unavailable", "too many attested connections")
-		return errorLine("service_unavailable", "too many attested connections; retry later"), false
+	if err := s.srv.AttestErr(c); err != nil {
+		fe := err.(*lineserver.FrameError)
+		s.refuse(caller.Actor(), req.Action, fe.Code, fe.Reason)
+		return fe.Line(), false
 	}
 	switch req.Action {
 	case "send":

@@ -328,29 +328,32 @@ func TestFrameBytes(t *testing.T) {
 	}
 }
 
-// TestMaxConns: the 33rd connection is closed at once; after one closes, a new one is served.
+// TestMaxConns: with DefaultMaxPending unattested connections held idle, the next one is
+// served, and the oldest idle one is told it was closed to make room (an error frame).
 func TestMaxConns(t *testing.T) {
 	// Every connection is the test process's: its per-process bound is lifted above the cap.
 	e := daemontest.New(t, daemontest.Options{Agent: agentsock.Config{MaxPerPID: agentsock.DefaultMaxConns + 1}})
 	var clients []*daemontest.Client
-	for i := 0; i < agentsock.DefaultMaxConns; i++ {
+	for i := 0; i < agentsock.DefaultMaxPending; i++ {
 		c := daemontest.Dial(t, e.AgentPath)
 		// An answer proves the server holds this connection.
 		wantError(t, c.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
 		clients = append(clients, c)
 	}
+	daemontest.WaitFor(t, "every held connection to wait idle", func() bool { return e.Agent.Idle() == agentsock.DefaultMaxPending })
 	extra := daemontest.Dial(t, e.AgentPath)
-	extra.C.Write([]byte(`{"action":"x"}` + "\n")) // may fail: the server may have closed it already
-	if line, eof := extra.Recv(); !eof {
-		t.Fatalf("connection 33: got %q, want it closed", line)
+	wantError(t, extra.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
+	line, _ := clients[0].Recv()
+	if !strings.Contains(line, `"error":"service_unavailable"`) || !strings.Contains(line, "to make room") {
+		t.Fatalf("the oldest idle connection: got %q, want the eviction frame", line)
 	}
-	if !strings.Contains(e.Logs.String(), "too many connections") {
-		t.Fatalf("refusal not logged")
+	if _, eof := clients[0].Recv(); !eof {
+		t.Fatal("the evicted connection stayed open")
 	}
-	clients[0].C.Close()
-	daemontest.WaitFor(t, "a slot to free", func() bool { return e.Agent.Conns() < agentsock.DefaultMaxConns })
-	again := daemontest.Dial(t, e.AgentPath)
-	wantError(t, again.Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
+	if !strings.Contains(e.Logs.String(), "evicted to make room") {
+		t.Fatalf("eviction not logged")
+	}
+	wantError(t, clients[1].Call(map[string]any{"action": "x"}), "bad_request", "unknown action: 'x'")
 }
 
 func TestFraming(t *testing.T) {
@@ -597,8 +600,9 @@ func TestUnattestedDoNotTakeAttestedSlots(t *testing.T) {
 	}
 	// A third attested connection is over MaxConns: refused with a retryable code, closed.
 	c := session.Dial(e.AgentPath)
-	if got := session.Call(c, map[string]any{"action": "reply", "messageId": "nope", "text": "x"}); got["error"] != "service_unavailable" {
-		t.Fatalf("over MaxConns: got %v, want service_unavailable", got)
+	if got := session.Call(c, map[string]any{"action": "reply", "messageId": "nope", "text": "x"}); got["error"] != "service_unavailable" ||
+		got["detail"] != "too many attested connections (limit 2); retry later" {
+		t.Fatalf("over MaxConns: got %v, want service_unavailable naming the bound", got)
 	}
 }
 

@@ -74,6 +74,10 @@ type Limits struct {
 	HTTPMaxConns, HTTPMaxPerPID                         int
 	HTTPMaxWaiters, HTTPMaxWaitersPerPID                int
 	HTTPHeaderTimeout, HTTPBodyTimeout, HTTPIdleTimeout time.Duration
+	// NoEvict turns off eviction (--evict-idle=false): a full pool then refuses the newest
+	// connection instead of closing its oldest idle one. Only the attack tests' controls
+	// want that.
+	NoEvict bool
 }
 
 // option is one flag: its name, environment variable, default and how a value is stored.
@@ -234,17 +238,17 @@ var options = []option{
 		set: duration("agent-idle-timeout", func(c *Config) *time.Duration { return &c.AgentIdleTimeout })},
 	{name: "agent-write-timeout", env: "XMSG_AGENT_WRITE_TIMEOUT", def: limits.AgentWriteTimeout.String(), usage: "agent.sock writes the client does not read are abandoned after this",
 		set: duration("agent-write-timeout", func(c *Config) *time.Duration { return &c.AgentWriteTimeout })},
-	{name: "agent-max-pending", env: "XMSG_AGENT_MAX_PENDING", def: strconv.Itoa(limits.AgentMaxPending), usage: "agent.sock connections not yet attested (the next is closed)",
+	{name: "agent-max-pending", env: "XMSG_AGENT_MAX_PENDING", def: strconv.Itoa(limits.AgentMaxPending), usage: "agent.sock connections not yet attested (the next evicts the oldest idle one)",
 		set: integer("agent-max-pending", 1, func(c *Config) *int { return &c.Limits.AgentMaxPending })},
-	{name: "agent-max-per-pid", env: "XMSG_AGENT_MAX_PER_PID", def: strconv.Itoa(limits.AgentMaxPerPID), usage: "agent.sock connections one process may hold",
+	{name: "agent-max-per-pid", env: "XMSG_AGENT_MAX_PER_PID", def: strconv.Itoa(limits.AgentMaxPerPID), usage: "agent.sock attested connections one process may hold",
 		set: integer("agent-max-per-pid", 1, func(c *Config) *int { return &c.Limits.AgentMaxPerPID })},
 	{name: "agent-pending-timeout", env: "XMSG_AGENT_PENDING_TIMEOUT", def: limits.AgentPendingTimeout.String(), usage: "agent.sock connections not attested this long after connect are closed",
 		set: duration("agent-pending-timeout", func(c *Config) *time.Duration { return &c.Limits.AgentPendingTimeout })},
 	{name: "register-max-conns", env: "XMSG_REGISTER_MAX_CONNS", def: strconv.Itoa(limits.RegisterMaxConns), usage: "register.sock registrations served at once",
 		set: integer("register-max-conns", 1, func(c *Config) *int { return &c.Limits.RegisterMaxConns })},
-	{name: "register-max-pending", env: "XMSG_REGISTER_MAX_PENDING", def: strconv.Itoa(limits.RegisterMaxPending), usage: "register.sock connections before their first frame (the next is closed)",
+	{name: "register-max-pending", env: "XMSG_REGISTER_MAX_PENDING", def: strconv.Itoa(limits.RegisterMaxPending), usage: "register.sock connections before their first frame (the next evicts the oldest idle one)",
 		set: integer("register-max-pending", 1, func(c *Config) *int { return &c.Limits.RegisterMaxPending })},
-	{name: "register-max-per-pid", env: "XMSG_REGISTER_MAX_PER_PID", def: strconv.Itoa(limits.RegisterMaxPerPID), usage: "register.sock connections one process may hold",
+	{name: "register-max-per-pid", env: "XMSG_REGISTER_MAX_PER_PID", def: strconv.Itoa(limits.RegisterMaxPerPID), usage: "register.sock registrations one process may hold",
 		set: integer("register-max-per-pid", 1, func(c *Config) *int { return &c.Limits.RegisterMaxPerPID })},
 	{name: "register-max-uid-only", env: "XMSG_REGISTER_MAX_UID_ONLY", def: strconv.Itoa(limits.RegisterMaxUIDOnly), usage: "register.sock uid-only registrations (pi, opencode, hermes) at once",
 		set: integer("register-max-uid-only", 1, func(c *Config) *int { return &c.Limits.RegisterMaxUIDOnly })},
@@ -252,9 +256,9 @@ var options = []option{
 		set: duration("register-first-frame-timeout", func(c *Config) *time.Duration { return &c.Limits.RegisterFirstFrameTimeout })},
 	{name: "register-idle-timeout", env: "XMSG_REGISTER_IDLE_TIMEOUT", def: limits.RegisterIdleTimeout.String(), usage: "register.sock registrations sending no frame this long (beyond a poll's wait) are closed",
 		set: duration("register-idle-timeout", func(c *Config) *time.Duration { return &c.Limits.RegisterIdleTimeout })},
-	{name: "http-max-conns", env: "XMSG_HTTP_MAX_CONNS", def: strconv.Itoa(limits.HTTPMaxConns), usage: "http.sock connections at once (the next is closed)",
+	{name: "http-max-conns", env: "XMSG_HTTP_MAX_CONNS", def: strconv.Itoa(limits.HTTPMaxConns), usage: "http.sock connections at once (the next evicts the oldest idle one)",
 		set: integer("http-max-conns", 1, func(c *Config) *int { return &c.Limits.HTTPMaxConns })},
-	{name: "http-max-per-pid", env: "XMSG_HTTP_MAX_PER_PID", def: strconv.Itoa(limits.HTTPMaxPerPID), usage: "http.sock connections one process may hold",
+	{name: "http-max-per-pid", env: "XMSG_HTTP_MAX_PER_PID", def: strconv.Itoa(limits.HTTPMaxPerPID), usage: "http.sock requests in progress of one process (of one connection on --listen)",
 		set: integer("http-max-per-pid", 1, func(c *Config) *int { return &c.Limits.HTTPMaxPerPID })},
 	{name: "http-max-waiters", env: "XMSG_HTTP_MAX_WAITERS", def: strconv.Itoa(limits.HTTPMaxWaiters), usage: "reply long-polls waiting at once (the next gets 503)",
 		set: integer("http-max-waiters", 1, func(c *Config) *int { return &c.Limits.HTTPMaxWaiters })},
@@ -266,6 +270,15 @@ var options = []option{
 		set: duration("http-body-timeout", func(c *Config) *time.Duration { return &c.Limits.HTTPBodyTimeout })},
 	{name: "http-idle-timeout", env: "XMSG_HTTP_IDLE_TIMEOUT", def: limits.HTTPIdleTimeout.String(), usage: "http.sock keep-alive connections idle this long are closed",
 		set: duration("http-idle-timeout", func(c *Config) *time.Duration { return &c.Limits.HTTPIdleTimeout })},
+	{name: "evict-idle", env: "XMSG_EVICT_IDLE", def: "true", usage: "a full pool (agent.sock and register.sock before attestation, idle keep-alives on http.sock and --listen) closes its oldest idle connection for a new one; false refuses the new one", boolean: true,
+		set: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("config: --evict-idle: %q is not a boolean", v)
+			}
+			c.Limits.NoEvict = !b
+			return nil
+		}},
 	{name: "leaf", env: "XMSG_LEAF", def: "false", usage: "leaf mode: outbound-only, pulls its service's mail from the hubs of the peers file (needs --leaf-principal; its HTTP API is on http.sock, --listen adds TCP)", boolean: true,
 		set: func(c *Config, v string) (err error) {
 			if c.Leaf, err = strconv.ParseBool(v); err != nil {

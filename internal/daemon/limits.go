@@ -17,7 +17,7 @@ import (
 func httpLimits(cfg *config.Config) httpapi.Limits {
 	l := cfg.Limits
 	return httpapi.Limits{MaxConns: l.HTTPMaxConns, MaxPerPID: l.HTTPMaxPerPID, MaxWaitersPerPID: l.HTTPMaxWaitersPerPID,
-		HeaderTimeout: l.HTTPHeaderTimeout, BodyTimeout: l.HTTPBodyTimeout, IdleTimeout: l.HTTPIdleTimeout}
+		HeaderTimeout: l.HTTPHeaderTimeout, BodyTimeout: l.HTTPBodyTimeout, IdleTimeout: l.HTTPIdleTimeout, NoEvict: l.NoEvict}
 }
 
 // httpListener caps http.sock's connections (gated is a gate.Listener).
@@ -25,17 +25,19 @@ func httpListener(gated net.Listener, cfg *config.Config, log *slog.Logger) net.
 	return httpapi.Listener(gated, httpLimits(cfg), "http", log)
 }
 
-// tcpListener caps the optional TCP listener's connections. TCP peers carry no pid, so they
-// share one account: only the total applies.
+// tcpListener caps the optional TCP listener's connections. TCP peers carry no pid, so each
+// connection is its own holder (one account for all let another uid's idle keep-alives and
+// long-polls starve the owner's).
 func tcpListener(l net.Listener, cfg *config.Config, log *slog.Logger) net.Listener {
 	lim := httpLimits(cfg)
-	lim.MaxPerPID = lim.MaxConns
+	lim.PerConnection = true
 	return httpapi.Listener(l, lim, "tcp", log)
 }
 
 // agentLimits fills the fairness fields of an agent.sock config.
 func agentLimits(c agentsock.Config, cfg *config.Config) agentsock.Config {
 	c.MaxPending, c.MaxPerPID, c.PendingTimeout = cfg.Limits.AgentMaxPending, cfg.Limits.AgentMaxPerPID, cfg.Limits.AgentPendingTimeout
+	c.NoEvict = cfg.Limits.NoEvict
 	return c
 }
 
@@ -44,6 +46,7 @@ func registerLimits(c registersock.Config, cfg *config.Config) registersock.Conf
 	l := cfg.Limits
 	c.MaxConns, c.MaxPending, c.MaxPerPID, c.MaxUIDOnly = l.RegisterMaxConns, l.RegisterMaxPending, l.RegisterMaxPerPID, l.RegisterMaxUIDOnly
 	c.FirstFrameTimeout, c.IdleTimeout = l.RegisterFirstFrameTimeout, l.RegisterIdleTimeout
+	c.NoEvict = l.NoEvict
 	return c
 }
 

@@ -297,10 +297,17 @@ func SplitRemote(ref string) (target, host string, ok bool) {
 	return ref[:i], ref[i+1:], true
 }
 
-// ValidServiceName reports whether n matches ^[A-Za-z0-9._-]{1,32}$, the
-// shape of svc names on federation and in leaf mode (§5.6).
-func ValidServiceName(n string) bool {
-	if len(n) < 1 || len(n) > 32 {
+// Name lengths: a service's (on federation and in leaf mode, §5.6) and a federation peer's
+// (a DNS label, since it is also the TLS server name).
+const (
+	MaxServiceName = 32
+	MaxPeerName    = 63
+)
+
+// ValidName reports whether n matches ^[A-Za-z0-9._-]{1,max}$: the one rule for the names
+// that appear in refs (x@name, svc:name), badges and TLS server names.
+func ValidName(n string, max int) bool {
+	if len(n) < 1 || len(n) > max {
 		return false
 	}
 	for i := 0; i < len(n); i++ {
@@ -311,6 +318,14 @@ func ValidServiceName(n string) bool {
 	}
 	return true
 }
+
+// ValidServiceName reports whether n matches ^[A-Za-z0-9._-]{1,32}$, the
+// shape of svc names on federation and in leaf mode (§5.6).
+func ValidServiceName(n string) bool { return ValidName(n, MaxServiceName) }
+
+// ValidPeerName reports whether n matches ^[A-Za-z0-9._-]{1,63}$, the shape of a
+// federation peer's name (in refs x@name, badges and the TLS server name).
+func ValidPeerName(n string) bool { return ValidName(n, MaxPeerName) }
 
 // FedReplyPlain is the body of a reply that came over federation and is pushed to a local
 // pi or svc session (§5.4): it names the replier's badge, since the header has no other

@@ -458,3 +458,29 @@ func TestValidServiceName(t *testing.T) {
 		}
 	}
 }
+
+// TestOneNameRule: services and peers follow one rule, with their own lengths.
+func TestOneNameRule(t *testing.T) {
+	for _, tt := range []struct {
+		in            string
+		service, peer bool
+	}{
+		{"bot", true, true},
+		{"a.b_c-D9", true, true},
+		{strings.Repeat("a", 32), true, true},
+		{strings.Repeat("a", 33), false, true},
+		{strings.Repeat("a", 63), false, true},
+		{strings.Repeat("a", 64), false, false},
+		{"", false, false},
+		{"a b", false, false},
+		{"a@b", false, false},
+		{"é", false, false},
+	} {
+		if got := ValidServiceName(tt.in); got != tt.service {
+			t.Errorf("ValidServiceName(%q) = %v, want %v", tt.in, got, tt.service)
+		}
+		if got := ValidPeerName(tt.in); got != tt.peer {
+			t.Errorf("ValidPeerName(%q) = %v, want %v", tt.in, got, tt.peer)
+		}
+	}
+}

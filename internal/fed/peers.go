@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/xmsg/xmsg/internal/envelope"
 )
 
 // Peer is one entry of the peers file (docs/protocol.md §8.2), validated.
@@ -245,19 +247,9 @@ func objectInOrder(raw []byte) ([]string, map[string]json.RawMessage, error) {
 	return keys, m, nil
 }
 
-// ValidPeerName: names appear in refs (x@name), badges and the TLS server name.
-func ValidPeerName(n string) bool {
-	if len(n) < 1 || len(n) > 63 {
-		return false
-	}
-	for i := 0; i < len(n); i++ {
-		c := n[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+// ValidPeerName: names appear in refs (x@name), badges and the TLS server name; the rule is
+// envelope's, the one services' names follow too.
+func ValidPeerName(n string) bool { return envelope.ValidPeerName(n) }
 
 func parsePeer(key string, raw json.RawMessage, readCA ReadCA) (*Peer, error) {
 	fields := map[string]json.RawMessage{}

@@ -2,15 +2,20 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/inq"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
@@ -18,12 +23,19 @@ import (
 // Limits are http.sock's fairness bounds (docs/design.md §3). Zero values take the defaults
 // in DefaultLimits.
 type Limits struct {
-	MaxConns         int           // connections at once; the next is closed unread
-	MaxPerPID        int           // connections of one peer pid
+	MaxConns         int           // connections at once; the next evicts the oldest idle one
+	MaxPerPID        int           // requests in progress at once of one peer pid (of one connection on TCP)
 	MaxWaitersPerPID int           // reply long-polls of one peer pid waiting at once
 	HeaderTimeout    time.Duration // request headers, from the first byte of the request
 	BodyTimeout      time.Duration // request body, from the end of the headers
 	IdleTimeout      time.Duration // keep-alive connection between requests
+	// PerConnection makes every connection its own holder, for a listener whose peers carry
+	// no pid (TCP): the bounds above then apply per connection instead of lumping every
+	// peer into one account (which let one peer's connections starve all the others).
+	PerConnection bool
+	// NoEvict refuses (503) the new connection over MaxConns instead of closing the oldest
+	// idle one: the attack tests' controls only (--evict-idle=false).
+	NoEvict bool
 }
 
 // DefaultLimits are the limits package's (the reasons are given there).
@@ -53,15 +65,24 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// Listener caps the connections of l (a gate.Listener, whose connections carry the peer pid):
-// at most lim.MaxConns at once and lim.MaxPerPID per peer pid. A connection over either is
-// closed before a byte is read, like lineserver's, and the refusal logged at most once a second
-// with the count of the others. A connection without gate credentials counts as pid 0.
+// Listener bounds the connections of l (a gate.Listener, whose connections carry the peer
+// pid; or, with lim.PerConnection, a TCP listener): at most lim.MaxConns at once. Over that
+// bound the newest connection is never the one refused while another waits idle (no byte of
+// its next request read): the oldest idle connection of the holder (peer pid, or connection)
+// holding the most is closed to make room, as any HTTP server closes an idle keep-alive. Only
+// when none is idle is the new connection answered 503 naming the bound, then closed after a
+// short drain (so the answer is not lost to a reset). A holder's requests in progress are
+// bounded by lim.MaxPerPID (the Server answers the next one 503): busy connections cannot be
+// evicted, so that is the bound that keeps one process (slow bodies, slow headers) from
+// holding every slot. Refusals and evictions are logged at most once a second per reason
+// with the count of the others. A connection without gate credentials on a listener that is
+// not PerConnection counts as pid 0.
 func Listener(l net.Listener, lim Limits, socket string, log *slog.Logger) net.Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &limitListener{Listener: l, lim: lim.withDefaults(), socket: socket, log: log, perPID: map[int]int{}}
+	return &limitListener{Listener: l, lim: lim.withDefaults(), socket: socket, log: log,
+		conns: map[*limitConn]struct{}{}, held: map[int]int{}, busy: map[int]int{}}
 }
 
 type limitListener struct {
@@ -72,8 +93,10 @@ type limitListener struct {
 	rl     ratelog.Limiter
 
 	mu     sync.Mutex
-	n      int
-	perPID map[int]int
+	conns  map[*limitConn]struct{}
+	held   map[int]int // connections by holder
+	busy   map[int]int // connections in a request, by holder
+	nextID int         // PerConnection holders are -1, -2, ...
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -82,52 +105,205 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		pid := 0
+		holder := 0
 		if cred, ok := gate.CredOf(c); ok {
-			pid = cred.PID
+			holder = cred.PID
 		}
 		l.mu.Lock()
-		reason, limit := "", 0
-		switch {
-		case l.n >= l.lim.MaxConns:
-			reason, limit = "too many connections", l.lim.MaxConns
-		case l.perPID[pid] >= l.lim.MaxPerPID:
-			reason, limit = "too many connections from one process", l.lim.MaxPerPID
-		default:
-			l.n++
-			l.perPID[pid]++
+		if l.lim.PerConnection {
+			l.nextID++
+			holder = -l.nextID
 		}
+		var victim *limitConn
+		if len(l.conns) >= l.lim.MaxConns {
+			if victim = l.victimLocked(); victim == nil || l.lim.NoEvict {
+				l.mu.Unlock()
+				l.refuse(c, holder, "too many connections", l.lim.MaxConns)
+				continue
+			}
+			l.releaseLocked(victim)
+		}
+		lc := &limitConn{Conn: c, l: l, holder: holder, idle: true, since: time.Now()}
+		l.conns[lc] = struct{}{}
+		l.held[holder]++
 		l.mu.Unlock()
-		if reason != "" {
-			l.rl.Log(l.log, slog.LevelWarn, reason, "refused", "socket", l.socket, "actor", "pid:"+strconv.Itoa(pid), "request", "connect", "reason", reason, "limit", limit)
-			c.Close()
-			continue
+		if victim != nil {
+			l.rl.Log(l.log, slog.LevelWarn, "evicted", "refused", "socket", l.socket, "actor", actorOf(victim.holder), "request", "connect", "reason", "idle connection closed to make room", "limit", l.lim.MaxConns)
+			victim.Conn.Close()
 		}
-		return &limitConn{Conn: c, l: l, pid: pid}, nil
+		return lc, nil
 	}
 }
 
-func (l *limitListener) release(pid int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.n--
-	if l.perPID[pid]--; l.perPID[pid] <= 0 {
-		delete(l.perPID, pid)
+// victimLocked is the idle connection to close for a new one: of the holder with the most
+// connections, the one idle longest. One with bytes waiting in its socket is not idle: its
+// request has arrived and is about to be read. Nil when none is idle.
+func (l *limitListener) victimLocked() *limitConn {
+	var cands []*limitConn
+	var closing *limitConn
+	for c := range l.conns {
+		if c.closing && (closing == nil || c.since.Before(closing.since)) {
+			closing = c
+		}
+		if c.idle {
+			cands = append(cands, c)
+		}
+	}
+	if closing != nil {
+		// Already answered (refused) and only draining what its client still sends, so that
+		// the answer is read: cutting that short costs nobody a request, whatever bytes wait.
+		return closing
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if l.held[a.holder] != l.held[b.holder] {
+			return l.held[a.holder] > l.held[b.holder]
+		}
+		return a.since.Before(b.since)
+	})
+	for _, c := range cands {
+		if !inq.Pending(c.Conn) {
+			return c
+		}
+	}
+	return nil
+}
+
+// refuse answers c 503 naming the bound and closes it: the write side first, then, after the
+// client has had a moment to read the answer (and whatever it sent is drained), the rest.
+func (l *limitListener) refuse(c net.Conn, holder int, reason string, limit int) {
+	l.rl.Log(l.log, slog.LevelWarn, reason, "refused", "socket", l.socket, "actor", actorOf(holder), "request", "connect", "reason", reason, "limit", limit)
+	why := ", none idle"
+	if l.lim.NoEvict {
+		why = ""
+	}
+	detail := fmt.Sprintf("%s on %s (limit %d)%s; retry later", reason, l.socket, limit, why)
+	go answerAndClose(c, http.StatusServiceUnavailable, "service_unavailable", detail)
+}
+
+// answerAndClose writes a whole error answer to a connection whose request was not (or not
+// wholly) read, half-closes it and drains what the client sends for up to half a second, so
+// that the close does not reset the answer away (net/http's closeWriteAndWait).
+func answerAndClose(c net.Conn, status int, code, detail string) {
+	defer c.Close()
+	body, _ := json.Marshal(map[string]string{"error": code, "detail": detail})
+	c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+		status, http.StatusText(status), len(body), body)
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	io.Copy(io.Discard, io.LimitReader(c, 256<<10))
+}
+
+func actorOf(holder int) string {
+	if holder < 0 {
+		return "conn:" + strconv.Itoa(-holder)
+	}
+	return "pid:" + strconv.Itoa(holder)
+}
+
+// releaseLocked gives c's place back, once.
+func (l *limitListener) releaseLocked(c *limitConn) {
+	if c.released {
+		return
+	}
+	c.released = true
+	delete(l.conns, c)
+	if !c.idle {
+		if l.busy[c.holder]--; l.busy[c.holder] <= 0 {
+			delete(l.busy, c.holder)
+		}
+	}
+	if l.held[c.holder]--; l.held[c.holder] <= 0 {
+		delete(l.held, c.holder)
 	}
 }
 
-// limitConn gives its place back once, on the first Close.
+// limitConn is one admitted connection. The Server tells it when it waits for a request
+// (idle: it may be evicted) and when a request begins (busy: counted against MaxPerPID).
 type limitConn struct {
 	net.Conn
-	l    *limitListener
-	pid  int
-	once sync.Once
+	l      *limitListener
+	holder int
+
+	// guarded by l.mu
+	idle     bool
+	since    time.Time // when it last became idle, or began closing
+	closing  bool      // answered a refusal, draining before the close
+	released bool
+}
+
+// refuseBusy answers a request over its holder's MaxPerPID requests in progress: 503 naming
+// the bound, logged like the listener's refusals.
+func (c *limitConn) refuseBusy() {
+	l := c.l
+	reason := "too many requests in progress from one " + c.holderKind()
+	l.rl.Log(l.log, slog.LevelWarn, reason, "refused", "socket", l.socket, "actor", actorOf(c.holder), "request", "request", "reason", reason, "limit", l.lim.MaxPerPID)
+	l.mu.Lock()
+	c.closing, c.since = true, time.Now()
+	l.mu.Unlock()
+	answerAndClose(c, http.StatusServiceUnavailable, "service_unavailable", fmt.Sprintf("%s (limit %d); retry later", reason, l.lim.MaxPerPID))
+}
+
+// holderKind names what a holder is, for answers: a process, or (TCP) a connection.
+func (c *limitConn) holderKind() string {
+	if c.l.lim.PerConnection {
+		return "connection"
+	}
+	return "process"
+}
+
+// CloseWrite half-closes the connection underneath (a gate.Conn's *net.UnixConn, a
+// *net.TCPConn), so that an answer followed by a close is read before the peer sees the end
+// instead of being reset away.
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.pid) })
+	c.l.mu.Lock()
+	c.l.releaseLocked(c)
+	c.l.mu.Unlock()
 	return err
+}
+
+// wait marks c idle: waiting for the first byte of its next request.
+func (c *limitConn) wait() {
+	l := c.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.released || c.idle {
+		return
+	}
+	c.idle, c.since = true, time.Now()
+	if l.busy[c.holder]--; l.busy[c.holder] <= 0 {
+		delete(l.busy, c.holder)
+	}
+}
+
+// begin marks c busy: a request has begun. False means it must be refused: it was evicted
+// (closed) meanwhile, or its holder already has MaxPerPID requests in progress.
+func (c *limitConn) begin() (ok bool, evicted bool) {
+	l := c.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.released {
+		return false, true
+	}
+	if !c.idle {
+		return true, false
+	}
+	if l.busy[c.holder] >= l.lim.MaxPerPID {
+		return false, false
+	}
+	c.idle = false
+	l.busy[c.holder]++
+	return true, false
 }
 
 type pidKey struct{}
@@ -138,11 +314,11 @@ func peerPID(ctx context.Context) int {
 	return pid
 }
 
-// connContext records the peer pid of c (a limitConn over a gate.Conn, or a gate.Conn) in the
-// request context, for the per-pid waiter count.
+// connContext records the holder of c (a limitConn: its peer pid or, per connection, its own
+// key; a gate.Conn: its peer pid) in the request context, for the per-holder waiter count.
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	if lc, ok := c.(*limitConn); ok {
-		return context.WithValue(ctx, pidKey{}, lc.pid)
+		return context.WithValue(ctx, pidKey{}, lc.holder)
 	}
 	if cred, ok := gate.CredOf(c); ok {
 		return context.WithValue(ctx, pidKey{}, cred.PID)

@@ -396,6 +396,80 @@ func TestServerHangupCancelsWait(t *testing.T) {
 	}
 }
 
+// TestServerHangupAfterPipelinedBytes: a client that pipelined bytes behind a waiting request
+// (in the same write, and later) and then hung up still cancels the wait at once: the watch
+// keeps reading past pipelined bytes. (It once stopped after one byte, and the waiter place
+// stayed taken for the whole wait.) Mutant: the watch returning after the first read with
+// data: red.
+func TestServerHangupAfterPipelinedBytes(t *testing.T) {
+	cancelled := make(chan struct{}, 1)
+	path, _ := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/wait" {
+			select {
+			case <-hangupContext(w, r).Done():
+				cancelled <- struct{}{}
+				return
+			case <-time.After(20 * time.Second):
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"request": r.Method + " " + r.URL.Path})
+	}), nil)
+	c, _ := rawConn(t, path)
+	io.WriteString(c, "GET /wait HTTP/1.1\r\nHost: l\r\n\r\nGET /n")
+	time.Sleep(50 * time.Millisecond)
+	io.WriteString(c, "ext HTTP/1.1\r\n")
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a client that pipelined bytes and hung up did not cancel the waiting handler")
+	}
+}
+
+// TestServerUnreadBodyAnswerRead: a handler that answers without reading a body too large to
+// drain (over 256 KiB) closes the connection, and a client that sends its whole request
+// before reading gets the answer and then a clean close (EOF), not a reset (over TCP).
+// Mutant: closing without closeWriteAndWait: red (reset).
+func TestServerUnreadBodyAnswerRead(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "too_large"})
+	}), HeaderTimeout: 5 * time.Second}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	const n = 600 << 10
+	if _, err := io.WriteString(c, fmt.Sprintf("POST / HTTP/1.1\r\nHost: l\r\nContent-Length: %d\r\n\r\n", n)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(make([]byte, n)); err != nil {
+		t.Fatalf("writing the body: %v", err)
+	}
+	// A client busy elsewhere before it reads: a reset, had one been sent, has arrived.
+	time.Sleep(100 * time.Millisecond)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the answer: %v, want it read whole", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
+		t.Fatalf("got %d, close %v; want 413 and Connection: close", resp.StatusCode, resp.Close)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the answer: %v, want a clean close (EOF), not a reset", err)
+	}
+}
+
 // TestServerShutdown: Shutdown lets an active request finish (its answer says Connection:
 // close), closes idle connections, and Serve returns http.ErrServerClosed.
 func TestServerShutdown(t *testing.T) {

@@ -15,7 +15,7 @@ const (
 // agent.sock (docs/protocol.md §2.4).
 const (
 	AgentMaxLine      = 1 << 20          // bytes per request line (--agent-max-line)
-	AgentMaxConns     = 32               // connections at once; the next is closed (--agent-max-conns)
+	AgentMaxConns     = 32               // attested connections at once; the next attestation is refused (--agent-max-conns)
 	AgentIdleTimeout  = 60 * time.Second // no complete line for this long: closed (--agent-idle-timeout)
 	AgentWriteTimeout = 10 * time.Second // an answer the client does not read: abandoned (--agent-write-timeout)
 	// AgentMaxPending and AgentPendingTimeout bound connections not yet attested to a session
@@ -24,8 +24,9 @@ const (
 	// for that long, then reconnect. AgentMaxConns counts attested connections only.
 	AgentMaxPending     = 32
 	AgentPendingTimeout = 10 * time.Second
-	// AgentMaxPerPID is how many connections one process may hold (--agent-max-per-pid): an
-	// MCP bridge needs one or two.
+	// AgentMaxPerPID is how many attested connections one process may hold
+	// (--agent-max-per-pid): an MCP bridge needs one or two. Unattested ones need no such
+	// bound: a full pending pool evicts the heaviest holder's oldest idle one.
 	AgentMaxPerPID = 8
 )
 
@@ -40,7 +41,7 @@ const (
 	// RegisterMaxPending caps connections before their first frame (--register-max-pending);
 	// RegisterMaxConns counts registrations only.
 	RegisterMaxPending = 32
-	// RegisterMaxPerPID is how many connections one process may hold (--register-max-per-pid).
+	// RegisterMaxPerPID is how many registrations one process may hold (--register-max-per-pid).
 	RegisterMaxPerPID = 8
 	// RegisterMaxUIDOnly caps uid-only registrations (pi, opencode, hermes), which any process
 	// of the uid can make, leaving the rest of RegisterMaxConns to exe-attested services
@@ -53,10 +54,12 @@ const (
 )
 
 // http.sock. 256 connections need about 256 descriptors and at most 256 × (64 KiB of headers
-// + one body) of memory; one process may hold an eighth of them.
+// + one body) of memory. A full pool closes its oldest idle keep-alive (of the process holding
+// the most) for a new connection; only connections in a request cannot be evicted, and one
+// process may have a quarter of the pool in requests at once (a client with a pool of 64).
 const (
-	HTTPMaxConns         = 256              // connections at once; the next is closed (--http-max-conns)
-	HTTPMaxPerPID        = 32               // connections of one process (--http-max-per-pid)
+	HTTPMaxConns         = 256              // connections at once; the next evicts the oldest idle one (--http-max-conns)
+	HTTPMaxPerPID        = 64               // requests in progress of one process; the next gets 503 (--http-max-per-pid)
 	HTTPMaxWaiters       = 128              // reply long-polls waiting at once; the next gets 503 (--http-max-waiters)
 	HTTPMaxWaitersPerPID = 32               // of them, one process's (--http-max-waiters-per-pid)
 	HTTPHeaderTimeout    = 5 * time.Second  // request headers, from the request's first byte (--http-header-timeout)

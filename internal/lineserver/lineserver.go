@@ -7,9 +7,18 @@
 // Fairness (the way dbus-broker accounts per peer): a connection starts unattested, in a pool
 // of its own (MaxPending) with one deadline for the whole unattested phase (PendingTimeout,
 // from the connect, never extended). Only when the protocol has attested it (Attest: the
-// peer is a known session or a verified service) does it take one of the MaxConns slots. No
-// peer pid holds more than MaxPerPID connections, attested or not. So connections that never
-// attest cannot keep attested clients out, and no single process can take a socket.
+// peer is a known session or a verified service) does it take one of the MaxConns slots, and
+// no peer pid holds more than MaxPerPID of those. When the unattested pool is full, a new
+// connection is never refused while an unattested one waits idle for its next line: the
+// oldest idle one of the pid holding the most unattested connections is told so (an error
+// frame) and closed to make room. So connections that never attest cannot keep attested
+// clients out, and a client that speaks at once is served however many silent ones are held.
+// A connection refused outright (the pool is full of connections being answered) gets an
+// error frame too, never a silent close.
+//
+// The frame loop is here as well (Reader): a line over the cap, a line that is not UTF-8, an
+// eviction each come back as a *FrameError, which Answer logs and writes as the protocols'
+// error frame {"status":"error","error":code,"detail":...}.
 //
 // Who the peer is never comes from what it sends. The listener must be a gate.Listener, which
 // has already refused other uids; here the peer's pid comes from the gate (SO_PEERCRED) and its
@@ -18,16 +27,23 @@
 package lineserver
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"sort"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/xmsg/xmsg/internal/gate"
+	"github.com/xmsg/xmsg/internal/inq"
+	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
@@ -50,18 +66,26 @@ type Config struct {
 	// MaxConns is how many attested connections (see Attest) are served at once. When it is
 	// not positive none is: a forgotten limit refuses rather than admits.
 	MaxConns int
-	// MaxPending is how many connections not yet attested are served at once; the next is
-	// closed unread. Not positive: MaxConns.
+	// MaxPending is how many connections not yet attested are served at once; the next one
+	// evicts the oldest idle of them (of the pid holding most), or is refused with an error
+	// frame when none is idle. Not positive: MaxConns.
 	MaxPending int
-	// MaxPerPID is how many connections one peer pid may hold, attested or not; the next is
-	// closed unread. Not positive: no bound of its own (MaxConns + MaxPending).
+	// MaxPerPID is how many attested connections one peer pid may hold; Attest refuses the
+	// next. Not positive: no bound of its own (MaxConns). Unattested connections need no
+	// per-pid bound: eviction takes the heaviest holder's first.
 	MaxPerPID int
+	// NoEvict turns eviction off: over MaxPending the new connection is refused (with an
+	// error frame) even when an idle one could make room. For the attack tests' controls.
+	NoEvict bool
 	// PendingTimeout is how long a connection may stay unattested, counted from the connect:
 	// ArmRead never sets a deadline past it, so neither blank lines nor a byte trickle nor
 	// frames that fail attestation extend it. Not positive: 30s.
 	PendingTimeout time.Duration
 	// WriteTimeout abandons a response the client does not read; not positive: 10s.
 	WriteTimeout time.Duration
+	// AttestedName is what attested connections are called in refusals ("registrations" on
+	// register.sock); "" is "attested connections".
+	AttestedName string
 	// Handle serves one attested connection; the Server closes c when it returns.
 	Handle func(c net.Conn, p Peer)
 }
@@ -79,10 +103,14 @@ type Server struct {
 	closing   bool
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]*slot
-	attested  int         // conns holding one of the MaxConns slots
-	perPID    map[int]int // conns by peer pid
-	wg        sync.WaitGroup
-	lim       ratelog.Limiter
+	attested  int // conns holding one of the MaxConns slots
+	evicting  int // unattested conns told to make room, not yet gone
+	// evicted is when each peer pid last had a connection evicted: a pid that keeps coming
+	// back after eviction weighs one more (see victimLocked).
+	evicted map[int]time.Time
+	perPID  map[int]int // attested conns by peer pid
+	wg      sync.WaitGroup
+	lim     ratelog.Limiter
 }
 
 // slot is the accounting of one connection.
@@ -90,6 +118,9 @@ type slot struct {
 	pid      int       // peer pid (0: unknown)
 	attested bool      // holds a MaxConns slot
 	deadline time.Time // end of the unattested phase; zero once attested
+	idle     bool      // waiting for its next line (Reader.Next), not being answered
+	since    time.Time // the connect, or the last line read: "oldest idle" is by this
+	evicted  bool      // told to make room: its Reader answers so and the connection ends
 }
 
 // New returns a server; it serves once Serve is called.
@@ -101,13 +132,16 @@ func New(cfg Config) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = cfg.MaxConns
+		cfg.MaxPending = max(cfg.MaxConns, 0)
 	}
 	if cfg.MaxPerPID <= 0 {
-		cfg.MaxPerPID = max(cfg.MaxConns, 0) + cfg.MaxPending
+		cfg.MaxPerPID = max(cfg.MaxConns, 0)
 	}
 	if cfg.PendingTimeout <= 0 {
 		cfg.PendingTimeout = defaultPendingTimeout
+	}
+	if cfg.AttestedName == "" {
+		cfg.AttestedName = "attested connections"
 	}
 	return &Server{cfg: cfg, listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]*slot{}, perPID: map[int]int{}}
 }
@@ -120,26 +154,54 @@ func (s *Server) Attested() int {
 }
 
 // Attest moves c from the unattested pool to one of the MaxConns slots, once its protocol
-// knows who the peer is; calling it again is a no-op. False means every slot is taken: the
-// protocol refuses what the connection asked and ends it. From now on ArmRead's deadlines are
-// the protocol's own (idle), no longer capped by PendingTimeout.
-func (s *Server) Attest(c net.Conn) bool {
+// knows who the peer is; calling it again is a no-op. False means every slot is taken (or
+// the peer pid holds MaxPerPID of them, or c was just evicted): the protocol refuses what
+// the connection asked and ends it. From now on ArmRead's deadlines are the protocol's own
+// (idle), no longer capped by PendingTimeout, and c is never evicted.
+func (s *Server) Attest(c net.Conn) bool { return s.AttestErr(c) == nil }
+
+// AttestErr is Attest with the refusal as a *FrameError naming the bound, for the protocol
+// to answer (Answer) after logging it in its own words, or to write (FrameError.Line).
+func (s *Server) AttestErr(c net.Conn) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl := s.conns[c]
-	if sl == nil {
-		return false
+	if sl == nil || sl.evicted {
+		return &FrameError{Code: "service_unavailable", Reason: "evicted to make room", Detail: "connection closed to make room; retry"}
 	}
 	if sl.attested {
-		return true
+		return nil
 	}
 	if s.attested >= s.cfg.MaxConns {
-		s.refuseLocked(c, "attest", "too many attested connections", s.cfg.MaxConns)
-		return false
+		reason := "too many " + s.cfg.AttestedName
+		s.refuseLocked(c, "attest", reason, s.cfg.MaxConns)
+		return &FrameError{Code: "service_unavailable", Reason: reason, Detail: fmt.Sprintf("%s (limit %d); retry later", reason, s.cfg.MaxConns)}
+	}
+	// Attested connections cannot be evicted (their peer proved who it is and may be in the
+	// middle of a poll), so this is the bound that keeps one process from taking them all.
+	if s.perPID[sl.pid] >= s.cfg.MaxPerPID {
+		reason := "too many " + s.cfg.AttestedName + " from one process"
+		s.refuseLocked(c, "attest", reason, s.cfg.MaxPerPID)
+		return &FrameError{Code: "service_unavailable", Reason: reason, Detail: fmt.Sprintf("%s (limit %d); retry later", reason, s.cfg.MaxPerPID)}
 	}
 	s.attested++
+	s.perPID[sl.pid]++
 	sl.attested, sl.deadline = true, time.Time{}
-	return true
+	return nil
+}
+
+// Idle is the number of unattested connections waiting for their next line: the ones a new
+// connection may evict.
+func (s *Server) Idle() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, sl := range s.conns {
+		if sl.idle && !sl.attested && !sl.evicted {
+			n++
+		}
+	}
+	return n
 }
 
 // Conns is the number of connections being served now.
@@ -151,7 +213,7 @@ func (s *Server) Conns() int {
 
 // Serve accepts connections on l until Shutdown, then returns net.ErrClosed. l must be a
 // gate.Listener: a connection without gate credentials is closed unread. Any other error is
-// l's non-temporary Accept error, returned unwrapped for the protocol package to name.
+// l's non-temporary Accept error, wrapped with the socket's name.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
@@ -177,7 +239,7 @@ func (s *Server) Serve(l net.Listener) error {
 				return net.ErrClosed
 			}
 			if !retryable(err) {
-				return err
+				return fmt.Errorf("lineserver: %s.sock: accept: %w", s.cfg.Socket, err)
 			}
 			// Out of descriptors or an aborted handshake: wait and retry rather than stop
 			// serving, as net/http does.
@@ -192,31 +254,100 @@ func (s *Server) Serve(l net.Listener) error {
 			pid = cred.PID
 		}
 		s.mu.Lock()
-		switch {
-		case s.closing:
+		if s.closing {
 			s.mu.Unlock()
 			c.Close()
 			return net.ErrClosed
-		case len(s.conns)-s.attested >= s.cfg.MaxPending:
-			// Closed before reading a byte: a flood of connections from one uid cannot grow
-			// the daemon's goroutines and buffers without bound. Logged first, so that the
-			// peer's EOF implies the refusal is on record.
-			s.refuseLocked(c, "connect", "too many connections", s.cfg.MaxPending)
-			s.mu.Unlock()
-			c.Close()
-			continue
-		case s.perPID[pid] >= s.cfg.MaxPerPID:
-			s.refuseLocked(c, "connect", "too many connections from one process", s.cfg.MaxPerPID)
-			s.mu.Unlock()
-			c.Close()
-			continue
 		}
-		s.conns[c] = &slot{pid: pid, deadline: time.Now().Add(s.cfg.PendingTimeout)}
-		s.perPID[pid]++
+		if s.cfg.MaxPending <= 0 || len(s.conns)-s.attested-s.evicting >= s.cfg.MaxPending {
+			// The pool is full: the newest client, which may be about to speak, is served,
+			// and an idle one makes room. Only when none is idle (every unattested
+			// connection is being answered) is the new one refused, with an error frame
+			// written before the close; the count of goroutines and buffers stays bounded
+			// either way. Logged first, so the peer's answer implies the record.
+			if v := s.victimLocked(); v != nil && !s.cfg.NoEvict {
+				s.evictLocked(v)
+			} else {
+				s.refuseLocked(c, "connect", "too many connections", s.cfg.MaxPending)
+				s.mu.Unlock()
+				c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+				why := ", none idle"
+				if s.cfg.NoEvict {
+					why = ""
+				}
+				c.Write(ErrorLine("service_unavailable", fmt.Sprintf("more than %d connections waiting to be attested%s; retry later", s.cfg.MaxPending, why)))
+				c.Close()
+				continue
+			}
+		}
+		now := time.Now()
+		s.conns[c] = &slot{pid: pid, deadline: now.Add(s.cfg.PendingTimeout), idle: true, since: now}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.serveConn(c)
 	}
+}
+
+// victimLocked is the unattested connection to evict: idle, of the pid that holds the most
+// unattested connections, the one idle longest. A connection with bytes waiting in its socket
+// is not idle, whatever its state says: it has spoken, and its server goroutine has not read
+// it yet (under a flood of connects, that can take a while). Nil when none is idle.
+//
+// "Holds the most" counts a pid evicted within the last PendingTimeout as holding one more:
+// under a flood of processes that each redial the moment they are evicted, every holder holds
+// one, and the weight keeps their returning connections ahead of a client that came once.
+func (s *Server) victimLocked() net.Conn {
+	held := map[int]int{}
+	for _, sl := range s.conns {
+		if !sl.attested && !sl.evicted {
+			held[sl.pid]++
+		}
+	}
+	now := time.Now()
+	for pid, at := range s.evicted {
+		if now.Sub(at) > s.cfg.PendingTimeout {
+			delete(s.evicted, pid)
+		} else if held[pid] > 0 {
+			held[pid]++
+		}
+	}
+	type cand struct {
+		c  net.Conn
+		sl *slot
+	}
+	var cands []cand
+	for c, sl := range s.conns {
+		if !sl.attested && !sl.evicted && sl.idle {
+			cands = append(cands, cand{c, sl})
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		a, b := cands[i].sl, cands[j].sl
+		if held[a.pid] != held[b.pid] {
+			return held[a.pid] > held[b.pid]
+		}
+		return a.since.Before(b.since)
+	})
+	for _, cd := range cands {
+		if !inq.Pending(cd.c) {
+			return cd.c
+		}
+	}
+	return nil
+}
+
+// evictLocked tells c's Reader to end the connection with an error frame: its read deadline
+// is set to now, which wakes the read it is waiting in.
+func (s *Server) evictLocked(c net.Conn) {
+	sl := s.conns[c]
+	sl.evicted = true
+	s.evicting++
+	if s.evicted == nil {
+		s.evicted = map[int]time.Time{}
+	}
+	s.evicted[sl.pid] = time.Now()
+	s.refuseLocked(c, "connect", "evicted to make room", s.cfg.MaxPending)
+	c.SetReadDeadline(time.Now())
 }
 
 func retryable(err error) bool {
@@ -271,8 +402,12 @@ func (s *Server) ArmRead(c net.Conn, d time.Duration) bool {
 	if s.closing {
 		return false
 	}
+	sl := s.conns[c]
+	if sl != nil && sl.evicted {
+		return true // its deadline is now: the Reader answers the eviction
+	}
 	t := time.Now().Add(d)
-	if sl := s.conns[c]; sl != nil && !sl.attested && sl.deadline.Before(t) {
+	if sl != nil && !sl.attested && sl.deadline.Before(t) {
 		t = sl.deadline
 	}
 	c.SetReadDeadline(t)
@@ -313,9 +448,12 @@ func (s *Server) serveConn(c net.Conn) {
 		if sl := s.conns[c]; sl != nil {
 			if sl.attested {
 				s.attested--
+				if s.perPID[sl.pid]--; s.perPID[sl.pid] <= 0 {
+					delete(s.perPID, sl.pid)
+				}
 			}
-			if s.perPID[sl.pid]--; s.perPID[sl.pid] <= 0 {
-				delete(s.perPID, sl.pid)
+			if sl.evicted {
+				s.evicting--
 			}
 		}
 		delete(s.conns, c)
@@ -338,4 +476,135 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 	p.Start = start
 	s.cfg.Handle(c, p)
+}
+
+// FrameError is a frame the protocol must refuse and then end the connection: it is answered
+// with the error frame {"status":"error","error":Code,"detail":Detail} (Answer).
+type FrameError struct {
+	Code   string // the protocol's error code: payload_too_large, bad_request, service_unavailable
+	Detail string // what the client is told
+	Reason string // what the log says (request=frame reason=...)
+}
+
+func (e *FrameError) Error() string { return "lineserver: " + e.Reason }
+
+// Line is e's error frame.
+func (e *FrameError) Line() []byte { return ErrorLine(e.Code, e.Detail) }
+
+// ErrGone is Reader.Next's error when Alive says the peer process is no longer the one that
+// connected: nobody may act for it on this descriptor, and nothing is answered.
+var ErrGone = errors.New("lineserver: peer process exited or its pid was reused")
+
+// Reader reads one connection's frames: '\n'-terminated lines of at most Max bytes (without
+// the newline), blank lines skipped. It is the read prologue both protocols share.
+type Reader struct {
+	s *Server
+	c net.Conn
+	r *bufio.Reader
+	// Max is the cap of the next line; a protocol may change it between frames (a first
+	// frame and the loop's frames have caps of their own).
+	Max int
+	// What names a line in the over-long answer: "<What> exceeds <Max> bytes".
+	What string
+	// Alive, when set, is checked before a frame is returned; false ends the connection
+	// unanswered (ErrGone).
+	Alive func() bool
+	// Blank returns blank lines as frames instead of skipping them (register.sock's first
+	// frame: a blank one is invalid JSON, answered so).
+	Blank bool
+}
+
+// NewReader returns c's frame reader, with a 64 KiB read buffer.
+func (s *Server) NewReader(c net.Conn, max int, what string) *Reader {
+	return &Reader{s: s, c: c, r: bufio.NewReaderSize(c, 64<<10), Max: max, What: what}
+}
+
+// Next returns the next frame. last reports a final line without its newline, followed by
+// EOF (a client that half-closed after its request): a protocol that serves it answers it and
+// ends. On error the connection ends: a *FrameError is to be answered (Answer) first; ErrGone
+// and read errors (EOF, the deadline, a closed connection) are not.
+func (r *Reader) Next() (line []byte, last bool, err error) {
+	for {
+		r.s.setIdle(r.c, true, false)
+		line, err = jsonline.ReadLine(r.r, r.Max)
+		if r.s.setIdle(r.c, false, err == nil && !jsonline.IsBlank(line)) {
+			return nil, false, &FrameError{Code: "service_unavailable", Reason: "evicted to make room",
+				Detail: fmt.Sprintf("closed to make room for a new connection: more than %d connections waiting to be attested, this one idle longest", r.s.cfg.MaxPending)}
+		}
+		if errors.Is(err, jsonline.ErrTooLong) {
+			// The rest of the line is not read: the connection ends here, so the frame
+			// boundary is lost anyway.
+			return nil, false, &FrameError{Code: "payload_too_large", Reason: r.What + " too long",
+				Detail: fmt.Sprintf("%s exceeds %d bytes", r.What, r.Max)}
+		}
+		last = errors.Is(err, io.ErrUnexpectedEOF)
+		if err != nil && !last {
+			return nil, false, err
+		}
+		if !r.Blank && jsonline.IsBlank(line) {
+			if last {
+				return nil, false, io.EOF
+			}
+			continue
+		}
+		if r.Alive != nil && !r.Alive() {
+			return nil, false, ErrGone
+		}
+		if !utf8.Valid(line) {
+			return nil, false, &FrameError{Code: "bad_request", Reason: "invalid UTF-8", Detail: "frame is not valid UTF-8"}
+		}
+		return line, last, nil
+	}
+}
+
+// setIdle marks c as waiting for a line (or not) and reports whether it was evicted. A
+// frame read (framed true) moves it to the back of the eviction order; a blank line does
+// not, so that blank lines keep a connection no younger than they keep its deadline.
+func (s *Server) setIdle(c net.Conn, idle, framed bool) (evicted bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := s.conns[c]
+	if sl == nil {
+		return false
+	}
+	if framed {
+		sl.since = time.Now()
+	}
+	sl.idle = idle
+	return sl.evicted
+}
+
+// Answer logs err as a refusal of request by actor and, when it is a *FrameError, writes its
+// error frame. Other errors are logged at debug level (a timeout, a hang-up) or not at all.
+func (s *Server) Answer(c net.Conn, actor, request string, err error) {
+	var fe *FrameError
+	switch {
+	case errors.As(err, &fe):
+		s.lim.Log(s.cfg.Log, slog.LevelWarn, request+" "+fe.Reason, "refused", "socket", s.cfg.Socket, "actor", actor, "request", request, "code", fe.Code, "reason", fe.Reason)
+		s.Write(c, ErrorLine(fe.Code, fe.Detail))
+	case errors.Is(err, ErrGone):
+		s.lim.Log(s.cfg.Log, slog.LevelWarn, request+" gone", "refused", "socket", s.cfg.Socket, "actor", actor, "request", request, "reason", "peer process exited or its pid was reused")
+	default:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			s.cfg.Log.Debug("idle connection closed", "socket", s.cfg.Socket, "actor", actor)
+		}
+	}
+}
+
+// errorResp is the error frame of both line protocols (docs/protocol.md §2.4, §2.5).
+type errorResp struct {
+	Status string `json:"status"`
+	Error  string `json:"error"`
+	Detail string `json:"detail"`
+}
+
+// ErrorLine renders an error frame, with its newline.
+func ErrorLine(code, detail string) []byte {
+	line, err := jsonline.Encode(errorResp{Status: "error", Error: code, Detail: detail})
+	if err != nil {
+		// Three strings always encode; fail closed with a fixed frame all the same.
+		return []byte(`{"status":"error","error":"internal","detail":"encoding failed"}` + "\n")
+	}
+	return line
 }

@@ -3,16 +3,19 @@ package lineserver_test
 import (
 	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/gate"
-	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/lineserver"
 )
 
@@ -27,8 +30,26 @@ func echo(t *testing.T, maxConns int, gated bool) (s *lineserver.Server, path st
 	return echoCfg(t, lineserver.Config{MaxConns: maxConns}, gated)
 }
 
+// holding makes a "hold" line of the next echo server waits for before it
+// is echoed (a connection being answered, not idle); it is closed when the test ends, before
+// the server's shutdown.
+func holding(t *testing.T) {
+	release := make(chan struct{})
+	hold = release
+	t.Cleanup(func() { hold = nil })
+	cleanupFirst = func() { close(release) }
+}
+
+var (
+	hold         chan struct{}
+	cleanupFirst func()
+	// slowStart delays each connection's first read, as a server busy accepting a flood
+	// would: its client's first frame then waits, unread, in the socket.
+	slowStart time.Duration
+)
+
 // echoCfg is echo with more of the Config; the line "attest" is answered "attested" or "full"
-// (lineserver.Attest) instead of being echoed.
+// (lineserver.Attest) instead of being echoed, and "hold" is echoed once hold is closed.
 func echoCfg(t *testing.T, cfg lineserver.Config, gated bool) (s *lineserver.Server, path string, logs func() string) {
 	t.Helper()
 	// A file, not a buffer: each log line is one write(2), and reading it back while the
@@ -48,17 +69,26 @@ func echoCfg(t *testing.T, cfg lineserver.Config, gated bool) (s *lineserver.Ser
 	}
 	log := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Socket, cfg.Log = "echo", log
+	h, delay := hold, slowStart
 	cfg.Handle = func(c net.Conn, p lineserver.Peer) {
-		r := bufio.NewReader(c)
+		time.Sleep(delay)
+		r := s.NewReader(c, 64, "line")
 		for s.ArmRead(c, wait) {
-			line, err := jsonline.ReadLine(r, 64)
-			if err == nil && string(line) == "attest" {
+			line, _, err := r.Next()
+			if err != nil {
+				s.Answer(c, p.Actor, "frame", err)
+				return
+			}
+			switch string(line) {
+			case "attest":
 				line = []byte("full")
 				if s.Attest(c) {
 					line = []byte("attested")
 				}
+			case "hold":
+				<-h
 			}
-			if err != nil || !s.Write(c, append(line, '\n')) {
+			if !s.Write(c, append(line, '\n')) {
 				return
 			}
 		}
@@ -75,7 +105,12 @@ func echoCfg(t *testing.T, cfg lineserver.Config, gated bool) (s *lineserver.Ser
 	}
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(l) }()
+	release := cleanupFirst
+	cleanupFirst = nil
 	t.Cleanup(func() {
+		if release != nil {
+			release()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		if err := s.Shutdown(ctx); err != nil {
@@ -110,27 +145,55 @@ func dial(t *testing.T, path string) (net.Conn, *bufio.Reader) {
 	return c, bufio.NewReader(c)
 }
 
-// TestMaxConns: connections beyond MaxConns are closed unanswered and the refusal logged; a
-// limit that is not positive serves nothing (fails closed).
+// TestMaxConns: a limit that is not positive serves nothing (fails closed), and says so with an
+// error frame; over a positive one the newest connection is served and the oldest idle one is
+// told it was closed to make room (an error frame, never a silent close), with the eviction
+// logged.
 func TestMaxConns(t *testing.T) {
 	for _, maxConns := range []int{-1, 0, 1, 3} {
 		s, path, logs := echo(t, maxConns, true)
-		served := max(maxConns, 0)
-		for i := 0; i < served; i++ {
+		if maxConns <= 0 {
+			c, r := dial(t, path)
+			if got, _ := call(t, c, r, "hi"); !strings.Contains(got, `"error":"service_unavailable"`) {
+				t.Fatalf("MaxConns %d: got %q, want a service_unavailable frame", maxConns, got)
+			}
+			if !strings.Contains(logs(), `reason="too many connections"`) {
+				t.Fatalf("MaxConns %d: refusal not logged:\n%s", maxConns, logs())
+			}
+			continue
+		}
+		var held []net.Conn
+		var readers []*bufio.Reader
+		for i := 0; i < maxConns; i++ {
 			c, r := dial(t, path)
 			if got, eof := call(t, c, r, "hi"); eof || got != "hi" {
 				t.Fatalf("MaxConns %d, connection %d: got %q (eof %v), want %q", maxConns, i+1, got, eof, "hi")
 			}
+			held, readers = append(held, c), append(readers, r)
 		}
+		waitFor(t, func() bool { return s.Idle() == maxConns })
 		c, r := dial(t, path)
-		if got, eof := call(t, c, r, "hi"); !eof {
-			t.Fatalf("MaxConns %d, connection %d: got %q, want it closed", maxConns, served+1, got)
+		if got, eof := call(t, c, r, "hi"); eof || got != "hi" {
+			t.Fatalf("MaxConns %d, connection %d: got %q (eof %v), want it served", maxConns, maxConns+1, got, eof)
 		}
-		if got := s.Conns(); got != served {
-			t.Fatalf("MaxConns %d: Conns got %d, want %d", maxConns, got, served)
+		held[0].SetDeadline(time.Now().Add(wait))
+		got, err := readers[0].ReadString('\n')
+		if err != nil || !strings.Contains(got, `"error":"service_unavailable"`) || !strings.Contains(got, "to make room") {
+			t.Fatalf("MaxConns %d: the oldest idle connection got %q (%v), want the eviction frame", maxConns, got, err)
 		}
-		if !strings.Contains(logs(), `reason="too many connections"`) {
-			t.Fatalf("MaxConns %d: refusal not logged:\n%s", maxConns, logs())
+		waitFor(t, func() bool { return s.Conns() == maxConns })
+		if !strings.Contains(logs(), `reason="evicted to make room"`) {
+			t.Fatalf("MaxConns %d: eviction not logged:\n%s", maxConns, logs())
+		}
+	}
+}
+
+// waitFor polls cond until it holds (or fails the test after wait).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(wait); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("condition never held")
 		}
 	}
 }
@@ -156,8 +219,11 @@ func TestLineCap(t *testing.T) {
 	if got, eof := call(t, c, r, fits); eof || got != fits {
 		t.Fatalf("line of 64 bytes: got %q (eof %v), want it echoed", got, eof)
 	}
-	if got, eof := call(t, c, r, fits+"x"); !eof {
-		t.Fatalf("line of 65 bytes: got %q, want closed", got)
+	if got, _ := call(t, c, r, fits+"x"); got != `{"status":"error","error":"payload_too_large","detail":"line exceeds 64 bytes"}` {
+		t.Fatalf("line of 65 bytes: got %q, want the payload_too_large frame", got)
+	}
+	if got, err := r.ReadString('\n'); err == nil {
+		t.Fatalf("after the refusal: got %q, want closed", got)
 	}
 }
 
@@ -182,13 +248,15 @@ func TestPendingPoolAndAttestedSlots(t *testing.T) {
 	if s.Conns() != 4 || s.Attested() != 2 {
 		t.Fatalf("conns %d attested %d, want 4 and 2", s.Conns(), s.Attested())
 	}
-	// The pending pool is full: the next connection is closed unread.
+	// The pending pool is full: the next connection is served, and the oldest idle pending
+	// one (never an attested one) makes room.
 	c, r := dial(t, path)
-	if got, eof := call(t, c, r, "hi"); !eof {
-		t.Fatalf("over the pending pool: got %q, want closed", got)
+	if got, eof := call(t, c, r, "hi"); eof || got != "hi" {
+		t.Fatalf("over the pending pool: got %q (eof %v), want served", got, eof)
 	}
-	if !strings.Contains(logs(), `reason="too many connections"`) {
-		t.Fatalf("refusal not logged:\n%s", logs())
+	waitFor(t, func() bool { return s.Conns() == 4 && s.Attested() == 2 })
+	if !strings.Contains(logs(), `reason="evicted to make room"`) {
+		t.Fatalf("eviction not logged:\n%s", logs())
 	}
 }
 
@@ -208,22 +276,26 @@ func TestAttestedSlotsFull(t *testing.T) {
 	}
 }
 
-// TestPerPIDShare: one process cannot hold more than MaxPerPID connections, however many
-// slots are free. (Every connection here comes from this test's pid.)
+// TestPerPIDShare: one process cannot hold more than MaxPerPID attested connections, however
+// many slots are free; its unattested connections are not refused for it. (Every connection
+// here comes from this test's pid.)
 func TestPerPIDShare(t *testing.T) {
 	s, path, logs := echoCfg(t, lineserver.Config{MaxConns: 10, MaxPending: 10, MaxPerPID: 3}, true)
 	for i := range 3 {
 		c, r := dial(t, path)
-		if got, eof := call(t, c, r, "hi"); eof || got != "hi" {
+		if got, eof := call(t, c, r, "attest"); eof || got != "attested" {
 			t.Fatalf("connection %d: got %q (eof %v)", i, got, eof)
 		}
 	}
 	c, r := dial(t, path)
-	if got, eof := call(t, c, r, "hi"); !eof {
-		t.Fatalf("connection 4 of one pid: got %q, want closed", got)
+	if got, eof := call(t, c, r, "hi"); eof || got != "hi" {
+		t.Fatalf("connection 4 of one pid, unattested: got %q (eof %v), want served", got, eof)
 	}
-	if s.Conns() != 3 || !strings.Contains(logs(), `reason="too many connections from one process"`) {
-		t.Fatalf("conns %d; log:\n%s", s.Conns(), logs())
+	if got, _ := call(t, c, r, "attest"); got != "full" {
+		t.Fatalf("attested connection 4 of one pid: got %q, want full", got)
+	}
+	if s.Attested() != 3 || !strings.Contains(logs(), `reason="too many attested connections from one process"`) {
+		t.Fatalf("attested %d; log:\n%s", s.Attested(), logs())
 	}
 }
 
@@ -247,5 +319,183 @@ func TestPendingDeadlineIsNotExtended(t *testing.T) {
 	}
 	if got, eof := call(t, attested, ar, "hi"); eof || got != "hi" {
 		t.Fatalf("attested connection: got %q (eof %v), want served", got, eof)
+	}
+}
+
+// TestEvictionSparesBusy: only an idle connection makes room. One being answered is never
+// evicted, even when it is the oldest; when none is idle the newest is refused, and told so
+// with an error frame.
+func TestEvictionSparesBusy(t *testing.T) {
+	holding(t)
+	s, path, logs := echoCfg(t, lineserver.Config{MaxConns: 4, MaxPending: 2}, true)
+	busy, _ := dial(t, path)
+	busy.Write([]byte("hold\n"))
+	idle, ir := dial(t, path)
+	if got, _ := call(t, idle, ir, "hi"); got != "hi" {
+		t.Fatalf("idle: got %q", got)
+	}
+	waitFor(t, func() bool { return s.Conns() == 2 && s.Idle() == 1 })
+	// Full: the newest is served, the idle one (not the older busy one) makes room.
+	fresh, fr := dial(t, path)
+	if got, eof := call(t, fresh, fr, "hi"); eof || got != "hi" {
+		t.Fatalf("fresh: got %q (eof %v), want served", got, eof)
+	}
+	idle.SetDeadline(time.Now().Add(wait))
+	if got, err := ir.ReadString('\n'); err != nil || !strings.Contains(got, "to make room") {
+		t.Fatalf("idle: got %q (%v), want the eviction frame", got, err)
+	}
+	// Now make the fresh one busy too: nothing is idle, so the next is refused with a frame.
+	fresh.Write([]byte("hold\n"))
+	waitFor(t, func() bool { return s.Conns() == 2 && s.Idle() == 0 })
+	last, lr := dial(t, path)
+	last.SetDeadline(time.Now().Add(wait))
+	got, _ := lr.ReadString('\n')
+	if !strings.Contains(got, `"error":"service_unavailable"`) || !strings.Contains(got, "none idle") {
+		t.Fatalf("with no idle connection: got %q, want the refusal frame", got)
+	}
+	if !strings.Contains(logs(), `reason="too many connections"`) {
+		t.Fatalf("refusal not logged:\n%s", logs())
+	}
+}
+
+// TestMain runs the test binary as a holder process when asked (see holder).
+func TestMain(m *testing.M) {
+	if spec := os.Getenv("LINESERVER_HOLDER"); spec != "" {
+		holderMain(spec)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// holderMain dials n connections to path ("path n"), has each answered once, says "ready",
+// then prints "<i>: <line>" for each further line a connection gets, until stdin closes.
+func holderMain(spec string) {
+	path, nStr, _ := strings.Cut(spec, " ")
+	n, _ := strconv.Atoi(nStr)
+	for i := range n {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			fmt.Println("dial:", err)
+			os.Exit(1)
+		}
+		r := bufio.NewReader(c)
+		c.Write([]byte("hi\n"))
+		if _, err := r.ReadString('\n'); err != nil {
+			fmt.Println("read:", err)
+			os.Exit(1)
+		}
+		go func() {
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					return
+				}
+				fmt.Printf("%d: %s", i, line)
+			}
+		}()
+	}
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+}
+
+// holder starts a process of its own (another peer pid) holding n idle connections to path;
+// lines returns what they were sent since.
+func holder(t *testing.T, path string, n int) (lines *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "LINESERVER_HOLDER="+path+" "+strconv.Itoa(n))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	lines = bufio.NewReader(out)
+	if got, err := lines.ReadString('\n'); got != "ready\n" {
+		t.Fatalf("holder: got %q (%v), want ready", got, err)
+	}
+	return lines
+}
+
+// TestEvictsHeaviestHolder: the connection that makes room is the oldest idle one of the
+// process holding the most, not the oldest overall: one process holding many idle
+// connections cannot push out another's single one.
+func TestEvictsHeaviestHolder(t *testing.T) {
+	s, path, _ := echoCfg(t, lineserver.Config{MaxConns: 4, MaxPending: 3}, true)
+	mine, mr := dial(t, path)
+	if got, _ := call(t, mine, mr, "hi"); got != "hi" {
+		t.Fatalf("mine: got %q", got)
+	}
+	lines := holder(t, path, 2)
+	waitFor(t, func() bool { return s.Idle() == 3 })
+	fresh, fr := dial(t, path)
+	if got, _ := call(t, fresh, fr, "hi"); got != "hi" {
+		t.Fatalf("fresh: got %q, want served", got)
+	}
+	if got, eof := call(t, mine, mr, "hi"); eof || got != "hi" {
+		t.Fatalf("the oldest connection, of the lighter process: got %q (eof %v), want still served", got, eof)
+	}
+	if got, err := lines.ReadString('\n'); err != nil || !strings.HasPrefix(got, "0: ") || !strings.Contains(got, "to make room") {
+		t.Fatalf("holder: got %q (%v), want its oldest connection evicted", got, err)
+	}
+}
+
+// TestBlankLinesDoNotMakeYounger: the oldest idle connection makes room even when it keeps
+// sending blank lines; they move neither its deadline nor its place in the eviction order.
+func TestBlankLinesDoNotMakeYounger(t *testing.T) {
+	s, path, _ := echoCfg(t, lineserver.Config{MaxConns: 4, MaxPending: 2}, true)
+	old, or := dial(t, path)
+	if got, _ := call(t, old, or, "hi"); got != "hi" {
+		t.Fatalf("old: got %q", got)
+	}
+	young, yr := dial(t, path)
+	if got, _ := call(t, young, yr, "hi"); got != "hi" {
+		t.Fatalf("young: got %q", got)
+	}
+	// The old one now sends blank lines. The pause lets the server read them (if it had not
+	// yet, this test could not tell the mutant apart, but it would not fail for that).
+	for range 3 {
+		old.Write([]byte("\n"))
+	}
+	time.Sleep(20 * time.Millisecond)
+	waitFor(t, func() bool { return s.Idle() == 2 })
+	fresh, fr := dial(t, path)
+	if got, _ := call(t, fresh, fr, "hi"); got != "hi" {
+		t.Fatalf("fresh: got %q", got)
+	}
+	if got, eof := call(t, young, yr, "hi"); eof || got != "hi" {
+		t.Fatalf("the younger silent connection: got %q (eof %v), want still served", got, eof)
+	}
+	old.SetDeadline(time.Now().Add(wait))
+	if got, err := or.ReadString('\n'); err != nil || !strings.Contains(got, "to make room") {
+		t.Fatalf("the older blank-line sender: got %q (%v), want the eviction frame", got, err)
+	}
+}
+
+// TestSpokenIsNotIdle: a connection whose first frame is in its socket, not yet read (its
+// goroutine is slow to start), is not evicted for a newer one, even when it is the only
+// candidate: the newer one is refused instead. Mutant: no inq.Pending check: red (the
+// spoken connection gets the eviction frame).
+func TestSpokenIsNotIdle(t *testing.T) {
+	slowStart = 300 * time.Millisecond
+	t.Cleanup(func() { slowStart = 0 })
+	_, path, _ := echoCfg(t, lineserver.Config{MaxConns: 4, MaxPending: 1}, true)
+	spoken, sr := dial(t, path)
+	spoken.Write([]byte("hi\n"))
+	time.Sleep(50 * time.Millisecond) // the bytes reach its socket; its first read is still far off
+	late, lr := dial(t, path)
+	late.SetDeadline(time.Now().Add(wait))
+	if got, _ := lr.ReadString('\n'); !strings.Contains(got, "none idle") {
+		t.Fatalf("the newer connection: got %q, want refused (none idle)", got)
+	}
+	spoken.SetDeadline(time.Now().Add(wait))
+	if got, err := sr.ReadString('\n'); got != "hi\n" {
+		t.Fatalf("the connection that had spoken: got %q (%v), want its frame answered", got, err)
 	}
 }

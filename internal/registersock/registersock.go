@@ -23,7 +23,6 @@
 package registersock
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,7 +33,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/bus"
@@ -79,10 +77,11 @@ type Config struct {
 	FirstFrameTimeout time.Duration
 	MaxFirstFrame     int
 	MaxFrame          int
-	MaxConns          int // registrations served at once
-	MaxPending        int // connections before their first frame; 0: MaxConns
-	MaxPerPID         int // connections of one peer pid; 0: no bound of its own
-	MaxUIDOnly        int // uid-only registrations (pi, opencode, hermes) at once
+	MaxConns          int  // registrations served at once
+	MaxPending        int  // connections before their first frame; 0: MaxConns
+	MaxPerPID         int  // registrations of one peer pid; 0: no bound of its own
+	NoEvict           bool // a full pending pool refuses the newest instead of evicting (lineserver)
+	MaxUIDOnly        int  // uid-only registrations (pi, opencode, hermes) at once
 	IdleTimeout       time.Duration
 	// Custody holds the secrets a registered service may ask for (credential.go); nil: none.
 	Custody *custody.Holder
@@ -129,7 +128,7 @@ func New(cfg Config) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, audit: bus.NewAudit(cfg.Log)}
 	s.srv = lineserver.New(lineserver.Config{Socket: "register", Proc: cfg.Proc, Log: cfg.Log,
-		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.FirstFrameTimeout,
+		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.FirstFrameTimeout, NoEvict: cfg.NoEvict, AttestedName: "registrations",
 		WriteTimeout: writeTimeout, Handle: s.serveConn})
 	return s
 }
@@ -137,14 +136,12 @@ func New(cfg Config) *Server {
 // Conns is the number of connections being served now.
 func (s *Server) Conns() int { return s.srv.Conns() }
 
+// Idle is the number of connections waiting for their first frame (lineserver.Server.Idle).
+func (s *Server) Idle() int { return s.srv.Idle() }
+
 // Serve accepts connections on l until Shutdown, then returns net.ErrClosed. l must be a
 // gate.Listener: a connection without gate credentials is closed unread.
-func (s *Server) Serve(l net.Listener) error {
-	if err := s.srv.Serve(l); err != net.ErrClosed {
-		return fmt.Errorf("registersock: accept: %w", err)
-	}
-	return net.ErrClosed
-}
+func (s *Server) Serve(l net.Listener) error { return s.srv.Serve(l) }
 
 // Shutdown stops accepting, ends long-polls (their messages stay queued), lets other frames
 // being processed finish, and closes every connection, which ends its registration. When ctx
@@ -171,11 +168,14 @@ func (s *Server) refuse(actor, request, reason string) {
 // waiting for a first frame (or sending a bad one) never hold such a slot, so they cannot
 // crowd registered services out. False: refused and answered.
 func (s *Server) attest(c net.Conn, actor string) bool {
-	if s.srv.Attest(c) {
+	err := s.srv.AttestErr(c)
+	if err == nil {
 		return true
 	}
-	s.refuse(actor, "register", "too many registrations")
-	s.srv.Write(c, errorLine("service_unavailable", "too many registrations; retry later"))
+	// The bound named: all registrations, or this process's share of them.
+	fe := err.(*lineserver.FrameError)
+	s.refuse(actor, "register", fe.Reason)
+	s.srv.Write(c, fe.Line())
 	return false
 }
 
@@ -219,23 +219,17 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	if !s.srv.ArmRead(c, s.cfg.FirstFrameTimeout) {
 		return
 	}
-	r := bufio.NewReaderSize(c, 64<<10)
-	line, err := jsonline.ReadLine(r, s.cfg.MaxFirstFrame)
-	switch {
-	case errors.Is(err, jsonline.ErrTooLong):
-		s.refuse(actor, "register", "first frame too long")
-		s.srv.Write(c, errorLine("payload_too_large", fmt.Sprintf("first frame exceeds %d bytes", s.cfg.MaxFirstFrame)))
+	r := s.srv.NewReader(c, s.cfg.MaxFirstFrame, "first frame")
+	r.Alive = func() bool { return s.cfg.Proc.Alive(cred.PID, start) }
+	r.Blank = true
+	line, last, err := r.Next()
+	if err != nil {
+		s.srv.Answer(c, actor, "register", err)
 		return
-	case err != nil:
-		// Timeout, EOF, or a frame without its newline: nothing was asked, nothing answered.
-		s.cfg.Log.Debug("no first frame", "socket", "register", "actor", actor, "err", err)
-		return
-	case !s.cfg.Proc.Alive(cred.PID, start):
-		s.refuse(actor, "register", "peer process exited or its pid was reused")
-		return
-	case !utf8.Valid(line):
-		s.refuse(actor, "register", "invalid UTF-8")
-		s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
+	}
+	if last {
+		// A first frame without its newline: nothing was asked, nothing answered.
+		s.cfg.Log.Debug("no first frame", "socket", "register", "actor", actor)
 		return
 	}
 	first, err := decodeFirst(line, s.cfg.Bus.Harnesses())
@@ -363,7 +357,7 @@ var errPipelined = errors.New("registersock: too many frames pipelined")
 // goroutine notices the peer hanging up even while a poll is waiting (with or without frames
 // pipelined behind it), so the poll ends at once instead of holding a dead registration for up
 // to a minute. Each frame taken re-arms the idle deadline; blank lines do not.
-func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
+func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	// A newer registration by the same process takes over (a client that reconnected while
@@ -383,18 +377,21 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 		return
 	}
 	p := &pipeline{ready: make(chan struct{}, 1), maxBytes: s.cfg.MaxFrame}
+	// The loop checks the registration itself (Bus.Alive, Bus.Current) in its turn.
+	r.Max, r.What, r.Alive, r.Blank = s.cfg.MaxFrame, "frame", nil, false
 	var reader sync.WaitGroup
 	reader.Add(1)
 	go func() {
 		defer reader.Done()
 		for {
-			line, err := jsonline.ReadLine(r, s.cfg.MaxFrame)
-			if err != nil && !errors.Is(err, jsonline.ErrTooLong) {
+			// A frame the Reader refuses (too long, not UTF-8) is answered in its turn,
+			// after the frames before it; a hang-up or a final line without its newline
+			// ends the loop.
+			line, last, err := r.Next()
+			var fe *lineserver.FrameError
+			if err != nil && !errors.As(err, &fe) || last {
 				cancel()
 				return
-			}
-			if err == nil && jsonline.IsBlank(line) {
-				continue
 			}
 			if !p.push(frame{line, err}) {
 				// Logged here: the loop may be in a poll that this cancel ends silently.
@@ -433,9 +430,8 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 			s.srv.Write(c, errorLine("bad_request", fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
 			return
 		}
-		if errors.Is(f.err, jsonline.ErrTooLong) {
-			s.refuse(actor, "frame", "frame too long")
-			s.srv.Write(c, errorLine("payload_too_large", fmt.Sprintf("frame exceeds %d bytes", s.cfg.MaxFrame)))
+		if f.err != nil {
+			s.srv.Answer(c, actor, "frame", f.err)
 			return
 		}
 		// The registration is the process that registered; if it is gone (or its pid now
@@ -446,11 +442,6 @@ func (s *Server) loop(c net.Conn, r *bufio.Reader, reg *bus.Registration) {
 		}
 		if !s.cfg.Bus.Current(reg) {
 			return // replaced; the watcher above has cancelled ctx
-		}
-		if !utf8.Valid(f.line) {
-			s.refuse(actor, "frame", "invalid UTF-8")
-			s.srv.Write(c, errorLine("bad_request", "frame is not valid UTF-8"))
-			return
 		}
 		resp, audit, ok := s.frame(ctx, c, reg, f.line)
 		if !ok {
@@ -597,11 +588,6 @@ type (
 	okResp struct {
 		Status string `json:"status"`
 	}
-	errorResp struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Detail string `json:"detail"`
-	}
 	checkResp struct {
 		Status              string `json:"status"`
 		HasCredentials      bool   `json:"hasCredentials"`
@@ -631,9 +617,8 @@ type (
 // errorLine is register.sock's error shape. The original had no code field (docs/protocol.md
 // §4.2); this one carries the protocol's code next to the detail, as agent.sock does, so that
 // clients can branch on it. Clients that read only `detail` ignore the extra field.
-func errorLine(code, detail string) []byte {
-	return encode(errorResp{Status: "error", Error: code, Detail: detail})
-}
+// errorLine is the error frame (shared with agent.sock: lineserver.ErrorLine).
+func errorLine(code, detail string) []byte { return lineserver.ErrorLine(code, detail) }
 
 // encode renders one response line (jsonline: no HTML escaping, as the original xmsg).
 func encode(v any) []byte {

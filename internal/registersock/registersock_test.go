@@ -453,9 +453,9 @@ func TestDeliverFrameShape(t *testing.T) {
 	}
 }
 
-// TestMaxConns: with MaxConns connections held (waiting for their first frame), the next one is
-// closed before the server reads a byte of it, and the refusal is logged; once one of the held
-// connections closes, a new one is served again.
+// TestMaxConns: with the pending pool (MaxPending, which defaults to MaxConns) held by
+// connections waiting for their first frame, the next one is served, and the oldest idle one
+// is told it was closed to make room (an error frame), the eviction logged with the limit.
 func TestMaxConns(t *testing.T) {
 	check := `{"status":"ok","hasCredentials":false,"has_credentials":false}`
 	tests := []struct {
@@ -476,30 +476,30 @@ func TestMaxConns(t *testing.T) {
 			var held []*daemontest.Client
 			for i := 0; i < tc.served; i++ {
 				held = append(held, daemontest.Dial(t, e.RegPath))
+				// One at a time, so that "oldest" is the first.
+				daemontest.WaitFor(t, "the held connection to wait idle", func() bool { return e.Register.Idle() == i+1 })
 			}
-			// Connections are accepted in order: once all are counted, the next dial is the
-			// one over the cap.
-			daemontest.WaitFor(t, "every held connection to be served", func() bool { return e.Register.Conns() == tc.served })
 			extra := daemontest.Dial(t, e.RegPath)
-			extra.C.Write([]byte(`{"action":"check"}` + "\n")) // may fail: the server may have closed it already
-			if line, eof := extra.Recv(); !eof {
-				t.Fatalf("connection %d: got %q, want it closed unanswered", tc.served+1, line)
+			extra.Write([]byte(`{"action":"check"}` + "\n"))
+			if line, _ := extra.Recv(); line != check {
+				t.Fatalf("connection %d: got %q, want %q", tc.served+1, line, check)
+			}
+			line, _ := held[0].Recv()
+			if !strings.Contains(line, `"error":"service_unavailable"`) || !strings.Contains(line, "to make room") {
+				t.Fatalf("the oldest idle connection: got %q, want the eviction frame", line)
 			}
 			want := fmt.Sprintf("limit=%d", tc.served)
 			var logged bool
 			for _, l := range strings.Split(e.Logs.String(), "\n") {
 				logged = logged || strings.Contains(l, "msg=refused") && strings.Contains(l, "socket=register") &&
-					strings.Contains(l, "too many connections") && strings.Contains(l, want)
+					strings.Contains(l, "evicted to make room") && strings.Contains(l, want)
 			}
 			if !logged {
-				t.Fatalf("refusal not logged with socket=register, reason and %s:\n%s", want, e.Logs.String())
+				t.Fatalf("eviction not logged with socket=register, reason and %s:\n%s", want, e.Logs.String())
 			}
-			held[0].C.Close()
-			daemontest.WaitFor(t, "a slot to free", func() bool { return e.Register.Conns() < tc.served })
-			again := daemontest.Dial(t, e.RegPath)
-			again.Write([]byte(`{"action":"check"}` + "\n"))
-			if line, _ := again.Recv(); line != check {
-				t.Fatalf("after a slot freed: got %q, want %q", line, check)
+			held[1].Write([]byte(`{"action":"check"}` + "\n"))
+			if line, _ := held[1].Recv(); line != check {
+				t.Fatalf("a younger held connection: got %q, want %q", line, check)
 			}
 		})
 	}

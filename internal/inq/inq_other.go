@@ -1,0 +1,5 @@
+//go:build !linux
+
+package inq
+
+func queued(uintptr) int { return 0 }
