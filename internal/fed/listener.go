@@ -106,13 +106,19 @@ type listener struct {
 	shared  int
 	busy    int
 	buckets map[netip.Addr]*hsBucket
-	refused atomic.Int64 // capacity refusals (doctor)
-	evicted atomic.Int64
+	// evictedAt is when a source last lost a pending connection to a newcomer: a source
+	// that redials the moment it is evicted (a flood) then weighs one more than one that came
+	// once, so that among equals (256 sources holding one silent connection each, say) the
+	// flood makes room, not the peer whose ClientHello is a moment late.
+	evictedAt map[netip.Addr]time.Time
+	refused   atomic.Int64 // capacity refusals (doctor)
+	evicted   atomic.Int64
 }
 
 func (n *Node) newListener(inner net.Listener) *listener {
 	l := &listener{inner: inner, n: n, cap: n.cap, out: make(chan net.Conn), done: make(chan struct{}),
-		bySrc: map[netip.Addr][]*pending{}, perPeer: map[string][]*conn{}, buckets: map[netip.Addr]*hsBucket{}}
+		bySrc: map[netip.Addr][]*pending{}, perPeer: map[string][]*conn{}, buckets: map[netip.Addr]*hsBucket{},
+		evictedAt: map[netip.Addr]time.Time{}}
 	n.lst.Store(l)
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -211,6 +217,7 @@ func (l *listener) admit(c net.Conn, src netip.Addr, now time.Time) (p *pending,
 	}
 	if victim != nil {
 		l.drop(victim)
+		l.markEvicted(victim.key, now)
 	}
 	p = &pending{raw: &rawConn{Conn: c}, key: key, at: now, gone: make(chan struct{}), in: true}
 	l.bySrc[key] = append(l.bySrc[key], p)
@@ -255,14 +262,15 @@ func (l *listener) heaviest(now time.Time) *pending {
 	for {
 		var best *pending
 		bestN := 0
-		for _, list := range l.bySrc {
-			if len(list) < bestN {
+		for key, list := range l.bySrc {
+			n := l.weight(key, len(list), now)
+			if n < bestN {
 				continue
 			}
 			for _, p := range list {
 				if p.quiet() {
-					if len(list) > bestN || p.at.Before(best.at) {
-						best, bestN = p, len(list)
+					if n > bestN || p.at.Before(best.at) {
+						best, bestN = p, n
 					}
 					break
 				}
@@ -283,6 +291,34 @@ func (l *listener) heaviest(now time.Time) *pending {
 		}
 	}
 	return best
+}
+
+// weight is what a source holding n pending connections counts as when a victim is chosen:
+// one more while it lost one to a newcomer within the handshake time (under l.mu).
+func (l *listener) weight(key netip.Addr, n int, now time.Time) int {
+	if at, ok := l.evictedAt[key]; ok {
+		if now.Sub(at) < handshakeTime {
+			return n + 1
+		}
+		delete(l.evictedAt, key)
+	}
+	return n
+}
+
+// markEvicted records that key lost a pending connection now (under l.mu). The record is kept
+// for the handshake time; past maxSourceBuckets sources the old ones are swept first.
+func (l *listener) markEvicted(key netip.Addr, now time.Time) {
+	if len(l.evictedAt) >= maxSourceBuckets {
+		for k, at := range l.evictedAt {
+			if now.Sub(at) >= handshakeTime {
+				delete(l.evictedAt, k)
+			}
+		}
+		if len(l.evictedAt) >= maxSourceBuckets {
+			return // a flood of that many sources: no weight, eviction still works
+		}
+	}
+	l.evictedAt[key] = now
 }
 
 // drop uncounts p (under l.mu); its goroutine finds it gone.

@@ -546,3 +546,29 @@ func TestReloadKubeletSwap(t *testing.T) {
 		t.Errorf("the swapped peers file was not applied: %+v", p)
 	}
 }
+
+// TestEvictedSourceWeighsMore: among sources holding one silent pending connection each, the
+// one that lost a connection to a newcomer within the handshake time is chosen to make room,
+// even when another's connection is older: a flood that redials the moment it is evicted goes
+// before a peer whose ClientHello is a moment late.
+func TestEvictedSourceWeighsMore(t *testing.T) {
+	now := time.Now()
+	l := &listener{bySrc: map[netip.Addr][]*pending{}, evictedAt: map[netip.Addr]time.Time{}}
+	peer, flood := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	c1, c2 := net.Pipe()
+	defer c1.Close()
+	defer c2.Close()
+	old := &pending{raw: &rawConn{Conn: c1}, key: peer, at: now.Add(-time.Second), in: true}
+	young := &pending{raw: &rawConn{Conn: c2}, key: flood, at: now, in: true}
+	l.bySrc[peer], l.bySrc[flood] = []*pending{old}, []*pending{young}
+	if v := l.heaviest(now); v != old {
+		t.Fatalf("without an eviction: victim %v, want the oldest silent one", v)
+	}
+	l.markEvicted(flood, now)
+	if v := l.heaviest(now); v != young {
+		t.Fatalf("the flood's source lost one just now: victim %v, want its connection", v)
+	}
+	if v := l.heaviest(now.Add(handshakeTime)); v != old {
+		t.Fatalf("past the handshake time the weight is gone: victim %v, want the oldest", v)
+	}
+}
