@@ -82,7 +82,7 @@ func Listener(l net.Listener, lim Limits, socket string, log *slog.Logger) net.L
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &limitListener{Listener: l, lim: lim.withDefaults(), socket: socket, log: log,
-		conns: map[*limitConn]struct{}{}, held: map[int]int{}, busy: map[int]int{}}
+		conns: map[*limitConn]struct{}{}, held: map[int]int{}, busy: map[int]int{}, drains: make(chan struct{}, maxDrains)}
 }
 
 type limitListener struct {
@@ -91,6 +91,7 @@ type limitListener struct {
 	socket string
 	log    *slog.Logger
 	rl     ratelog.Limiter
+	drains chan struct{} // refused connections being drained (refuse)
 
 	mu     sync.Mutex
 	conns  map[*limitConn]struct{}
@@ -138,7 +139,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // victimLocked is the idle connection to close for a new one: of the holder with the most
 // connections, the one idle longest. One with bytes waiting in its socket is not idle: its
 // request has arrived and is about to be read. Nil when none is idle.
-func (l *limitListener) victimLocked() *limitConn {
+func (l *limitListener) victimLocked() (victim *limitConn) {
 	var cands []*limitConn
 	var closing *limitConn
 	for c := range l.conns {
@@ -154,6 +155,11 @@ func (l *limitListener) victimLocked() *limitConn {
 		// the answer is read: cutting that short costs nobody a request, whatever bytes wait.
 		return closing
 	}
+	defer func() {
+		if victim == nil {
+			victim = l.doomedLocked(cands)
+		}
+	}()
 	sort.Slice(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
 		if l.held[a.holder] != l.held[b.holder] {
@@ -178,7 +184,32 @@ func (l *limitListener) refuse(c net.Conn, holder int, reason string, limit int)
 		why = ""
 	}
 	detail := fmt.Sprintf("%s on %s (limit %d)%s; retry later", reason, l.socket, limit, why)
-	go answerAndClose(c, http.StatusServiceUnavailable, "service_unavailable", detail)
+	// A refused connection is outside the pool, so its drain is bounded here: a flood of them
+	// must not hold a descriptor each for the drain's half second (a daemon at its descriptor
+	// limit then fails the requests it did admit). Past maxDrains the answer is written and
+	// the connection closed at once.
+	select {
+	case l.drains <- struct{}{}:
+		go func() {
+			defer func() { <-l.drains }()
+			answerAndClose(c, http.StatusServiceUnavailable, "service_unavailable", detail)
+		}()
+	default:
+		answerNow(c, http.StatusServiceUnavailable, "service_unavailable", detail)
+	}
+}
+
+// maxDrains bounds the refused connections a listener drains at once (refuse).
+const maxDrains = 16
+
+// answerNow writes a whole error answer and closes the connection without draining it: its
+// answer may be lost to a reset if the client still sends.
+func answerNow(c net.Conn, status int, code, detail string) {
+	defer c.Close()
+	body, _ := json.Marshal(map[string]string{"error": code, "detail": detail})
+	c.SetDeadline(time.Now().Add(100 * time.Millisecond))
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+		status, http.StatusText(status), len(body), body)
 }
 
 // answerAndClose writes a whole error answer to a connection whose request was not (or not
@@ -201,6 +232,23 @@ func actorOf(holder int) string {
 		return "conn:" + strconv.Itoa(-holder)
 	}
 	return "pid:" + strconv.Itoa(holder)
+}
+
+// doomedLocked is, when no connection is idle, one whose request has arrived but whose holder
+// already has MaxPerPID requests in progress: that request would be answered 503 at once, so
+// closing it for a newcomer costs its holder nothing it could have had. Of the holder with
+// the most connections, the oldest; nil when there is none.
+func (l *limitListener) doomedLocked(idle []*limitConn) *limitConn {
+	var best *limitConn
+	for _, c := range idle {
+		if l.busy[c.holder] < l.lim.MaxPerPID {
+			continue
+		}
+		if best == nil || l.held[c.holder] > l.held[best.holder] || (l.held[c.holder] == l.held[best.holder] && c.since.Before(best.since)) {
+			best = c
+		}
+	}
+	return best
 }
 
 // releaseLocked gives c's place back, once.

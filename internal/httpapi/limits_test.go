@@ -247,7 +247,7 @@ func TestBusyShare(t *testing.T) {
 // a slow-body attacker's refused connections, each draining while its bytes trickle in, can
 // fill the pool on a busy machine, and every newcomer is refused.
 func TestRefusedIsEvictable(t *testing.T) {
-	l := Listener(nil, Limits{MaxConns: 2, MaxPerPID: 1}, "http", nil).(*limitListener)
+	l := Listener(nil, Limits{MaxConns: 2, MaxPerPID: 2}, "http", nil).(*limitListener)
 	pair := func() (net.Conn, net.Conn) {
 		ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
 		if err != nil {
@@ -284,6 +284,12 @@ func TestRefusedIsEvictable(t *testing.T) {
 	refused.closing = false
 	if v := l.victimLocked(); v != nil {
 		t.Fatalf("victim %v, want none (the only idle one has bytes waiting)", v)
+	}
+	// Its holder at MaxPerPID requests in progress: its request would be refused at once, so
+	// it is the one closed for a newcomer although its bytes wait.
+	l.busy[7] = 2
+	if v := l.victimLocked(); v != refused {
+		t.Fatalf("holder at its bound: victim %v, want its connection whose request would be refused", v)
 	}
 }
 
