@@ -285,7 +285,7 @@ func sendAll(d *daemon, c *http.Client, ref string, n int) tally {
 		if resp.StatusCode == 202 {
 			tl.served++
 		} else {
-			tl.fail(fmt.Sprint(resp.StatusCode, " ", v["error"], ": ", v["detail"]))
+			tl.fail(fmt.Sprint(resp.StatusCode, " ", v["error"]))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -186,39 +186,37 @@ func (l *limitListener) refuse(c net.Conn, holder int, reason string, limit int)
 	detail := fmt.Sprintf("%s on %s (limit %d)%s; retry later", reason, l.socket, limit, why)
 	// A refused connection is outside the pool, so its drain is bounded here: a flood of them
 	// must not hold a descriptor each for the drain's half second (a daemon at its descriptor
-	// limit then fails the requests it did admit). Past maxDrains the answer is written and
-	// the connection closed at once.
+	// limit then fails the requests it did admit). Past maxDrains a refused connection gets a
+	// short drain instead, enough to take in what its client already sent, so that the close
+	// does not reset the answer away.
+	drain := shortDrain
 	select {
 	case l.drains <- struct{}{}:
-		go func() {
-			defer func() { <-l.drains }()
-			answerAndClose(c, http.StatusServiceUnavailable, "service_unavailable", detail)
-		}()
+		drain = 500 * time.Millisecond
 	default:
-		answerNow(c, http.StatusServiceUnavailable, "service_unavailable", detail)
 	}
+	go func() {
+		if drain != shortDrain {
+			defer func() { <-l.drains }()
+		}
+		answerAndClose(c, http.StatusServiceUnavailable, "service_unavailable", detail, drain)
+	}()
 }
 
-// maxDrains bounds the refused connections a listener drains at once (refuse).
-const maxDrains = 16
-
-// answerNow writes a whole error answer and closes the connection without draining it: its
-// answer may be lost to a reset if the client still sends.
-func answerNow(c net.Conn, status int, code, detail string) {
-	defer c.Close()
-	body, _ := json.Marshal(map[string]string{"error": code, "detail": detail})
-	c.SetDeadline(time.Now().Add(100 * time.Millisecond))
-	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
-		status, http.StatusText(status), len(body), body)
-}
+// maxDrains bounds the refused connections a listener drains for long at once (refuse);
+// shortDrain is the drain of the others.
+const (
+	maxDrains  = 16
+	shortDrain = 25 * time.Millisecond
+)
 
 // answerAndClose writes a whole error answer to a connection whose request was not (or not
-// wholly) read, half-closes it and drains what the client sends for up to half a second, so
-// that the close does not reset the answer away (net/http's closeWriteAndWait).
-func answerAndClose(c net.Conn, status int, code, detail string) {
+// wholly) read, half-closes it and drains what the client sends for up to drain, so that the
+// close does not reset the answer away (net/http's closeWriteAndWait).
+func answerAndClose(c net.Conn, status int, code, detail string, drain time.Duration) {
 	defer c.Close()
 	body, _ := json.Marshal(map[string]string{"error": code, "detail": detail})
-	c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	c.SetDeadline(time.Now().Add(drain))
 	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
 		status, http.StatusText(status), len(body), body)
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
@@ -291,7 +289,7 @@ func (c *limitConn) refuseBusy() {
 	l.mu.Lock()
 	c.closing, c.since = true, time.Now()
 	l.mu.Unlock()
-	answerAndClose(c, http.StatusServiceUnavailable, "service_unavailable", fmt.Sprintf("%s (limit %d); retry later", reason, l.lim.MaxPerPID))
+	answerAndClose(c, http.StatusServiceUnavailable, "service_unavailable", fmt.Sprintf("%s (limit %d); retry later", reason, l.lim.MaxPerPID), 500*time.Millisecond)
 }
 
 // holderKind names what a holder is, for answers: a process, or (TCP) a connection.
