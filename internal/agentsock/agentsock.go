@@ -53,7 +53,7 @@ const (
 
 // Config of the server. Zero limits take the defaults above.
 type Config struct {
-	Bus     *bus.Bus
+	Bus     Bus
 	Proc    peercred.Proc
 	Log     *slog.Logger
 	MaxLine int // bytes per request line, without the newline

@@ -26,7 +26,7 @@ import (
 
 // Config of the API.
 type Config struct {
-	Bus     *bus.Bus
+	Bus     Bus
 	MaxBody int
 	Log     *slog.Logger
 	Socket  string          // "http" or "tcp", for the audit log

@@ -71,7 +71,7 @@ const (
 
 // Config of the server. Zero values take the defaults above.
 type Config struct {
-	Bus               *bus.Bus
+	Bus               Bus
 	Proc              peercred.Proc
 	Log               *slog.Logger
 	FirstFrameTimeout time.Duration

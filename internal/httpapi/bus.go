@@ -1,0 +1,26 @@
+package httpapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/bus"
+)
+
+// Bus is what the HTTP API asks of the bus: sends, the session list and lookups, messages
+// and their replies, a peer's sessions, and the facts /healthz reports. *bus.Bus is one.
+type Bus interface {
+	Host() string
+	Leaf() *bus.LeafIdentity
+	Send(ctx context.Context, s bus.Send) (bus.Delivery, error)
+	Resolve(ref string) (bus.Target, error)
+	Sessions(cwd, status string) []bus.SessionView
+	RemoteSessions(ctx context.Context, peer string) ([]bus.RemoteSession, error)
+	Message(id string) (bus.MessageView, error)
+	Replies(ctx context.Context, id string, after uint64, wait time.Duration) ([]bus.ReplyView, error)
+	SessionDirsPresent() bool
+	SessionDirsReadable() bool
+	SessionDirProblems() []string
+}
+
+var _ Bus = (*bus.Bus)(nil)
