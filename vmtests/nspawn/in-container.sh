@@ -16,6 +16,7 @@
 #   in-container.sh fedunit      (9) a federating tier's unit: one bind port, the peers only
 #   in-container.sh federation  (10) two tiers federate under the real units and Landlock
 #   in-container.sh custody     (11) a LoadCredential= secret handed to a tier's service by fd
+#   in-container.sh relaunch    (12) a session dir that appears: exit 75, restarted, now served
 #
 # Payload layout (read-only at /xmsg-payload): bin/{xmsg,xmsg-probe}, systemd/ (the repo's
 # unit directory), creds/<tier>/{fed-cert,fed-key,pin}, this script, and when
@@ -700,8 +701,38 @@ PY
   systemctl stop "xmsg@$t.service"
 }
 
+# (12) A session directory that appears after the start (Claude Code installed after the bus):
+# Landlock cannot take it into a running daemon, so the daemon exits 75 and systemd, told by
+# RestartForceExitStatus=75, starts it again while the socket units keep the sockets; that is
+# no failure (SuccessExitStatus=75), and the new daemon's sandbox includes the directory.
+relaunch() {
+  local t=public d=/var/lib/xmsg-public/later/.claude/sessions hs=/run/xmsg-public/xmsg/http.sock
+  local dropin=/etc/systemd/system/xmsg@$t.service.d/relaunch.conf pid1 pid2 n1 n2 h
+  printf '[Service]\nEnvironment=XMSG_SESSIONS_DIR=%s\n' "$d" > "$dropin"
+  rm -rf /var/lib/xmsg-public/later
+  systemctl daemon-reload
+  systemctl restart "xmsg@$t.service"
+  wait_for "xmsg@$t.service active" systemctl -q is-active "xmsg@$t.service"
+  h=$(as "xmsg-$t" /usr/local/bin/xmsg health --http-sock "$hs" 2>&1)
+  check "positive control: the missing session dir is reported ($h)" grep -q sessions_dir_missing <<<"$h"
+  pid1=$(mainpid $t); n1=$(systemctl show -P NRestarts "xmsg@$t.service")
+  local cur; cur=$(journalctl -q -n0 --show-cursor | sed -n 's/^-- cursor: //p')
+  as "xmsg-$t" mkdir -p "$d"
+  wait_secs 20 "a new MainPID after $pid1" bash -c "p=\$(systemctl show -P MainPID xmsg@$t.service); [ -n \"\$p\" ] && [ \"\$p\" != 0 ] && [ \"\$p\" != $pid1 ]"
+  wait_for "xmsg@$t.service active again" systemctl -q is-active "xmsg@$t.service"
+  pid2=$(mainpid $t); n2=$(systemctl show -P NRestarts "xmsg@$t.service")
+  check "systemd started the daemon again (MainPID $pid1 -> $pid2, NRestarts $n1 -> $n2)" bash -c "[ '$pid2' != '$pid1' ] && [ '$n2' -gt '$n1' ]"
+  check "the journal says why" bash -c "journalctl -q --no-pager -u xmsg@$t.service | grep -q 'session dir appeared or was replaced'"
+  check "exit 75 is no failure (no 'Failed with result' since the change)" bash -c "! journalctl -q --no-pager --after-cursor='$cur' -u xmsg@$t.service | grep -q 'Failed with result'"
+  h=$(as "xmsg-$t" /usr/local/bin/xmsg health --http-sock "$hs" 2>&1)
+  check "the new daemon serves the session dir ($h)" grep -q '"sessions_dir":"ok"' <<<"$h"
+  rm -f "$dropin"; rm -rf /var/lib/xmsg-public/later
+  systemctl daemon-reload
+  systemctl restart "xmsg@$t.service"
+}
+
 case "${1:-}" in
   setup) setup || { echo "FAIL setup"; exit 1; }; exit 0 ;;
-  activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation|custody) "$1"; finish ;;
-  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation|custody" >&2; exit 64 ;;
+  activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation|custody|relaunch) "$1"; finish ;;
+  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation|custody|relaunch" >&2; exit 64 ;;
 esac
