@@ -537,42 +537,17 @@ func argString(args jsonline.Object, names ...string) (string, error) {
 // agent sends one request line to agent.sock on a fresh connection and turns the answer into
 // a tool result: the `key` object of an ok answer as JSON text, or the error code and detail.
 func (b *bridge) agent(ctx context.Context, req map[string]any, key string) toolResult {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", b.cfg.AgentSock)
+	ans, err := b.agentFrames(ctx, []map[string]any{req})
 	if err != nil {
-		b.cfg.Log.Debug("mcp: agent.sock dial failed", "err", err)
-		return text("xmsg is not reachable: "+errText(err), true)
+		return text(err.Error(), true)
 	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-	}
-	// Cancelling ctx (Run ending) interrupts a call blocked on the socket.
-	defer context.AfterFunc(ctx, func() { c.Close() })()
-	line, err := jsonline.Encode(req)
-	if err != nil {
-		return text("xmsg request failed: "+err.Error(), true)
-	}
-	if _, err := c.Write(line); err != nil {
-		return text("xmsg request failed: "+errText(err), true)
-	}
-	resp, err := jsonline.ReadLine(bufio.NewReader(c), maxResponse)
-	if err != nil && len(resp) == 0 {
-		return text("xmsg closed the connection without an answer", true)
-	}
-	ans, err := jsonline.Decode(resp)
+	obj, err := jsonline.Decode(ans[0].raw)
 	if err != nil {
 		return text("xmsg sent an unreadable answer", true)
 	}
-	if status, _ := ans.String("status"); status != "ok" {
-		code, _ := ans.String("error")
-		detail, _ := ans.String("detail")
-		return text(fmt.Sprintf("error %s: %s", code, detail), true)
-	}
-	body, ok := ans[key]
+	body, ok := obj[key]
 	if !ok {
-		all, _ := jsonline.Encode(ans)
-		body = bytes.TrimSuffix(all, []byte("\n"))
+		body = bytes.TrimSuffix(ans[0].raw, []byte("\n"))
 	}
 	return text(string(body), false)
 }

@@ -110,6 +110,7 @@ func (b *bridge) agentFrames(ctx context.Context, frames []map[string]any) ([]an
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", b.cfg.AgentSock)
 	if err != nil {
+		b.cfg.Log.Debug("mcp: agent.sock dial failed", "err", err)
 		return nil, errors.New("xmsg is not reachable: " + errText(err))
 	}
 	defer c.Close()
