@@ -329,12 +329,21 @@ func (s *Server) victimLocked() net.Conn {
 		return a.since.Before(b.since)
 	})
 	for _, cd := range cands {
-		if !inq.Pending(cd.c) {
+		// Bytes waiting unread mean a frame has arrived that its goroutine has not read yet
+		// (a flood of connects delays it): spared, but only for spokenGrace after its connect
+		// or last frame. A connection that has held its place longer with bytes still
+		// waiting is chatter (blank lines a loaded server reads late), not a frame.
+		if now.Sub(cd.sl.since) >= spokenGrace || !inq.Pending(cd.c) {
 			return cd.c
 		}
 	}
 	return nil
 }
+
+// spokenGrace is how long a connection with bytes waiting unread is spared eviction
+// (victimLocked): long enough for a loaded server to read a frame that arrived with the
+// connect, short enough that a holder sending blank lines cannot keep its place by them.
+const spokenGrace = time.Second
 
 // evictLocked tells c's Reader to end the connection with an error frame: its read deadline
 // is set to now, which wakes the read it is waiting in.

@@ -499,3 +499,25 @@ func TestSpokenIsNotIdle(t *testing.T) {
 		t.Fatalf("the connection that had spoken: got %q (%v), want its frame answered", got, err)
 	}
 }
+
+// TestChatterPastGraceIsIdle: bytes waiting unread spare a connection only for spokenGrace
+// after its connect (or last frame): one that has held its place longer with bytes still
+// waiting (blank lines a loaded server has not read yet) is the one closed for a newcomer.
+func TestChatterPastGraceIsIdle(t *testing.T) {
+	slowStart = 1800 * time.Millisecond // its first read comes after the grace has passed
+	t.Cleanup(func() { slowStart = 0 })
+	_, path, _ := echoCfg(t, lineserver.Config{MaxConns: 4, MaxPending: 1}, true)
+	holder, hr := dial(t, path)
+	holder.Write([]byte("\n\n\n"))
+	time.Sleep(1200 * time.Millisecond) // past spokenGrace (1 s), before its first read
+	late, lr := dial(t, path)
+	late.Write([]byte("hi\n"))
+	holder.SetDeadline(time.Now().Add(wait))
+	if got, _ := hr.ReadString('\n'); !strings.Contains(got, "to make room") {
+		t.Fatalf("the holder past its grace: got %q, want the eviction frame", got)
+	}
+	late.SetDeadline(time.Now().Add(wait))
+	if got, err := lr.ReadString('\n'); got != "hi\n" {
+		t.Fatalf("the newcomer: got %q (%v), want its frame answered", got, err)
+	}
+}
