@@ -1190,13 +1190,14 @@ func TestAttackTCPOtherUID(t *testing.T) {
 	})
 }
 
-// TestAttackGhostWaiters (issue 18): 4 processes open 32 reply long-polls each (more than the
-// whole waiter pool), each with a byte pipelined behind it, and exit. The hang-up watch
+// TestAttackGhostWaiters (issue 18): 5 processes open 32 reply long-polls each (more than the
+// whole waiter pool, even if one of them is late to start: each process holds at most its
+// share of 32), each with a byte pipelined behind it, and exit. The hang-up watch
 // once stopped at the pipelined byte, and the places stayed taken for the polls' 60 s. Now a
 // poll right after the exit is served. The positive control is the flood itself: while the
 // attackers live, a poll gets 503.
 func TestAttackGhostWaiters(t *testing.T) {
-	// The waiter pool is lowered below the attackers' 128, so that it is surely full.
+	// The waiter pool is lowered below the attackers' 160, so that it is surely full.
 	d := newDaemon(t, "--http-max-waiters", "100")
 	s := startClaude(t, d.sess, "aaaaaaaa-0000-0000-0000-00000000f001", "target", "/")
 	status, v := d.do("POST", "/v1/sessions/"+s.id+"/messages", `{"from":"a","text":"q"}`)
@@ -1205,7 +1206,7 @@ func TestAttackGhostWaiters(t *testing.T) {
 	}
 	id := field(v, "messageId").(string)
 	// The message id goes in $ID: attackProcs gives each child its index as $EXTRA.
-	stop := startAttackEnv(t, "ghostpoll", d.sock("http"), 1, "", "PROCS=4", "CHILD_N=32", "ID="+id)
+	stop := startAttackEnv(t, "ghostpoll", d.sock("http"), 1, "", "PROCS=5", "CHILD_N=32", "ID="+id)
 	c := d.freshClient(10 * time.Second)
 	pollWait := func(wait int) (int, any) {
 		resp, err := c.Get(fmt.Sprintf("http://localhost/v1/messages/%s/replies?wait=%d", id, wait))
@@ -1220,7 +1221,7 @@ func TestAttackGhostWaiters(t *testing.T) {
 	poll := func() (int, any) { return pollWait(1) }
 	// Every waiter place taken: the attack is real. (Bounded by daemontest.Wait, not a few
 	// tries: on a loaded machine the 128 polls take a while to reach the daemon.)
-	daemontest.WaitFor(t, "128 long-polls to fill the waiter pool (the control)", func() bool {
+	daemontest.WaitFor(t, "160 long-polls to fill the waiter pool (the control)", func() bool {
 		code, _ := pollWait(1)
 		return code == 503
 	})
@@ -1234,7 +1235,7 @@ func TestAttackGhostWaiters(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Logf("128 long-polls with a pipelined byte, their processes gone: a poll served %v after the exit (was: 503 for 60 s)", time.Since(t0).Round(time.Millisecond))
+	t.Logf("160 long-polls with a pipelined byte, their processes gone: a poll served %v after the exit (was: 503 for 60 s)", time.Since(t0).Round(time.Millisecond))
 	if code != 200 {
 		t.Errorf("after the attackers exited: %d %v, want the poll served", code, body)
 	}

@@ -328,12 +328,15 @@ func (s *Server) victimLocked() net.Conn {
 		}
 		return a.since.Before(b.since)
 	})
+	// A process holding more than a quarter of the pool is a flood whatever its connections
+	// have sent: the spared-if-spoken rule below is for the others.
+	share := max(1, s.cfg.MaxPending/4)
 	for _, cd := range cands {
 		// Bytes waiting unread mean a frame has arrived that its goroutine has not read yet
 		// (a flood of connects delays it): spared, but only for spokenGrace after its connect
 		// or last frame. A connection that has held its place longer with bytes still
 		// waiting is chatter (blank lines a loaded server reads late), not a frame.
-		if now.Sub(cd.sl.since) >= spokenGrace || !inq.Pending(cd.c) {
+		if held[cd.sl.pid] > share || now.Sub(cd.sl.since) >= spokenGrace || !inq.Pending(cd.c) {
 			return cd.c
 		}
 	}

@@ -521,3 +521,29 @@ func TestChatterPastGraceIsIdle(t *testing.T) {
 		t.Fatalf("the newcomer: got %q (%v), want its frame answered", got, err)
 	}
 }
+
+// TestFloodShareIsIdle: a process holding more than a quarter of the pending pool is a flood,
+// so its connections make room for a newcomer even while young and with bytes waiting unread
+// (blank lines sent the moment they connect, on a server too loaded to read them yet).
+func TestFloodShareIsIdle(t *testing.T) {
+	slowStart = 1800 * time.Millisecond // no first read before the newcomer comes
+	t.Cleanup(func() { slowStart = 0 })
+	_, path, _ := echoCfg(t, lineserver.Config{MaxConns: 8, MaxPending: 4}, true)
+	var holders []*bufio.Reader
+	for range 4 {
+		c, r := dial(t, path)
+		c.Write([]byte("\n"))
+		c.SetDeadline(time.Now().Add(wait))
+		holders = append(holders, r)
+	}
+	time.Sleep(100 * time.Millisecond) // their bytes are in their sockets
+	late, lr := dial(t, path)
+	late.Write([]byte("hi\n"))
+	late.SetDeadline(time.Now().Add(wait))
+	if got, err := lr.ReadString('\n'); got != "hi\n" {
+		t.Fatalf("the newcomer beside a process holding the whole pool: got %q (%v), want its frame answered", got, err)
+	}
+	if got, _ := holders[0].ReadString('\n'); !strings.Contains(got, "to make room") {
+		t.Errorf("the oldest holder: got %q, want the eviction frame", got)
+	}
+}
