@@ -248,39 +248,13 @@ func (b *Bus) sendLeaf(s Send, target, peer string) (Delivery, error) {
 }
 
 // LeafInbox returns the oldest mail for leaf peer without removing it, waiting up to wait
-// (at most MaxWait) for one; nil when there is none.
+// (at most MaxWait) for one; nil when there is none. It is LeafInboxBatch of one row.
 func (b *Bus) LeafInbox(ctx context.Context, peer string, wait time.Duration) (*store.MailboxEntry, error) {
-	if wait > MaxWait {
-		wait = MaxWait
+	rows, err := b.LeafInboxBatch(ctx, peer, wait, 1, 0)
+	if err != nil || len(rows) == 0 {
+		return nil, err
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		ch, cancel := b.queues.subscribe(leafKey(peer))
-		var e store.MailboxEntry
-		var found bool
-		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
-			e, found, err = tx.MailboxHead(peer)
-			return err
-		})
-		if err != nil || found || wait <= 0 {
-			cancel()
-			if found {
-				return &e, nil
-			}
-			return nil, err
-		}
-		select {
-		case <-ch:
-			cancel()
-		case <-timer.C:
-			cancel()
-			return nil, nil
-		case <-ctx.Done():
-			cancel()
-			return nil, nil
-		}
-	}
+	return &rows[0], nil
 }
 
 // LeafAck deletes mail id from leaf peer's mailbox; only that peer's mailbox is searched.
