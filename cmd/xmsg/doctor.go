@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/xmsg/xmsg/internal/doctor"
 )
@@ -17,20 +16,13 @@ func doctorCmd(args []string, stdout io.Writer) error {
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
-	if *tcpURL == "" {
-		*tcpURL = os.Getenv("XMSG_URL")
-	}
 	machine := doctor.Machine().Lines()
 	var running struct {
 		Lines []string `json:"lines"`
 	}
-	var runErr error
-	if *tcpURL != "" {
-		runErr = newTCPBusClient(*tcpURL).do("GET", "/v1/doctor", nil, &running)
-	} else if path, err := httpSockPath(*sock); err != nil {
-		runErr = err
-	} else {
-		runErr = newBusClient(path).do("GET", "/v1/doctor", nil, &running)
+	c, runErr := runningClient(*tcpURL, *sock)
+	if runErr == nil {
+		runErr = c.do("GET", "/v1/doctor", nil, &running)
 	}
 	if *asJSON {
 		out := map[string]any{"machine": machine, "running": running.Lines}

@@ -16,18 +16,9 @@ func healthCmd(args []string, stdout io.Writer) error {
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
-	if *tcpURL == "" {
-		*tcpURL = os.Getenv("XMSG_URL")
-	}
-	var c *busClient
-	if *tcpURL != "" {
-		c = newTCPBusClient(*tcpURL)
-	} else {
-		path, err := httpSockPath(*sock)
-		if err != nil {
-			return err
-		}
-		c = newBusClient(path)
+	c, err := runningClient(*tcpURL, *sock)
+	if err != nil {
+		return err
 	}
 	var h json.RawMessage
 	if err := c.do("GET", "/healthz", nil, &h); err != nil {
@@ -35,4 +26,20 @@ func healthCmd(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintln(stdout, string(h))
 	return nil
+}
+
+// runningClient is the client of the running daemon that doctor and health ask: its TCP
+// listener when tcpURL (or XMSG_URL) names one, else its http.sock (the flag's, or the default).
+func runningClient(tcpURL, sock string) (*busClient, error) {
+	if tcpURL == "" {
+		tcpURL = os.Getenv("XMSG_URL")
+	}
+	if tcpURL != "" {
+		return newTCPBusClient(tcpURL), nil
+	}
+	path, err := httpSockPath(sock)
+	if err != nil {
+		return nil, err
+	}
+	return newBusClient(path), nil
 }
