@@ -252,19 +252,19 @@ func (b *Bus) agyView(r *Registration) SessionView {
 // sendAgy delivers s to the agy target t: through agentapi when the session has usable
 // credentials, else into the conversation's queue (outcome queued, sessionId = the
 // conversation id). msg is committed before agentapi runs, so a reply finds it.
-func (b *Bus) sendAgy(s Send, t Target, msg store.Message, idem *store.Idem) (Delivery, error) {
+func (b *Bus) sendAgy(a arrival, t Target, msg store.Message) (Delivery, error) {
 	r := t.reg
-	env := envelope.Plain(s.FromName, msg.ID, s.Text)
-	d := Delivery{SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: "delivered"}
+	env := envelope.Plain(a.fromName, msg.ID, a.text)
+	d := Delivery{SessionID: t.SessionID, FromName: a.fromName, Bytes: a.bytes, MessageID: msg.ID, Outcome: "delivered"}
 	c, ok := b.agyCredentials(r)
 	var pending *store.Pending
 	if !ok {
 		d.SessionID, d.Outcome, msg.Outcome = r.agy.presence.Conversation, "queued", "queued"
-		pending = &store.Pending{ID: msg.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: msg.CreatedAt, FromName: s.FromName,
-			Bytes: s.Bytes, Text: s.Text, Envelope: env}
+		pending = &store.Pending{ID: msg.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: msg.CreatedAt, FromName: a.fromName,
+			Bytes: a.bytes, Text: a.text, Envelope: env}
 	}
-	if idem != nil {
-		idem.SessionID, idem.Outcome = d.SessionID, d.Outcome
+	if a.idem != nil {
+		a.idem.SessionID, a.idem.Outcome = d.SessionID, d.Outcome
 	}
 	err := b.cfg.Store.Update(func(tx *store.Tx) error {
 		if pending != nil {
@@ -275,10 +275,10 @@ func (b *Bus) sendAgy(s Send, t Target, msg store.Message, idem *store.Idem) (De
 		if err := tx.PutMessage(msg); err != nil {
 			return err
 		}
-		if idem == nil {
+		if a.idem == nil {
 			return nil
 		}
-		return tx.PutIdem(*idem)
+		return tx.PutIdem(*a.idem)
 	})
 	if errors.Is(err, store.ErrQueueFull) {
 		return Delivery{}, errorf("service_unavailable", "agy session message queue is full")
@@ -289,18 +289,8 @@ func (b *Bus) sendAgy(s Send, t Target, msg store.Message, idem *store.Idem) (De
 	if err != nil || pending != nil {
 		return d, err
 	}
-	if err := b.agyDeliver(r, c, s.FromName, env); err != nil {
-		msg.Outcome = "delivery_failed"
-		if uerr := b.cfg.Store.Update(func(tx *store.Tx) error {
-			if idem != nil {
-				if err := tx.DeleteIdem(idem.Principal, idem.Key); err != nil {
-					return err
-				}
-			}
-			return tx.PutMessage(msg)
-		}); uerr != nil {
-			b.cfg.Log.Error("recording failed delivery", "message_id", msg.ID, "err", uerr)
-		}
+	if err := b.agyDeliver(r, c, a.fromName, env); err != nil {
+		b.failed(msg, a.idem)
 		return Delivery{}, err
 	}
 	return d, nil

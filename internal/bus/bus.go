@@ -75,29 +75,23 @@ func Builtin() []harness.Harness {
 	return []harness.Harness{claude.Harness, agy.Harness, codex.Harness, uid.Pi, uid.OpenCode, uid.Hermes, svc.Harness}
 }
 
-// remoteHarness is the recipient harness of a message sent to another node (its row's
-// RecipientHarness): no harness of this bus, so a reply to it comes from that node.
-const remoteHarness = "fed"
-
 // Bus is the router. Safe for concurrent use.
 type Bus struct {
-	cfg      Config
-	h        *harness.Registry
-	mu       sync.Mutex
-	regs     map[string]*Registration
-	replies  signals // keyed by message id
-	queues   signals // keyed by session id
-	acks     signals // keyed by message id: a queued message was acknowledged
-	waiters  chan struct{}
-	keys     keyLocks
-	stop     chan struct{}
-	stopped  sync.WaitGroup
-	locks    *lockwatch.Watcher // follows the locks of leases; nil without Codex
-	lim      ratelog.Limiter    // refusal log lines
-	aud      *Audit             // the audit lines of the work the bus does on its own
-	inflight inflight           // remote sends not yet recorded
-	bg       sync.WaitGroup     // final records of remote sends, written after the answer
-	q        queueState
+	cfg     Config
+	h       *harness.Registry
+	mu      sync.Mutex
+	regs    map[string]*Registration
+	replies signals // keyed by message id
+	queues  signals // keyed by session id
+	acks    signals // keyed by message id: a queued message was acknowledged
+	waiters chan struct{}
+	keys    keyLocks
+	stop    chan struct{}
+	stopped sync.WaitGroup
+	locks   *lockwatch.Watcher // follows the locks of leases; nil without Codex
+	lim     ratelog.Limiter    // refusal log lines
+	aud     *Audit             // the audit lines of the work the bus does on its own
+	q       queueState
 	// pidfdOnce logs once that registrations fall back to /proc checks.
 	pidfdOnce sync.Once
 	ownMu     sync.Mutex
@@ -145,7 +139,6 @@ func (b *Bus) Close() {
 	if b.locks != nil {
 		b.locks.Close()
 	}
-	b.bg.Wait()
 }
 
 // audit writes the audit line of work the bus does on its own (Audit.Record).

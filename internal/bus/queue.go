@@ -178,18 +178,11 @@ type Bounds struct {
 	// federation peer (whatever principals it names) or an attested local session (shareOf).
 	// 0 = DefaultQueueShare; < 0 = no bound but the queue's.
 	QueueShare int
-	// MailboxMax and MailboxMaxBytes bound one leaf's mailbox on a hub, in messages and in
-	// stored bytes. 0 = the defaults; < 0 = no bound.
-	MailboxMax, MailboxMaxBytes int
 }
 
-// The defaults of Bounds (internal/limits): half a queue per origin, so that a second sender
-// always finds room; a mailbox of 1,000 messages or 16 MiB, which a leaf drains in seconds.
-const (
-	DefaultQueueShare      = limits.QueueMaxPerOrigin
-	DefaultMailboxMax      = limits.LeafMailboxMax
-	DefaultMailboxMaxBytes = limits.LeafMailboxMaxBytes
-)
+// DefaultQueueShare is half a queue per origin (internal/limits), so that a second sender
+// always finds room.
+const DefaultQueueShare = limits.QueueMaxPerOrigin
 
 func orDefault(v, def int) int {
 	switch {
@@ -202,10 +195,6 @@ func orDefault(v, def int) int {
 }
 
 func (b Bounds) queueShare() int { return orDefault(b.QueueShare, DefaultQueueShare) }
-
-func (b Bounds) mailbox() (n, bytes int) {
-	return orDefault(b.MailboxMax, DefaultMailboxMax), orDefault(b.MailboxMaxBytes, DefaultMailboxMaxBytes)
-}
 
 // shareOf names the origin a queued row counts against, from the origin the bus recorded
 // for it (docs/protocol.md §7.3): a federation peer by its name (the principals it names are

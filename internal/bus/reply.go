@@ -244,7 +244,7 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 		Envelope: h.Envelope(badge, claudeBody, plainBody)}
 	if h.Origin() {
 		if replierHost != "" {
-			pending.Origin = fedOrigin(replierHost, replier.Harness+":"+replier.Name)
+			pending.Origin = FedOrigin(replierHost, replier.Harness+":"+replier.Name)
 		} else {
 			pending.Origin = fmtOrigin("local", &replier)
 		}
@@ -359,7 +359,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 			if found = !b.expired(m.CreatedAt); !found {
 				return nil
 			}
-			remote = m.RecipientHarness == remoteHarness
+			remote = m.RecipientHarness == RemoteHarness
 			rs, err = tx.Replies(id, after)
 			return err
 		})

@@ -2,16 +2,14 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"sync"
 	"syscall"
 
-	"github.com/google/uuid"
-
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/envelope"
-	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -133,115 +131,17 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 	if err != nil {
 		return d, err
 	}
-	// A queued recipient's place is reserved first: a full queue is refused here, before the
-	// message id, envelope and origin are built (a storm of refused sends skips that work), and
-	// before the write can enter (and fail inside) a shared commit.
-	h := b.h.Lookup(t.Harness)
-	if h == nil {
-		// A session of a harness this bus's registry lacks (a Codex lease on a bus built
-		// without codex): nothing says how to deliver to it.
-		return d, errorf("internal", "internal error")
-	}
-	var slot *queueSlot
-	if h.Delivery() == harness.Queue {
-		var rerr error
-		slot, rerr = b.reserve(t.SessionID)
-		if errors.Is(rerr, store.ErrQueueFull) {
-			return Delivery{}, queueFull(t.Harness)
-		}
-		if rerr != nil {
-			return Delivery{}, rerr
-		}
-		defer slot.release() // the place, unless the write was committed
-	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return d, err
-	}
-	msg := store.Message{ID: id.String(), CreatedAt: b.nowUnix(), SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes,
-		Outcome: "delivered", RecipientHarness: t.Harness, ThreadID: id.String()}
-	if s.Caller != nil {
-		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = s.Caller.Harness, s.Caller.SessionID, s.PushReplies
-	}
-	d = Delivery{SessionID: t.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: "delivered"}
-	if h.Delivery() == harness.Agentapi {
-		var idem *store.Idem
-		if s.Key != "" {
-			idem = &store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
-				FromName: d.FromName, Bytes: d.Bytes, CreatedAt: msg.CreatedAt}
-		}
-		return b.sendAgy(s, t, msg, idem)
-	}
-	var pending *store.Pending
-	if slot != nil {
-		kind := "anonymous"
-		if s.Caller != nil {
-			kind = "local"
-		}
-		pending = &store.Pending{ID: msg.ID, SessionID: t.SessionID, CreatedAt: msg.CreatedAt, FromName: s.FromName, Bytes: s.Bytes,
-			Text: s.Text, Envelope: h.Envelope(s.FromName, envelope.ClaudeBody(s.Text, msg.ID), envelope.Plain(s.FromName, msg.ID, s.Text))}
-		if h.Origin() {
-			pending.Origin = fmtOrigin(kind, s.Caller)
-		}
-	}
-	idem := store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
-		SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: msg.CreatedAt}
-	// The record is committed BEFORE a Claude inbox sees the message: a session may reply the
-	// instant the line arrives, and its reply must find the message. If the delivery then
-	// fails, a second commit marks the message failed and forgets the key, so a retry with
-	// the same key delivers again. The inbox is connected now, though, and written after the
-	// commit: the session accepts while the daemon waits for the disk, not after. A failed
-	// commit leaves it a connection that carries nothing.
-	var inbox *claude.Inbox
-	if h.Delivery() == harness.Inbox {
-		inbox = b.dialClaude(t.Claude.MessagingSocketPath)
-		defer later(ctx, inbox.Close)
-	}
-	err = b.cfg.Store.Update(func(tx *store.Tx) error {
-		if pending != nil {
-			if err := slot.enqueue(tx, *pending); err != nil {
-				return err
+	a := arrival{fromName: s.FromName, text: s.Text, bytes: s.Bytes, ret: s.Caller, push: s.PushReplies,
+		origin: func() json.RawMessage {
+			if s.Caller == nil {
+				return fmtOrigin("anonymous", nil)
 			}
-		}
-		if err := tx.PutMessage(msg); err != nil {
-			return err
-		}
-		if s.Key == "" {
-			return nil
-		}
-		return tx.PutIdem(idem)
-	})
-	if errors.Is(err, store.ErrQueueFull) {
-		return Delivery{}, queueFull(t.Harness)
+			return fmtOrigin("local", s.Caller)
+		}}
+	if s.Key != "" {
+		a.idem = &store.Idem{Principal: s.Principal, Key: s.Key, Body: s.Text}
 	}
-	if err != nil {
-		return Delivery{}, err
-	}
-	slot.committed()
-	if inbox != nil {
-		line, err := envelope.ClaudeLine(s.FromName, envelope.ClaudeBody(s.Text, msg.ID))
-		if err == nil {
-			err = inbox.Write(line)
-		}
-		if err != nil {
-			msg.Outcome = "delivery_failed"
-			if uerr := b.cfg.Store.Update(func(tx *store.Tx) error {
-				if s.Key != "" {
-					if err := tx.DeleteIdem(s.Principal, s.Key); err != nil {
-						return err
-					}
-				}
-				return tx.PutMessage(msg)
-			}); uerr != nil {
-				b.cfg.Log.Error("recording failed delivery", "message_id", msg.ID, "err", uerr)
-			}
-			return Delivery{}, inboxError(err)
-		}
-	}
-	if pending != nil {
-		b.queues.fire(t.SessionID)
-	}
-	return d, nil
+	return b.deliver(ctx, t, a)
 }
 
 func (b *Bus) idem(principal, key string) (store.Idem, bool, error) {

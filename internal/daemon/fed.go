@@ -12,8 +12,10 @@ import (
 	"github.com/xmsg/xmsg/internal/config"
 	"github.com/xmsg/xmsg/internal/creds"
 	"github.com/xmsg/xmsg/internal/fed"
+	"github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/sandbox"
 	"github.com/xmsg/xmsg/internal/servergroup"
+	"github.com/xmsg/xmsg/internal/store"
 )
 
 // federation is the daemon's wiring of internal/fed: loaded with the credentials (step 1),
@@ -133,11 +135,13 @@ func (f *federation) restrict(p *sandbox.Policy) {
 	}
 }
 
-// bus returns the bus's view of federation (a nil interface without it).
-func (f *federation) bus() bus.Federation {
+// bus returns the bus's view of federation (a nil interface without it), its sends recorded
+// in st and its leaves' mail kept in mail (nil: a leaf, which keeps none).
+func (f *federation) bus(st *store.Store, mail *hub.Mailboxes) bus.Federation {
 	if f.node == nil {
 		return nil
 	}
+	f.node.Attach(st, mail, nil)
 	return f.node
 }
 

@@ -183,7 +183,7 @@ func (l *leafMode) buildServers() error {
 	uid := uint32(os.Geteuid())
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
-		Store: d.store, Proc: proc, Log: d.log, Fed: d.fed.bus(), Leaf: &l.id, MaxWaiters: cfg.Limits.HTTPMaxWaiters,
+		Store: d.store, Proc: proc, Log: d.log, Fed: d.fed.bus(d.store, nil), Leaf: &l.id, MaxWaiters: cfg.Limits.HTTPMaxWaiters,
 		// A leaf has no Claude sessions: nothing is scanned.
 		Claude: &claude.Scanner{Proc: proc, UID: int(uid), Log: d.log},
 		Bounds: busBounds(cfg),

@@ -47,7 +47,9 @@ func BenchmarkLoopback(b *testing.B) {
 		for b.Loop() {
 			id := uuid.Must(uuid.NewV7()).String()
 			t0 := time.Now()
-			if _, err := na.n.Send(ctx, bus.Outgoing{Peer: "b", ID: id, TargetRef: "svc:bot", Body: "ping", Principal: bus.Principal{Kind: "anonymous", From: "x"}}); err != nil {
+			e := Envelope{V: Version, ID: id, Principal: WirePrincipal{Kind: "anonymous", From: "x"}, Body: "ping"}
+			e.To.Ref = "svc:bot"
+			if _, err := na.n.post(ctx, "b", e); err != nil {
 				b.Fatal(err)
 			}
 			lat = append(lat, time.Since(t0))

@@ -181,25 +181,15 @@ func wirePrincipal(p bus.Principal) WirePrincipal {
 	return WirePrincipal{Kind: "anonymous", From: p.From}
 }
 
-// Send implements bus.Federation: POST /fed/v2/messages with the 5 s budget.
-func (n *Node) Send(ctx context.Context, m bus.Outgoing) (bus.RemoteDelivery, error) {
-	p, ok := n.st.Load().peers.Get(m.Peer)
-	if !ok {
-		return bus.RemoteDelivery{}, &bus.Error{Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", m.Peer)}
-	}
-	if p.Leaf {
-		// The bus queues mail for leaves (Leaf); a leaf is never dialled.
-		return bus.RemoteDelivery{}, &bus.Error{Code: "service_unavailable", Detail: fmt.Sprintf("peer '%s' is a leaf", m.Peer)}
-	}
-	e := Envelope{V: Version, ID: m.ID, Principal: wirePrincipal(m.Principal), Body: m.Body, PushReplies: m.PushReplies, ThreadID: m.ThreadID, CreatedAt: m.CreatedAt}
-	e.To.Ref = m.TargetRef
+// post is a send's round trip: POST /fed/v2/messages with the 5 s budget.
+func (n *Node) post(ctx context.Context, peer string, e Envelope) (bus.Delivery, error) {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	var d bus.Delivery
-	if err := n.call(ctx, m.Peer, http.MethodPost, "/fed/v2/messages", e, &d, m.ID); err != nil {
-		return bus.RemoteDelivery{}, err
+	if err := n.call(ctx, peer, http.MethodPost, "/fed/v2/messages", e, &d, e.ID); err != nil {
+		return bus.Delivery{}, err
 	}
-	return bus.RemoteDelivery{SessionID: d.SessionID, Outcome: d.Outcome}, nil
+	return d, nil
 }
 
 // PushReply implements bus.Federation: POST /fed/v2/replies (§8.5).
@@ -248,23 +238,4 @@ func (n *Node) Replies(ctx context.Context, peer, id string, after uint64, wait 
 		return nil, err
 	}
 	return out, nil
-}
-
-// Leaf implements bus.Federation: for a leaf peer, its `targets` apply to what we queue for
-// it (docs/protocol.md §8.4).
-func (n *Node) Leaf(peer, ref string) (bool, error) {
-	p, ok := n.st.Load().peers.Get(peer)
-	if !ok || !p.Leaf {
-		return false, nil
-	}
-	if p.TargetsSet {
-		names := []string{ref}
-		if !strings.Contains(ref, ":") {
-			names = append(names, "svc:"+ref, "session:svc:"+ref)
-		}
-		if !intersects(names, p.Targets) {
-			return true, &bus.Error{Code: "op_denied", Detail: "target not allowed for peer"}
-		}
-	}
-	return true, nil
 }

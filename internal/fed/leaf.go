@@ -13,10 +13,11 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/hub"
 )
 
-// Both sides of a leaf's mailbox (docs/protocol.md §7.5, §8.3). The hub serves GET
+// The wire of both sides of a leaf's mailbox (docs/protocol.md §7.5, §8.3); the mailboxes
+// themselves are internal/hub's, the pull loop internal/leaf's. The hub serves GET
 // /fed/v2/inbox and POST /fed/v2/inbox/{id}/ack (one row at a time, as the protocol has them)
 // and, this daemon's extension, POST /fed/v2/inbox: one request acks what the leaf delivered
 // and pulls the next batch. The leaf's client of all three is here too, and Hubs names the
@@ -79,6 +80,10 @@ func (s *Server) leaf(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 		writeError(w, apiError("op_denied", "peer is not a leaf"))
 		return nil, false
 	}
+	if s.n.Mailboxes() == nil {
+		writeError(w, apiError("op_denied", "this node keeps no mailboxes"))
+		return nil, false
+	}
 	return p, true
 }
 
@@ -118,18 +123,16 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError("bad_request", "wait must be a non-negative integer (seconds)"))
 		return
 	}
-	e, err := s.bus.LeafInbox(r.Context(), p.Name, wait)
+	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, wait, 1, 0)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if e == nil {
+	if len(rows) == 0 {
 		writeJSON(w, http.StatusOK, nil)
 		return
 	}
-	// §8.3's fields (id, origin, body, to) and, from the kept envelope, what the leaf needs to
-	// record the sender as its copy's return address (bus.InboxRow).
-	writeJSON(w, http.StatusOK, bus.InboxRowOf(*e))
+	writeJSON(w, http.StatusOK, hub.RowOf(rows[0]))
 }
 
 // inboxAck is POST /fed/v2/inbox/{id}/ack.
@@ -138,16 +141,21 @@ func (s *Server) inboxAck(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	err := s.bus.LeafAck(p.Name, r.PathValue("id"))
-	if err == nil {
+	id := r.PathValue("id")
+	n, err := s.n.Mailboxes().Ack(p.Name, []string{id})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if n == 1 {
 		s.pulls.ack(p.Name)
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return
 	}
-	if bus.AsError(err).Code == "not_found" && !s.idle(w, "inbox-ack:", p.Name) {
+	if !s.idle(w, "inbox-ack:", p.Name) {
 		return
 	}
-	writeError(w, err)
+	writeError(w, apiError("not_found", "no mail '%s' for peer '%s'", id, p.Name))
 }
 
 // PullRequest is the body of POST /fed/v2/inbox: the ids the leaf delivered since its last
@@ -162,8 +170,8 @@ type PullRequest struct {
 // PullAnswer is its answer: how many of the ids were removed (the others were gone
 // already), and the batch.
 type PullAnswer struct {
-	Acked int            `json:"acked"`
-	Rows  []bus.InboxRow `json:"rows"`
+	Acked int       `json:"acked"`
+	Rows  []hub.Row `json:"rows"`
 }
 
 // inboxPull is POST /fed/v2/inbox: ack, then pull. The acks commit before the batch is read,
@@ -197,7 +205,7 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 	}
 	var ans PullAnswer
 	if len(req.Ack) > 0 {
-		n, err := s.bus.LeafAckBatch(p.Name, req.Ack)
+		n, err := s.n.Mailboxes().Ack(p.Name, req.Ack)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -214,14 +222,14 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 	if req.MaxBytes > 0 {
 		maxBytes = min(req.MaxBytes, maxBytes)
 	}
-	rows, err := s.bus.LeafInboxBatch(r.Context(), p.Name, time.Duration(min(req.Wait, 60))*time.Second, min(req.Max, MaxInboxBatch), maxBytes)
+	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, time.Duration(min(req.Wait, 60))*time.Second, min(req.Max, MaxInboxBatch), maxBytes)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	ans.Rows = make([]bus.InboxRow, 0, len(rows))
+	ans.Rows = make([]hub.Row, 0, len(rows))
 	for _, e := range rows {
-		ans.Rows = append(ans.Rows, *bus.InboxRowOf(e))
+		ans.Rows = append(ans.Rows, hub.RowOf(e))
 	}
 	writeJSON(w, http.StatusOK, ans)
 }
@@ -238,10 +246,10 @@ func (n *Node) Hubs() []string {
 }
 
 // Inbox long-polls peer's GET /fed/v2/inbox (budget wait + 5 s); nil means nothing came.
-func (n *Node) Inbox(ctx context.Context, peer string, wait time.Duration) (*bus.InboxRow, error) {
+func (n *Node) Inbox(ctx context.Context, peer string, wait time.Duration) (*hub.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+CallTimeout)
 	defer cancel()
-	var row *bus.InboxRow
+	var row *hub.Row
 	q := url.Values{"wait": {strconv.Itoa(int(wait / time.Second))}}
 	if err := n.call(ctx, peer, http.MethodGet, "/fed/v2/inbox?"+q.Encode(), nil, &row, ""); err != nil {
 		return nil, err
@@ -259,7 +267,7 @@ func (n *Node) AckInbox(ctx context.Context, peer, id string) error {
 
 // Pull acks ids and pulls the next batch of our mailbox on peer with one POST /fed/v2/inbox
 // (budget wait + 10 s). It returns the rows (none when the wait ran out).
-func (n *Node) Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]bus.InboxRow, error) {
+func (n *Node) Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+InboxAckTimeout)
 	defer cancel()
 	if ack == nil {

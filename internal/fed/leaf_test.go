@@ -12,6 +12,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/claude"
+	inbox "github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/leaf"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
@@ -36,6 +37,7 @@ func (nd *node) startLeaf(peers string) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
+	nd.n.Attach(nd.store, nil, nil)
 	nd.bus = bus.New(bus.Config{Host: nd.name, MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: nd.store,
 		Proc: peercred.Proc{}, Log: log, Fed: nd.n, Leaf: &id, Claude: &claude.Scanner{UID: os.Geteuid(), Log: log}})
 	t.Cleanup(func() {
@@ -54,7 +56,7 @@ func (nd *node) pull(hub string) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-func (nd *node) mailbox(peer string) int { return nd.bus.MailboxLen(peer) }
+func (nd *node) mailbox(peer string) int { return nd.n.Mailboxes().Len(peer) }
 
 func (nd *node) outcome(id string) string {
 	v, err := nd.bus.Message(id)
@@ -128,7 +130,7 @@ func TestLeafMailboxRoutes(t *testing.T) {
 	c1 := rawClient(l1.cert)
 	for i := 0; i < 2; i++ {
 		status, body := get(t, c1, hub.addr(), "/fed/v2/inbox?wait=0")
-		var row bus.InboxRow
+		var row inbox.Row
 		if status != 200 || json.Unmarshal(body, &row) != nil || row.ID != d.MessageID || row.Body != "for l1" || row.To != "svc:bot" {
 			t.Fatalf("l1 inbox read %d = %d %s", i, status, body)
 		}
@@ -262,7 +264,8 @@ func TestPullLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l1.bus.DeliverPulled(bus.Pulled{ID: d3.MessageID, Peer: "hub", FromName: "x", Body: "three", Badge: "anon:carol"}); err != nil {
+	if _, err := l1.bus.AcceptBatch(bus.Target{Harness: "svc", SessionID: "svc:bot"},
+		[]bus.Inbound{{ID: d3.MessageID, Peer: "hub", FromName: "x", Body: "three", Badge: "anon:carol"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l1.bus.Ack(svc, d3.MessageID); err != nil {

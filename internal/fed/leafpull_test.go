@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	inbox "github.com/xmsg/xmsg/internal/hub"
+	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -90,7 +92,7 @@ func TestLeafPullBatch(t *testing.T) {
 	}
 	for i := range 100 {
 		status, body := get(t, c, hub.addr(), "/fed/v2/inbox?wait=0")
-		var row bus.InboxRow
+		var row inbox.Row
 		if status != 200 || json.Unmarshal(body, &row) != nil || row.ID == "" {
 			t.Fatalf("one-row poll %d: %d %s", i, status, body)
 		}
@@ -174,11 +176,11 @@ func TestLeafMailboxBound(t *testing.T) {
 	}
 	var size int
 	hub.store.View(func(tx *store.Tx) error { _, size = tx.MailboxSize("l1"); return nil })
-	t.Logf("64 KiB sends to a leaf nobody pulls: %d of 200 accepted, mailbox %d rows, %d bytes (bound %d)", accepted, hub.mailbox("l1"), size, bus.DefaultMailboxMaxBytes)
+	t.Logf("64 KiB sends to a leaf nobody pulls: %d of 200 accepted, mailbox %d rows, %d bytes (bound %d)", accepted, hub.mailbox("l1"), size, limits.LeafMailboxMaxBytes)
 	if e := bus.AsError(last); e.Code != "service_unavailable" || !strings.Contains(e.Detail, "mailbox of leaf 'l1' is full") {
 		t.Fatalf("past the bound: %v", last)
 	}
-	if size > bus.DefaultMailboxMaxBytes || hub.mailbox("l1") != accepted {
+	if size > limits.LeafMailboxMaxBytes || hub.mailbox("l1") != accepted {
 		t.Errorf("mailbox %d bytes, %d rows: over its bound", size, hub.mailbox("l1"))
 	}
 }

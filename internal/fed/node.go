@@ -78,6 +78,7 @@ type Node struct {
 	transport *http.Transport
 	client    *http.Client
 	limits    *limiter
+	rec       *records // the outbound half's records (Attach)
 	book      book
 	dials     atomic.Int64 // outbound TLS handshakes completed: none on the hot path
 	// startPorts are the peer ports the sandbox allows (Ports at start), for reload warnings.
@@ -171,6 +172,9 @@ func (n *Node) Pin() string { return n.st.Load().pin }
 func (n *Node) Close() {
 	n.stopOnce.Do(func() { close(n.stop) })
 	n.wg.Wait()
+	if n.rec != nil {
+		n.rec.bg.Wait()
+	}
 	n.transport.CloseIdleConnections()
 }
 

@@ -374,27 +374,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, perr)
 		return
 	}
-	// 8. idempotent by envelope id
-	if d, found, err := s.bus.FedStored(e.ID, p.Name); found || err != nil {
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusAccepted, d)
-		return
-	}
-	if resolveErr != nil {
-		if err := s.bus.FedRecordFailure(e.ID, p.Name, e.To.Ref, from, len(e.Body), resolveErr); err != nil {
-			writeError(w, err)
-			return
-		}
-		writeError(w, resolveErr)
-		return
-	}
-	// 9. pre-record, deliver, update; 10. answer
+	// 8. idempotent by envelope id; 9. record, deliver; 10. answer
 	push := e.PushReplies && !p.Leaf
-	d, err := s.bus.DeliverFed(r.Context(), bus.FedMessage{ID: e.ID, Peer: p.Name, Target: t, FromName: from, Return: ret,
-		Badge: badge, Body: e.Body, PushReplies: push, ThreadID: e.ThreadID})
+	d, err := s.bus.Accept(r.Context(), bus.Inbound{ID: e.ID, Peer: p.Name, Ref: e.To.Ref, FromName: from, Return: ret,
+		Badge: badge, Body: e.Body, PushReplies: push, ThreadID: e.ThreadID}, t, resolveErr)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -477,6 +460,8 @@ func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		name = e.Replier.SessionID
 	}
+	// A reply can overtake the record of the send it answers (Node.Send).
+	s.n.waitRecorded(r.Context(), e.InReplyTo)
 	outcome, id, err := s.bus.FedReply(r.Context(), bus.FedReplyIn{ID: e.ID, Peer: p.Name, InReplyTo: e.InReplyTo,
 		Replier: bus.Caller{Harness: e.Replier.Harness, SessionID: e.Replier.SessionID, Name: name}, Text: e.Text})
 	if err != nil {

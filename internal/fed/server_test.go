@@ -21,6 +21,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/fed/fedtest"
+	inbox "github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -89,6 +90,7 @@ func (nd *node) start(peers string, rates ...int) {
 	sessions := filepath.Join(nd.dir, "sessions")
 	os.Mkdir(sessions, 0o700)
 	log := slog.New(slog.DiscardHandler)
+	nd.n.Attach(nd.store, inbox.New(nd.store, log, 0, 0), nil)
 	nd.bus = bus.New(bus.Config{Host: nd.name, MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, SvcExe: map[string]string{"bot": "/bin/true", "other": "/bin/true"},
 		Store: nd.store, Proc: peercred.Proc{}, Log: log, Fed: nd.n, Claude: &claude.Scanner{Dirs: []string{sessions}, UID: os.Geteuid(), Log: log}})
 	nd.srv = nd.n.NewServer(nd.ln, nd.bus)

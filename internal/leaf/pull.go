@@ -14,15 +14,17 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/harness/svc"
+	"github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
 // Hub is what the pull loop needs from federation (fed.Node implements it).
 type Hub interface {
 	// Pull acks ids and pulls the next batch (POST /fed/v2/inbox, this daemon's extension).
-	Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]bus.InboxRow, error)
+	Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error)
 	// Inbox and AckInbox are the one-row routes of the protocol, for a hub without Pull.
-	Inbox(ctx context.Context, peer string, wait time.Duration) (*bus.InboxRow, error)
+	Inbox(ctx context.Context, peer string, wait time.Duration) (*hub.Row, error)
 	AckInbox(ctx context.Context, peer, id string) error
 }
 
@@ -42,8 +44,7 @@ const (
 // its service's queue, and waiting for the service's ack. *bus.Bus is one.
 type Bus interface {
 	Leaf() *bus.LeafIdentity
-	DeliverPulled(p bus.Pulled) (string, error)
-	DeliverPulledBatch(ps []bus.Pulled) (session string, n int, err error)
+	AcceptBatch(t bus.Target, ins []bus.Inbound) (int, error)
 	WaitAcked(ctx context.Context, sessionID, messageID string) error
 }
 
@@ -190,9 +191,9 @@ func (p *Puller) Run(ctx context.Context) {
 // each, and returns the ids to ack on the hub: those, and the rows that can never be
 // delivered (logged). Rows that did not fit the queue are not among them: they come again
 // with the next pull.
-func (p *Puller) takeBatch(ctx context.Context, rows []bus.InboxRow) ([]string, error) {
+func (p *Puller) takeBatch(ctx context.Context, rows []hub.Row) ([]string, error) {
 	var ack []string
-	pulled := make([]bus.Pulled, 0, len(rows))
+	pulled := make([]bus.Inbound, 0, len(rows))
 	for i := range rows {
 		pr, err := p.check(&rows[i])
 		if err != nil {
@@ -205,13 +206,14 @@ func (p *Puller) takeBatch(ctx context.Context, rows []bus.InboxRow) ([]string, 
 	if len(pulled) == 0 {
 		return ack, nil
 	}
-	session, n, err := p.Bus.DeliverPulledBatch(pulled)
+	session := p.service()
+	n, err := p.Bus.AcceptBatch(session, pulled)
 	if err != nil {
 		return ack, err
 	}
-	p.set("delivered %d rows to %s, waiting for their acks", n, session)
+	p.set("delivered %d rows to %s, waiting for their acks", n, session.SessionID)
 	for _, pr := range pulled[:n] {
-		if err := p.Bus.WaitAcked(ctx, session, pr.ID); err != nil {
+		if err := p.Bus.WaitAcked(ctx, session.SessionID, pr.ID); err != nil {
 			// Not acked to the hub: what the service has not acked comes again.
 			return ack, err
 		}
@@ -268,18 +270,18 @@ func or(d, def time.Duration) time.Duration {
 // take handles one row: queue it, wait for the local ack, ack the hub. A row the leaf can
 // never deliver (malformed, or for a target it does not serve) is logged and acked, so it
 // does not block the mailbox forever.
-func (p *Puller) take(ctx context.Context, row *bus.InboxRow, b *backoff) error {
+func (p *Puller) take(ctx context.Context, row *hub.Row, b *backoff) error {
 	pulled, err := p.check(row)
 	if err != nil {
 		p.Log.Warn("leaf dropped an undeliverable row", "peer", p.Peer, "message_id", row.ID, "reason", err.Error())
 		return p.ackHub(ctx, row.ID, b)
 	}
-	session, err := p.Bus.DeliverPulled(pulled)
-	if err != nil {
+	session := p.service()
+	if _, err := p.Bus.AcceptBatch(session, []bus.Inbound{pulled}); err != nil {
 		return err
 	}
-	p.set("delivered %s to %s, waiting for its ack", row.ID, session)
-	if err := p.Bus.WaitAcked(ctx, session, row.ID); err != nil {
+	p.set("delivered %s to %s, waiting for its ack", row.ID, session.SessionID)
+	if err := p.Bus.WaitAcked(ctx, session.SessionID, row.ID); err != nil {
 		return err
 	}
 	b.reset()
@@ -315,22 +317,21 @@ var errUndeliverable = errors.New("undeliverable")
 // check checks a row and turns it into the bus's Pulled: what the hub says about the
 // sender is its claim about its own users, named under the hub's (authenticated) peer name,
 // as an inbound envelope's principal is (§8.3 step 7).
-func (p *Puller) check(row *bus.InboxRow) (bus.Pulled, error) {
+func (p *Puller) check(row *hub.Row) (bus.Inbound, error) {
 	if u, err := uuid.Parse(row.ID); err != nil || u.String() != row.ID {
-		return bus.Pulled{}, fmt.Errorf("%w: id is not a canonical UUID", errUndeliverable)
+		return bus.Inbound{}, fmt.Errorf("%w: id is not a canonical UUID", errUndeliverable)
 	}
 	if row.Body == "" || (p.MaxBody > 0 && len(row.Body) > p.MaxBody) {
-		return bus.Pulled{}, fmt.Errorf("%w: empty or oversized body", errUndeliverable)
+		return bus.Inbound{}, fmt.Errorf("%w: empty or oversized body", errUndeliverable)
 	}
 	if row.ThreadID != "" {
 		if u, err := uuid.Parse(row.ThreadID); err != nil || u.String() != row.ThreadID {
-			return bus.Pulled{}, fmt.Errorf("%w: thread_id is not a canonical UUID", errUndeliverable)
+			return bus.Inbound{}, fmt.Errorf("%w: thread_id is not a canonical UUID", errUndeliverable)
 		}
 	}
-	svc := p.Bus.Leaf().Service
-	to := strings.TrimPrefix(row.To, "svc:")
-	if to != "" && !strings.EqualFold(to, svc) {
-		return bus.Pulled{}, fmt.Errorf("%w: target %q is not this leaf's service", errUndeliverable, row.To)
+	to := strings.TrimPrefix(row.To, svc.Name+":")
+	if to != "" && !strings.EqualFold(to, p.Bus.Leaf().Service) {
+		return bus.Inbound{}, fmt.Errorf("%w: target %q is not this leaf's service", errUndeliverable, row.To)
 	}
 	var wp struct {
 		Kind      string `json:"kind"`
@@ -341,14 +342,14 @@ func (p *Puller) check(row *bus.InboxRow) (bus.Pulled, error) {
 	}
 	if len(row.Principal) > 0 {
 		if err := json.Unmarshal(row.Principal, &wp); err != nil {
-			return bus.Pulled{}, fmt.Errorf("%w: principal: %v", errUndeliverable, err)
+			return bus.Inbound{}, fmt.Errorf("%w: principal: %v", errUndeliverable, err)
 		}
 	}
-	out := bus.Pulled{ID: row.ID, Peer: p.Peer, Body: row.Body, PushReplies: row.PushReplies, ThreadID: row.ThreadID}
+	out := bus.Inbound{ID: row.ID, Peer: p.Peer, Body: row.Body, PushReplies: row.PushReplies, ThreadID: row.ThreadID}
 	switch wp.Kind {
 	case "session":
 		if !envelope.PrincipalHarness(wp.Harness) || wp.SessionID == "" || len(wp.SessionID) > 256 {
-			return bus.Pulled{}, fmt.Errorf("%w: invalid session principal", errUndeliverable)
+			return bus.Inbound{}, fmt.Errorf("%w: invalid session principal", errUndeliverable)
 		}
 		name := or2(wp.Name, wp.SessionID)
 		out.FromName = envelope.AttestedBadge(p.Peer, wp.Harness, name)
@@ -356,11 +357,11 @@ func (p *Puller) check(row *bus.InboxRow) (bus.Pulled, error) {
 		out.Return = &bus.Caller{Harness: wp.Harness, SessionID: wp.SessionID, Name: name}
 	case "service":
 		if !envelope.ValidServiceName(wp.Name) {
-			return bus.Pulled{}, fmt.Errorf("%w: invalid service principal", errUndeliverable)
+			return bus.Inbound{}, fmt.Errorf("%w: invalid service principal", errUndeliverable)
 		}
-		out.FromName = envelope.AttestedBadge(p.Peer, "svc", wp.Name)
-		out.Badge = "svc:" + wp.Name
-		out.Return = &bus.Caller{Harness: "svc", SessionID: "svc:" + wp.Name, Name: wp.Name}
+		out.FromName = envelope.AttestedBadge(p.Peer, svc.Name, wp.Name)
+		out.Badge = svc.SessionID(wp.Name)
+		out.Return = &bus.Caller{Harness: svc.Name, SessionID: svc.SessionID(wp.Name), Name: wp.Name}
 	default:
 		// Anonymous (or a hub that sent no principal): no return address, replies poll-only.
 		clean, err := envelope.Anonymous(wp.From)
@@ -372,6 +373,12 @@ func (p *Puller) check(row *bus.InboxRow) (bus.Pulled, error) {
 		out.PushReplies = false
 	}
 	return out, nil
+}
+
+// service is the leaf's one service, the recipient of everything it pulls (offline or not:
+// its queue is durable).
+func (p *Puller) service() bus.Target {
+	return bus.Target{Harness: svc.Name, SessionID: svc.SessionID(p.Bus.Leaf().Service)}
 }
 
 func or2(a, b string) string {

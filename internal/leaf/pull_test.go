@@ -14,6 +14,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/claude"
+	inbox "github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -22,7 +23,7 @@ import (
 // records each ack with whether the local service had acked the row by then.
 type fakeHub struct {
 	mu         sync.Mutex
-	rows       []*bus.InboxRow
+	rows       []*inbox.Row
 	failPolls  int
 	failAcks   int
 	acks       []string
@@ -36,7 +37,7 @@ type fakeHub struct {
 
 func (h *fakeHub) rowID(i int) string { return h.ids[i] }
 
-func (h *fakeHub) Inbox(ctx context.Context, peer string, wait time.Duration) (*bus.InboxRow, error) {
+func (h *fakeHub) Inbox(ctx context.Context, peer string, wait time.Duration) (*inbox.Row, error) {
 	h.mu.Lock()
 	h.polls++
 	if h.failPolls > 0 {
@@ -69,7 +70,7 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 }
 
 // Pull is the batched route: a failed pull acks nothing (the acks are sent again).
-func (h *fakeHub) Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]bus.InboxRow, error) {
+func (h *fakeHub) Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]inbox.Row, error) {
 	h.mu.Lock()
 	if h.noPull {
 		h.pulls++
@@ -89,7 +90,7 @@ func (h *fakeHub) Pull(ctx context.Context, peer string, ack []string, max, maxB
 	for _, id := range ack {
 		h.ack(id)
 	}
-	var out []bus.InboxRow
+	var out []inbox.Row
 	for _, r := range h.rows {
 		if len(out) < max {
 			out = append(out, *r)
@@ -148,10 +149,10 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 	principal, _ := json.Marshal(map[string]string{"kind": "session", "harness": "claude", "session_id": "s1", "name": "alice"})
 	hub := &fakeHub{failPolls: 3, failAcks: 3, localAcked: map[string]bool{}, noPull: noPull}
 	for _, text := range []string{"one", "two", "three"} {
-		hub.rows = append(hub.rows, &bus.InboxRow{ID: uuid.Must(uuid.NewV7()).String(), Body: text, To: "svc:bot", Principal: principal, PushReplies: true})
+		hub.rows = append(hub.rows, &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: text, To: "svc:bot", Principal: principal, PushReplies: true})
 	}
 	// A row for another target is dropped (acked) rather than blocking the mailbox.
-	hub.rows = append(hub.rows, &bus.InboxRow{ID: uuid.Must(uuid.NewV7()).String(), Body: "x", To: "svc:other"})
+	hub.rows = append(hub.rows, &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: "x", To: "svc:other"})
 	want := len(hub.rows)
 	hub.ids = nil
 	for _, r := range hub.rows {

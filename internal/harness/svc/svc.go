@@ -10,3 +10,6 @@ const Name = "svc"
 
 // Harness is the service harness.
 var Harness harness.Harness = harness.Spec{ID: Name, Admit: harness.Exe, Deliver: harness.Queue, Daemon: true, Order: 2, Origins: true}
+
+// SessionID is the session id of the service named name.
+func SessionID(name string) string { return Name + ":" + name }

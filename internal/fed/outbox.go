@@ -1,0 +1,235 @@
+package fed
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/hub"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+// The outbound half of federation: what a send to another node is, and the records that say
+// so. The bus hands a remote ref here (bus.Federation.Send) and nothing else of it: the
+// message row with the sender's return address, the outbound row naming the peer and the
+// idempotency key are written here, for a peer over the wire and for a leaf into its mailbox.
+
+// records is what the outbound half writes to: the node's store, its leaves' mailboxes and
+// its clock. Attach sets it once the store is open.
+type records struct {
+	store    *store.Store
+	mail     *hub.Mailboxes
+	now      func() time.Time
+	inflight inflight       // remote sends not yet recorded
+	bg       sync.WaitGroup // final records of remote sends, written after the answer
+}
+
+// Attach gives the node the store its sends are recorded in and the mailboxes of its leaves
+// (nil: this node is a leaf, or has none); now is the clock of the records (nil: time.Now).
+// It must be called before the node is handed to a bus.
+func (n *Node) Attach(st *store.Store, mail *hub.Mailboxes, now func() time.Time) {
+	if now == nil {
+		now = time.Now
+	}
+	n.rec = &records{store: st, mail: mail, now: now}
+}
+
+// Mailboxes are the node's leaf mailboxes (nil before Attach, or without any).
+func (n *Node) Mailboxes() *hub.Mailboxes {
+	if n.rec == nil {
+		return nil
+	}
+	return n.rec.mail
+}
+
+// Leaf implements bus.Federation.
+func (n *Node) Leaf(peer string) bool {
+	p, ok := n.st.Load().peers.Get(peer)
+	return ok && p.Leaf
+}
+
+// Send implements bus.Federation: s goes to a leaf peer's mailbox, or over the wire.
+//
+// Over the wire the record is committed WHILE the envelope travels: a pre-record (outcome
+// accepted, as the protocol's own pre-records) runs concurrently with the peer's commit and
+// the round trip, and the send is answered once both are done. So a durable remote send
+// costs about what the peer's commit and one round trip cost, not that plus a commit here.
+// The final outcome (and the peer's session id) is written afterwards without holding the
+// answer; a crash before it lands leaves "accepted", which is true. With an idempotency key
+// the final write is awaited: a retry must find the key. A refused or failed send deletes the
+// pre-record, so it changes nothing.
+//
+// The recipient may reply before the pre-record is committed: the id is registered as in
+// flight first, and an inbound reply to an in-flight id waits for it (Server.replies).
+func (n *Node) Send(ctx context.Context, s bus.RemoteSend) (bus.Delivery, error) {
+	p, ok := n.st.Load().peers.Get(s.Peer)
+	if !ok || n.rec == nil {
+		return bus.Delivery{}, &bus.Error{Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", s.Peer)}
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return bus.Delivery{}, err
+	}
+	if p.Leaf {
+		return n.queue(p, s, id.String())
+	}
+	r := n.rec
+	now := r.now().Unix()
+	msg := s.Message(id.String(), n.cfg.Host, "accepted", now)
+	out := store.Outbound{ID: msg.ID, Peer: s.Peer, TargetRef: s.TargetRef, Outcome: "accepted", CreatedAt: now}
+	done := r.inflight.add(msg.ID)
+	defer done()
+	pre := make(chan error, 1)
+	go func() {
+		pre <- r.store.Update(func(tx *store.Tx) error {
+			if err := tx.PutMessage(msg); err != nil {
+				return err
+			}
+			return tx.PutOutbound(out)
+		})
+	}()
+	e := Envelope{V: Version, ID: msg.ID, Principal: wirePrincipal(s.Principal), Body: s.Text, PushReplies: msg.PushReplies,
+		ThreadID: msg.ThreadID, CreatedAt: now}
+	e.To.Ref = s.TargetRef
+	rd, err := n.post(ctx, s.Peer, e)
+	preErr := <-pre
+	if err != nil || preErr != nil {
+		if preErr == nil {
+			if uerr := r.store.Update(func(tx *store.Tx) error {
+				if err := tx.DeleteMessage(msg.ID); err != nil {
+					return err
+				}
+				return tx.DeleteOutbound(msg.ID)
+			}); uerr != nil {
+				n.cfg.Log.Error("forgetting a failed remote send", "message_id", msg.ID, "err", uerr)
+			}
+		}
+		if err == nil {
+			// The peer has it, but we could not record it: the caller must not take this
+			// for an ordinary success (a reply to it would be refused here).
+			n.cfg.Log.Error("recording a remote send", "message_id", msg.ID, "err", preErr)
+			return bus.Delivery{}, preErr
+		}
+		return bus.Delivery{}, err
+	}
+	msg.SessionID, msg.Outcome, out.Outcome = rd.SessionID, rd.Outcome, rd.Outcome
+	d := bus.Delivery{SessionID: rd.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: rd.Outcome}
+	idem := s.Idem(d, now)
+	final := func() error {
+		return r.store.Update(func(tx *store.Tx) error {
+			if err := tx.PutMessage(msg); err != nil {
+				return err
+			}
+			if err := tx.PutOutbound(out); err != nil {
+				return err
+			}
+			if idem == nil {
+				return nil
+			}
+			return tx.PutIdem(*idem)
+		})
+	}
+	if idem != nil {
+		return d, final()
+	}
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		if err := final(); err != nil {
+			n.cfg.Log.Error("recording a remote delivery", "message_id", msg.ID, "err", err)
+		}
+	}()
+	return d, nil
+}
+
+// queue puts s into leaf peer p's mailbox (docs/protocol.md §8.4): no connection is made; p's
+// `targets` apply to what is queued for it. The mail keeps the envelope: the leaf records
+// the sender as the return address of its copy (principal, push_replies, thread), so its
+// service's reply comes back here.
+func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error) {
+	if p.TargetsSet {
+		names := []string{s.TargetRef}
+		if !strings.Contains(s.TargetRef, ":") {
+			names = append(names, "svc:"+s.TargetRef, "session:svc:"+s.TargetRef)
+		}
+		if !intersects(names, p.Targets) {
+			return bus.Delivery{}, &bus.Error{Code: "op_denied", Detail: "target not allowed for peer"}
+		}
+	}
+	if n.rec.mail == nil {
+		return bus.Delivery{}, &bus.Error{Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", s.Peer)}
+	}
+	now := n.rec.now().Unix()
+	msg := s.Message(id, n.cfg.Host, "queued", now)
+	e := Envelope{V: Version, ID: id, Principal: wirePrincipal(s.Principal), Body: s.Text, PushReplies: msg.PushReplies,
+		ThreadID: msg.ThreadID, CreatedAt: now}
+	e.To.Ref = s.TargetRef
+	env, err := json.Marshal(e)
+	if err != nil {
+		return bus.Delivery{}, err
+	}
+	// The origin's principal is the sender's badge as in a svc origin (docs/protocol.md §7.3:
+	// "claude:alice", "svc:matrix", "anon:bob"), the same a service sees for mail that came
+	// over federation.
+	mail := store.MailboxEntry{ID: id, Peer: s.Peer, TargetRef: s.TargetRef, CreatedAt: now, FromName: s.FromName, Bytes: s.Bytes,
+		Body: s.Text, Envelope: env, Origin: bus.FedOrigin(n.cfg.Host, s.Principal.Badge())}
+	d := bus.Delivery{SessionID: s.TargetRef, FromName: s.FromName, Bytes: s.Bytes, MessageID: id, Outcome: "queued"}
+	out := store.Outbound{ID: id, Peer: s.Peer, TargetRef: s.TargetRef, Outcome: "queued", CreatedAt: now}
+	if err := n.rec.mail.Put(mail, msg, out, s.Idem(d, now)); err != nil {
+		return bus.Delivery{}, err
+	}
+	return d, nil
+}
+
+// waitRecorded blocks until the send of message id, if in flight, is recorded, at most
+// CallTimeout: a reply can overtake the commit of the send it answers.
+func (n *Node) waitRecorded(ctx context.Context, id string) {
+	if n.rec == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	n.rec.inflight.wait(ctx, id)
+}
+
+// inflight holds the ids of remote sends whose records are not committed yet.
+type inflight struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+func (f *inflight) add(id string) (done func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	if f.m == nil {
+		f.m = map[string]chan struct{}{}
+	}
+	f.m[id] = ch
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		delete(f.m, id)
+		f.mu.Unlock()
+		close(ch)
+	}
+}
+
+// wait blocks until id is no longer in flight (or ctx ends).
+func (f *inflight) wait(ctx context.Context, id string) {
+	f.mu.Lock()
+	ch := f.m[id]
+	f.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}

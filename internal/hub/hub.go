@@ -1,0 +1,193 @@
+// Package hub is the hub side of leaf nodes (docs/protocol.md §7.5, §8.4): a mailbox per leaf
+// peer, which a send to a leaf's ref fills, and which the leaf drains over the federation
+// link (GET and POST /fed/v2/inbox), acknowledging each row only once its service has
+// acknowledged it. A mailbox is bounded (a leaf that stopped pulling cannot make the hub's
+// database grow without end), its long-polls wake when mail comes, and an ack marks the
+// message delivered. What a row is on the wire is internal/fed's; the leaf side is
+// internal/leaf's.
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/limits"
+	"github.com/xmsg/xmsg/internal/store"
+	"github.com/xmsg/xmsg/internal/wake"
+)
+
+// MaxWait caps an inbox long-poll, as every long-poll (bus.MaxWait).
+const MaxWait = bus.MaxWait
+
+// Mailboxes are a hub's mailboxes, one per leaf peer. Safe for concurrent use.
+type Mailboxes struct {
+	store         *store.Store
+	log           *slog.Logger
+	max, maxBytes int
+	wake          wake.Set // keyed by peer
+}
+
+// New returns the mailboxes kept in st, each bounded to max messages and maxBytes of stored
+// rows (0: limits.LeafMailboxMax and LeafMailboxMaxBytes; < 0: no bound).
+func New(st *store.Store, log *slog.Logger, max, maxBytes int) *Mailboxes {
+	return &Mailboxes{store: st, log: log, max: orDefault(max, limits.LeafMailboxMax), maxBytes: orDefault(maxBytes, limits.LeafMailboxMaxBytes)}
+}
+
+func orDefault(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0 // the store's "no bound"
+	}
+	return v
+}
+
+// Put queues mail for its leaf peer: the message row, its outbound row (outcome queued), the
+// mail and the sender's idempotency record (idem, nil for none) commit together, and the
+// leaf's long-poll wakes. A full mailbox is refused like a full service queue: the leaf is
+// behind, the sender may retry.
+func (m *Mailboxes) Put(mail store.MailboxEntry, msg store.Message, out store.Outbound, idem *store.Idem) error {
+	err := m.store.Update(func(tx *store.Tx) error {
+		if err := tx.PutMessage(msg); err != nil {
+			return err
+		}
+		if err := tx.PutOutbound(out); err != nil {
+			return err
+		}
+		if err := tx.PutMailboxMax(mail, m.max, m.maxBytes); err != nil {
+			return err
+		}
+		if idem == nil {
+			return nil
+		}
+		return tx.PutIdem(*idem)
+	})
+	if errors.Is(err, store.ErrMailboxFull) {
+		return m.full(mail.Peer)
+	}
+	if err != nil {
+		return err
+	}
+	m.wake.Fire(mail.Peer)
+	return nil
+}
+
+// full is the refusal of mail for a leaf whose mailbox holds its bound.
+func (m *Mailboxes) full(peer string) *bus.Error {
+	var bounds []string
+	if m.max > 0 {
+		bounds = append(bounds, fmt.Sprintf("%d messages", m.max))
+	}
+	if m.maxBytes > 0 {
+		bounds = append(bounds, fmt.Sprintf("%d bytes", m.maxBytes))
+	}
+	return &bus.Error{Code: "service_unavailable", Detail: fmt.Sprintf("mailbox of leaf '%s' is full (%s)", peer, strings.Join(bounds, " or "))}
+}
+
+// Batch returns the oldest mail of leaf peer without removing it: at most maxN rows and,
+// past the first, maxBytes of stored rows (<= 0: no bound), waiting up to wait (at most
+// MaxWait) for one; nil when none came.
+func (m *Mailboxes) Batch(ctx context.Context, peer string, wait time.Duration, maxN, maxBytes int) ([]store.MailboxEntry, error) {
+	var rows []store.MailboxEntry
+	_, err := m.wake.Until(ctx, peer, min(wait, MaxWait), func() (bool, error) {
+		err := m.store.View(func(tx *store.Tx) (err error) {
+			rows, err = tx.MailboxBatch(peer, maxN, maxBytes)
+			return err
+		})
+		return len(rows) > 0, err
+	})
+	return rows, err
+}
+
+// Ack deletes the mail ids from leaf peer's mailbox in one commit and marks each delivered:
+// the leaf acks only after its service acknowledged the message. Only that peer's mailbox is
+// searched; ids not there (acked before) are skipped. It returns how many it removed.
+func (m *Mailboxes) Ack(peer string, ids []string) (int, error) {
+	var acked []string
+	err := m.store.Update(func(tx *store.Tx) error {
+		acked = acked[:0]
+		for _, id := range ids {
+			ok, err := tx.AckMailbox(peer, id)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if err := markDelivered(tx, peer, id); err != nil {
+				return err
+			}
+			acked = append(acked, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range acked {
+		m.log.Info("accepted", "socket", "fed", "actor", "fed:"+peer, "request", "inbox_ack", "message_id", id)
+	}
+	return len(acked), nil
+}
+
+// markDelivered records that the leaf peer acknowledged message id: from now on the message
+// and its outbound row say delivered.
+func markDelivered(tx *store.Tx, peer, id string) error {
+	out, ok, err := tx.Outbound(id)
+	if err != nil || !ok || out.Peer != peer {
+		return err
+	}
+	out.Outcome = "delivered"
+	if err := tx.PutOutbound(out); err != nil {
+		return err
+	}
+	msg, ok, err := tx.Message(id)
+	if err != nil || !ok {
+		return err
+	}
+	msg.Outcome = "delivered"
+	return tx.PutMessage(msg)
+}
+
+// Len counts the mail waiting for peer.
+func (m *Mailboxes) Len(peer string) int {
+	n := 0
+	m.store.View(func(tx *store.Tx) error { n = tx.MailboxLen(peer); return nil })
+	return n
+}
+
+// Row is one row of a leaf's mailbox as GET /fed/v2/inbox answers it: the §8.3 fields
+// (id, origin, body, to) and, from the kept envelope, what the leaf needs to record the
+// message with the sender as its copy's return address (principal, push_replies,
+// thread_id, created_at).
+type Row struct {
+	ID          string          `json:"id"`
+	Origin      json.RawMessage `json:"origin"`
+	Body        string          `json:"body"`
+	To          string          `json:"to"`
+	Principal   json.RawMessage `json:"principal,omitempty"`
+	PushReplies bool            `json:"push_replies"`
+	ThreadID    string          `json:"thread_id,omitempty"`
+	CreatedAt   int64           `json:"created_at"`
+}
+
+// RowOf is the wire row of a mailbox entry, from the envelope kept with it (fed.Node.queue).
+func RowOf(e store.MailboxEntry) Row {
+	r := Row{ID: e.ID, Origin: e.Origin, Body: e.Body, To: e.TargetRef, CreatedAt: e.CreatedAt}
+	var env struct {
+		Principal json.RawMessage `json:"principal"`
+		Push      bool            `json:"push_replies"`
+		ThreadID  string          `json:"thread_id"`
+	}
+	if json.Unmarshal(e.Envelope, &env) == nil {
+		r.Principal, r.PushReplies, r.ThreadID = env.Principal, env.Push, env.ThreadID
+	}
+	return r
+}
