@@ -57,9 +57,9 @@ type Config struct {
 	OwnSockets []string
 	// Fed reaches other nodes; nil means no federation (every remote ref is unknown_peer).
 	Fed Federation
-	// Leaf, when set, makes this bus a leaf's (docs/protocol.md §7.5): one local service, admitted
-	// on uid alone, and every HTTP send attributed to the leaf principal.
-	Leaf *LeafIdentity
+	// Leaf, when set, makes this bus a leaf's (docs/protocol.md §7.5): it serves one local
+	// service, admitted on uid alone, and no other registration.
+	Leaf *LeafService
 	// Harnesses are the harnesses the bus routes to; nil means Builtin.
 	Harnesses *harness.Registry
 	// Now is the clock every record's time and every TTL is read from; nil means time.Now.
@@ -452,8 +452,8 @@ func (b *Bus) offlineService(h harness.Harness, bare string) (Target, bool) {
 	offline := func(n string) Target {
 		return Target{Harness: name, SessionID: name + ":" + n, Offline: true, View: SessionView{Name: &n}}
 	}
-	if l := b.cfg.Leaf; l != nil && strings.EqualFold(l.Service, bare) {
-		return offline(l.Service), true
+	if l := b.cfg.Leaf; l != nil && strings.EqualFold(l.Name, bare) {
+		return offline(l.Name), true
 	}
 	for n := range b.cfg.SvcExe {
 		if strings.EqualFold(n, bare) {

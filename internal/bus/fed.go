@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -44,8 +45,8 @@ type RemoteSend struct {
 	Peer, TargetRef, Text string
 	FromName              string
 	Bytes                 int
-	Principal             Principal // the sender's federation principal
-	Return                *Caller   // the sender as return address; nil for anonymous senders
+	Principal             principal.Principal // the sender's federation principal
+	Return                *Caller             // the sender as return address; nil for anonymous senders
 	PushReplies           bool
 	// IdemPrincipal and Key are the send's idempotency key; Key "" is none.
 	IdemPrincipal, Key string
@@ -68,17 +69,6 @@ func (s RemoteSend) Idem(d Delivery, now int64) *store.Idem {
 	}
 	return &store.Idem{Principal: s.IdemPrincipal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
 		SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: now}
-}
-
-// Principal is a sender's identity on the federation wire: Kind "session" (an attested
-// caller), "service" (a leaf's configured principal, Name is the service name), or
-// "anonymous" (an HTTP sender, From is its sanitized name).
-type Principal struct {
-	Kind      string
-	Harness   string
-	SessionID string
-	Name      string
-	From      string
 }
 
 // OutgoingReply is a reply for a peer's sender.
@@ -305,4 +295,16 @@ func (b *Bus) cacheReplies(id string, remote []ReplyView) (bool, error) {
 		b.replies.fire(id)
 	}
 	return added, err
+}
+
+// fedPrincipal is the sender's federation principal: the leaf principal when set, else the
+// attested caller's session, else the anonymous sender.
+func (s Send) fedPrincipal() principal.Principal {
+	switch {
+	case s.FedPrincipal != nil:
+		return *s.FedPrincipal
+	case s.Caller != nil:
+		return principal.Principal{Kind: principal.Session, Harness: s.Caller.Harness, SessionID: s.Caller.SessionID, Name: s.Caller.Name}
+	}
+	return principal.Principal{Kind: principal.Anonymous, From: s.From}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/xmsg/xmsg/internal/harness"
+	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -24,6 +25,18 @@ type Inbound struct {
 	Body        string
 	PushReplies bool
 	ThreadID    string
+}
+
+// InboundFrom is in sent by sender (principal.Principal.Sender): its badges and return
+// address. An anonymous sender has no return address, so nothing is pushed to it.
+func InboundFrom(sender principal.Sender, in Inbound) Inbound {
+	in.FromName, in.Badge = sender.FromName, sender.Badge
+	if r := sender.Return; r != nil {
+		in.Return = &Caller{Harness: r.Harness, SessionID: r.SessionID, Name: r.Name}
+	} else {
+		in.PushReplies = false
+	}
+	return in
 }
 
 func (in Inbound) arrival() arrival {

@@ -304,24 +304,22 @@ type Queued struct {
 // It returns (nil, nil) on timeout. The message stays queued until Ack: a crash or a dropped
 // connection before the ack means it is delivered again (at-least-once).
 func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Queued, error) {
-	if wait > MaxWait {
-		wait = MaxWait
-	}
-	var timer *time.Timer // made only if the poll has to wait
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		ch, cancel := b.queues.subscribe(r.SessionID)
-		m, key, err := b.head(r.SessionID)
-		if err == nil && m != nil && b.expired(m.createdAt) {
+	var q *Queued
+	_, err := b.queues.Until(ctx, r.SessionID, min(wait, MaxWait), func() (bool, error) {
+		for {
+			m, key, err := b.head(r.SessionID)
+			if err != nil || m == nil {
+				return false, err
+			}
+			if !b.expired(m.createdAt) {
+				head := m.Queued
+				q = &head
+				return true, nil
+			}
 			// Past the TTL: it must not be delivered. Drop it now rather than wait for the
 			// purge, and look at the next one.
-			cancel()
 			if err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.Unqueue(key) }); err != nil {
-				return nil, err
+				return false, err
 			}
 			b.q.mu.Lock()
 			if sq := b.q.s[r.SessionID]; sq != nil {
@@ -331,34 +329,12 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 			}
 			b.q.mu.Unlock()
 			b.acks.fire(m.ID) // no longer queued: WaitAcked may go on
-			continue
 		}
-		if err != nil || m != nil {
-			cancel()
-			if m != nil {
-				q := m.Queued
-				return &q, nil
-			}
-			return nil, err
-		}
-		if wait <= 0 {
-			cancel()
-			return nil, nil
-		}
-		if timer == nil {
-			timer = time.NewTimer(wait)
-		}
-		select {
-		case <-ch:
-			cancel()
-		case <-timer.C:
-			cancel()
-			return nil, nil
-		case <-ctx.Done():
-			cancel()
-			return nil, ctx.Err()
-		}
+	})
+	if err == nil && q == nil && ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
+	return q, err
 }
 
 // head returns the oldest unacknowledged message of session and its key, or nil. A message
@@ -674,4 +650,42 @@ func (b *Bus) Counts() (store.Counts, error) {
 	var c store.Counts
 	err := b.cfg.Store.View(func(tx *store.Tx) error { c = tx.Counts(); return nil })
 	return c, err
+}
+
+// WaitAcked blocks until messageID no longer waits in sessionID's queue (its service acked
+// it, or retention dropped it), or ctx ends. An ack counts once it is answered, before its
+// delete is committed (AckAfter): until then the row is still in the store, and a crash
+// delivers it again from there, so the hub may be acked at once.
+func (b *Bus) WaitAcked(ctx context.Context, sessionID, messageID string) error {
+	for {
+		ch, cancel := b.acks.subscribe(messageID)
+		b.q.mu.Lock()
+		_, acked := b.q.acked[sessionID][messageID]
+		b.q.mu.Unlock()
+		if acked {
+			cancel()
+			return nil
+		}
+		var queued bool
+		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+			queued, err = tx.Queued(sessionID, messageID)
+			return err
+		})
+		if err != nil || !queued {
+			cancel()
+			return err
+		}
+		// Retention removes rows without an ack signal: look again now and then.
+		t := time.NewTimer(time.Minute)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			cancel()
+			return ctx.Err()
+		}
+		t.Stop()
+		cancel()
+	}
 }

@@ -149,7 +149,7 @@ func (b *Bus) RegisterSession(kind, name, cwd string, cred peercred.Cred, connec
 	}
 	if b.cfg.Leaf != nil {
 		// A leaf serves exactly one service (docs/protocol.md §7.5).
-		return nil, errorf("not_recipient", "a leaf admits only its service '%s' (leaf principal '%s')", b.cfg.Leaf.Service, b.cfg.Leaf.Principal)
+		return nil, errorf("not_recipient", "a leaf admits only its service '%s' (leaf principal '%s')", b.cfg.Leaf.Name, b.cfg.Leaf.Principal)
 	}
 	if err := b.checkUID(cred); err != nil {
 		return nil, err
@@ -394,3 +394,19 @@ func (b *Bus) liveRegistrations() []*Registration {
 
 // Registrations counts live registrations, for STATUS=.
 func (b *Bus) Registrations() int { return len(b.liveRegistrations()) }
+
+// LeafService is the one service a leaf's bus serves (docs/protocol.md §7.5).
+type LeafService struct {
+	Name      string // the service admitted, on uid alone
+	Principal string // the leaf principal it is named after (--leaf-principal), for refusals
+}
+
+// leafService admits a registration in leaf mode: only the leaf principal's service name,
+// on uid alone (the caller checked the uid). There is no executable to attest: in a pod the
+// service runs in another container, whose files the leaf cannot see.
+func (b *Bus) leafService(name string) *Error {
+	if name != b.cfg.Leaf.Name {
+		return errorf("not_recipient", "service '%s' does not match leaf principal '%s'", name, b.cfg.Leaf.Principal)
+	}
+	return nil
+}

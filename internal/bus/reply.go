@@ -399,24 +399,26 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 		out, _, err = list()
 		return out, err
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		ch, cancel := b.replies.subscribe(id)
-		out, _, err = list()
-		if err != nil || len(out) > 0 {
-			cancel()
-			return out, err
-		}
-		select {
-		case <-ch:
-			cancel()
-		case <-timer.C:
-			cancel()
-			return out, nil
-		case <-ctx.Done():
-			cancel()
-			return out, nil
-		}
+	_, err = b.replies.Until(ctx, id, wait, func() (bool, error) {
+		var lerr error
+		out, _, lerr = list()
+		return len(out) > 0, lerr
+	})
+	return out, err
+}
+
+// toLeaf reports whether message id was sent to a leaf peer (its outbound row names one).
+func (b *Bus) toLeaf(id string) bool {
+	if b.cfg.Fed == nil {
+		return false
 	}
+	var out store.Outbound
+	var found bool
+	if err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+		out, found, err = tx.Outbound(id)
+		return err
+	}); err != nil || !found {
+		return false
+	}
+	return b.cfg.Fed.Leaf(out.Peer)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -29,7 +30,7 @@ type Send struct {
 	From        string // anonymous sender's sanitized name: its federation principal
 	// FedPrincipal, when set, is the federation principal of a remote send instead of one
 	// derived from Caller or From: a leaf attributes every send to its configured principal.
-	FedPrincipal *Principal
+	FedPrincipal *principal.Principal
 }
 
 type afterKey struct{}

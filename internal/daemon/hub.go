@@ -271,7 +271,11 @@ func (d *Daemon) buildServers() error {
 // context ends when the stop begins, so long-polls answer at once instead of holding the
 // drain until its deadline.
 func (d *Daemon) addHTTP(name string, l net.Listener, doctorLines func() []string) {
-	srv := httpapi.NewServer(httpapi.Config{Bus: d.bus, MaxBody: d.cfg.MaxBody, Log: d.log, Socket: name, Doctor: d.custodyDoctor(name, doctorLines), Limits: httpLimits(d.cfg)})
+	cfg := httpapi.Config{Bus: d.bus, MaxBody: d.cfg.MaxBody, Log: d.log, Socket: name, Doctor: d.custodyDoctor(name, doctorLines), Limits: httpLimits(d.cfg)}
+	if d.leaf != nil {
+		cfg.Leaf = &d.leaf.id
+	}
+	srv := httpapi.NewServer(cfg)
 	srv.BaseContext = func(net.Listener) context.Context { return d.runCtx }
 	d.group.Add(servergroup.Server{Name: name, Serve: func() error { return srv.Serve(l) },
 		Shutdown: func(c context.Context) error { d.stopRun(); return srv.Shutdown(c) }})

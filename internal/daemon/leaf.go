@@ -34,7 +34,7 @@ import (
 // fallback is said at start and by `xmsg doctor --url`.
 type leafMode struct {
 	d        *Daemon
-	id       bus.LeafIdentity
+	id       leaf.Identity
 	hubs     []string
 	reg      net.Listener
 	regPath  string
@@ -183,7 +183,7 @@ func (l *leafMode) buildServers() error {
 	uid := uint32(os.Geteuid())
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
-		Store: d.store, Proc: proc, Log: d.log, Fed: d.fed.bus(d.store, nil), Leaf: &l.id, MaxWaiters: cfg.Limits.HTTPMaxWaiters,
+		Store: d.store, Proc: proc, Log: d.log, Fed: d.fed.bus(d.store, nil), Leaf: l.id.Bus(), MaxWaiters: cfg.Limits.HTTPMaxWaiters,
 		// A leaf has no Claude sessions: nothing is scanned.
 		Claude: &claude.Scanner{Proc: proc, UID: int(uid), Log: d.log},
 		Bounds: busBounds(cfg),
@@ -196,7 +196,7 @@ func (l *leafMode) buildServers() error {
 	pullLog := slog.New(ratelog.Handler(d.log.Handler(), &ratelog.Limiter{Every: 30 * time.Second}, "peer", "code", "retry_in"))
 	var pullers []*leaf.Puller
 	for _, h := range l.hubs {
-		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, MaxBody: cfg.MaxBody, Log: pullLog})
+		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, Service: l.id.Service, MaxBody: cfg.MaxBody, Log: pullLog})
 	}
 	doctorLines := func() []string {
 		lines := d.facts.Lines()

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -47,7 +48,7 @@ func BenchmarkLoopback(b *testing.B) {
 		for b.Loop() {
 			id := uuid.Must(uuid.NewV7()).String()
 			t0 := time.Now()
-			e := Envelope{V: Version, ID: id, Principal: WirePrincipal{Kind: "anonymous", From: "x"}, Body: "ping"}
+			e := Envelope{V: Version, ID: id, Principal: principal.Principal{Kind: principal.Anonymous, From: "x"}, Body: "ping"}
 			e.To.Ref = "svc:bot"
 			if _, err := na.n.post(ctx, "b", e); err != nil {
 				b.Fatal(err)

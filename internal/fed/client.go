@@ -171,16 +171,6 @@ func (n *Node) call(ctx context.Context, peer, method, path string, body any, ou
 	return nil
 }
 
-func wirePrincipal(p bus.Principal) WirePrincipal {
-	switch p.Kind {
-	case "session":
-		return WirePrincipal{Kind: "session", Harness: p.Harness, SessionID: p.SessionID, Name: p.Name}
-	case "service":
-		return WirePrincipal{Kind: "service", Name: p.Name}
-	}
-	return WirePrincipal{Kind: "anonymous", From: p.From}
-}
-
 // post is a send's round trip: POST /fed/v2/messages with the 5 s budget.
 func (n *Node) post(ctx context.Context, peer string, e Envelope) (bus.Delivery, error) {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)

@@ -29,7 +29,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		if e2 != e {
 			t.Fatalf("round trip changed the envelope: %+v → %+v", e, e2)
 		}
-		_ = e.Principal.check()
+		_ = e.Principal.Check()
 	})
 }
 

@@ -39,7 +39,7 @@ func (nd *node) startLeaf(peers string) {
 	log := slog.New(slog.DiscardHandler)
 	nd.n.Attach(nd.store, nil, nil)
 	nd.bus = bus.New(bus.Config{Host: nd.name, MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: nd.store,
-		Proc: peercred.Proc{}, Log: log, Fed: nd.n, Leaf: &id, Claude: &claude.Scanner{UID: os.Geteuid(), Log: log}})
+		Proc: peercred.Proc{}, Log: log, Fed: nd.n, Leaf: id.Bus(), Claude: &claude.Scanner{UID: os.Geteuid(), Log: log}})
 	t.Cleanup(func() {
 		nd.n.Close()
 		nd.bus.Close()
@@ -51,7 +51,7 @@ func (nd *node) startLeaf(peers string) {
 func (nd *node) pull(hub string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	p := &leaf.Puller{Bus: nd.bus, Hub: nd.n, Peer: hub, MaxBody: 65536, Log: slog.New(slog.DiscardHandler), Wait: 5 * time.Second}
+	p := &leaf.Puller{Bus: nd.bus, Hub: nd.n, Peer: hub, Service: "bot", MaxBody: 65536, Log: slog.New(slog.DiscardHandler), Wait: 5 * time.Second}
 	go func() { p.Run(ctx); close(done) }()
 	return func() { cancel(); <-done }
 }
@@ -283,7 +283,7 @@ func TestPullLoop(t *testing.T) {
 	// A send on the leaf, attributed to the leaf principal, reaches the hub; a reply there
 	// is not pushed (the leaf pulls it), and the leaf's reply poll fetches it from the hub.
 	hubSvc := bus.Caller{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
-	id := l1.bus.Leaf()
+	id, _ := leaf.ParsePrincipal("svc:bot")
 	d4, err := l1.bus.Send(ctx, bus.Send{Ref: "svc:bot@hub", Text: "from the leaf", Bytes: 13, FromName: "xmsg@l1 · svc:bot", Principal: id.Principal, FedPrincipal: &id.Fed})
 	if err != nil || d4.Outcome != "delivered" {
 		t.Fatalf("leaf send = %+v %v", d4, err)

@@ -94,7 +94,7 @@ func (n *Node) Send(ctx context.Context, s bus.RemoteSend) (bus.Delivery, error)
 			return tx.PutOutbound(out)
 		})
 	}()
-	e := Envelope{V: Version, ID: msg.ID, Principal: wirePrincipal(s.Principal), Body: s.Text, PushReplies: msg.PushReplies,
+	e := Envelope{V: Version, ID: msg.ID, Principal: s.Principal, Body: s.Text, PushReplies: msg.PushReplies,
 		ThreadID: msg.ThreadID, CreatedAt: now}
 	e.To.Ref = s.TargetRef
 	rd, err := n.post(ctx, s.Peer, e)
@@ -167,7 +167,7 @@ func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error)
 	}
 	now := n.rec.now().Unix()
 	msg := s.Message(id, n.cfg.Host, "queued", now)
-	e := Envelope{V: Version, ID: id, Principal: wirePrincipal(s.Principal), Body: s.Text, PushReplies: msg.PushReplies,
+	e := Envelope{V: Version, ID: id, Principal: s.Principal, Body: s.Text, PushReplies: msg.PushReplies,
 		ThreadID: msg.ThreadID, CreatedAt: now}
 	e.To.Ref = s.TargetRef
 	env, err := json.Marshal(e)

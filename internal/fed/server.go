@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,8 +17,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/bus"
-	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/httpapi"
+	"github.com/xmsg/xmsg/internal/principal"
 )
 
 // Server is the federation listener with its /fed/v2 routes (docs/protocol.md §8.3). Only those
@@ -213,27 +214,6 @@ func validRef(id string) bool {
 	return err == nil && u.String() == id
 }
 
-// policyNames are the strings a principal matches in a peer's `principals` (§8.3 step 3).
-func policyNames(p WirePrincipal) []string {
-	switch p.Kind {
-	case "session":
-		return []string{p.Harness + ":" + p.Name, "session:" + p.SessionID, p.Harness + ":" + p.SessionID}
-	case "service":
-		return []string{"svc:" + p.Name}
-	}
-	return []string{"anon:" + p.From}
-}
-
-func rateKey(p WirePrincipal) string {
-	switch p.Kind {
-	case "session":
-		return p.Harness + ":" + p.SessionID
-	case "service":
-		return "svc:" + p.Name
-	}
-	return "anon:" + p.From
-}
-
 func intersects(a, b []string) bool {
 	for _, x := range a {
 		for _, y := range b {
@@ -305,7 +285,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	e, err := DecodeEnvelope(body)
 	if err == nil {
-		err = e.Principal.check()
+		err = e.Principal.Check()
 	}
 	if err != nil {
 		writeError(w, apiError("bad_request", "%v", err))
@@ -313,7 +293,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	// The principal's bucket too, before anything is resolved or validated (the token is
 	// taken at step 6; a refused request takes none).
-	if !s.n.limits.has("principal:"+p.Name+"\x00"+rateKey(e.Principal), s.n.cfg.PrincipalRate) {
+	if !s.n.limits.has("principal:"+p.Name+"\x00"+e.Principal.RateKey(), s.n.cfg.PrincipalRate) {
 		writeError(w, rateLimited())
 		return
 	}
@@ -336,7 +316,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// 3. the sender principal
-	if p.Principals != nil && !intersects(policyNames(e.Principal), p.Principals) {
+	if p.Principals != nil && !intersects(e.Principal.PolicyNames(), p.Principals) {
 		writeError(w, apiError("op_denied", "principal not authorized for peer"))
 		return
 	}
@@ -364,64 +344,28 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// 6. rate limits: the peer's bucket and the principal's
-	if !s.rate("peer:"+p.Name, "principal:"+p.Name+"\x00"+rateKey(e.Principal)) {
+	if !s.rate("peer:"+p.Name, "principal:"+p.Name+"\x00"+e.Principal.RateKey()) {
 		writeError(w, rateLimited())
 		return
 	}
 	// 7. the principal itself, and the sender badge (host = the PEER's name)
-	from, ret, badge, perr := s.principal(p, e.Principal)
-	if perr != nil {
-		writeError(w, perr)
+	sender, perr := e.Principal.Sender(p.Name)
+	if errors.Is(perr, principal.ErrSender) {
+		writeError(w, apiError("bad_sender", "%v", perr))
+		return
+	} else if perr != nil {
+		writeError(w, apiError("bad_request", "%v", perr))
 		return
 	}
 	// 8. idempotent by envelope id; 9. record, deliver; 10. answer
 	push := e.PushReplies && !p.Leaf
-	d, err := s.bus.Accept(r.Context(), bus.Inbound{ID: e.ID, Peer: p.Name, Ref: e.To.Ref, FromName: from, Return: ret,
-		Badge: badge, Body: e.Body, PushReplies: push, ThreadID: e.ThreadID}, t, resolveErr)
+	d, err := s.bus.Accept(r.Context(), bus.InboundFrom(sender, bus.Inbound{ID: e.ID, Peer: p.Name, Ref: e.To.Ref,
+		Body: e.Body, PushReplies: push, ThreadID: e.ThreadID}), t, resolveErr)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, d)
-}
-
-// principal validates a wire principal (§8.3 step 7) and returns the sender badge, the return
-// address (nil for anonymous senders) and the badge for svc origins.
-func (s *Server) principal(p *Peer, wp WirePrincipal) (from string, ret *bus.Caller, badge string, err *bus.Error) {
-	switch wp.Kind {
-	case "session":
-		if !envelope.PrincipalHarness(wp.Harness) {
-			return "", nil, "", apiError("bad_request", "invalid harness '%s'", wp.Harness)
-		}
-		if wp.SessionID == "" || len(wp.SessionID) > 256 || !printable(wp.SessionID) {
-			return "", nil, "", apiError("bad_request", "invalid session_id")
-		}
-		name := wp.Name
-		if name == "" {
-			name = wp.SessionID
-		}
-		from = envelope.AttestedBadge(p.Name, wp.Harness, name)
-		return from, &bus.Caller{Harness: wp.Harness, SessionID: wp.SessionID, Name: name}, wp.Harness + ":" + envelope.AttestedName(wp.Harness, name), nil
-	case "service":
-		if !envelope.ValidServiceName(wp.Name) {
-			return "", nil, "", apiError("bad_request", "invalid service name '%s'", wp.Name)
-		}
-		return envelope.AttestedBadge(p.Name, "svc", wp.Name), &bus.Caller{Harness: "svc", SessionID: "svc:" + wp.Name, Name: wp.Name}, "svc:" + wp.Name, nil
-	}
-	clean, cerr := envelope.Anonymous(wp.From)
-	if cerr != nil {
-		return "", nil, "", apiError("bad_sender", "%v", cerr)
-	}
-	return envelope.AnonymousBadge(p.Name, clean), nil, "anon:" + clean, nil
-}
-
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // replies is POST /fed/v2/replies.
@@ -447,8 +391,8 @@ func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError("op_denied", "reply operation not allowed for peer"))
 		return
 	}
-	if !validID(e.ID) || !validRef(e.InReplyTo) || e.Text == "" || !envelope.PrincipalHarness(e.Replier.Harness) ||
-		e.Replier.SessionID == "" || len(e.Replier.SessionID) > 256 || !printable(e.Replier.SessionID) {
+	if !validID(e.ID) || !validRef(e.InReplyTo) || e.Text == "" || !principal.Harness(e.Replier.Harness) ||
+		e.Replier.SessionID == "" || len(e.Replier.SessionID) > 256 || !principal.Printable(e.Replier.SessionID) {
 		writeError(w, apiError("bad_request", "id, in_reply_to, replier and text are required"))
 		return
 	}

@@ -7,26 +7,18 @@ import (
 	"fmt"
 	"io"
 	"unicode/utf8"
+
+	"github.com/xmsg/xmsg/internal/principal"
 )
 
 // Version is the envelope version of this project ("v":2; the original used 1).
 const Version = 2
 
-// WirePrincipal is a sender on the wire, tagged by kind (§8.3): "session" (harness,
-// session_id, name), "service" (name) or "anonymous" (from).
-type WirePrincipal struct {
-	Kind      string `json:"kind"`
-	Harness   string `json:"harness,omitempty"`
-	SessionID string `json:"session_id,omitempty"`
-	Name      string `json:"name,omitempty"`
-	From      string `json:"from,omitempty"`
-}
-
 // Envelope is a FedEnvelope (POST /fed/v2/messages).
 type Envelope struct {
-	V         int           `json:"v"`
-	ID        string        `json:"id"`
-	Principal WirePrincipal `json:"principal"`
+	V         int                 `json:"v"`
+	ID        string              `json:"id"`
+	Principal principal.Principal `json:"principal"`
 	To        struct {
 		Ref string `json:"ref"`
 	} `json:"to"`
@@ -66,27 +58,6 @@ func decodeStrict(body []byte, v any) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("invalid JSON: trailing data after the object")
-	}
-	return nil
-}
-
-// principal fields per kind; a field of another kind is refused like an unknown field.
-func (p WirePrincipal) check() error {
-	switch p.Kind {
-	case "session":
-		if p.From != "" {
-			return errors.New("principal: \"from\" is not a field of a session principal")
-		}
-	case "service":
-		if p.Harness != "" || p.SessionID != "" || p.From != "" {
-			return errors.New("principal: a service principal has only \"name\"")
-		}
-	case "anonymous":
-		if p.Harness != "" || p.SessionID != "" || p.Name != "" {
-			return errors.New("principal: an anonymous principal has only \"from\"")
-		}
-	default:
-		return fmt.Errorf("principal: unknown kind %q", p.Kind)
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 // and their replies, a peer's sessions, and the facts /healthz reports. *bus.Bus is one.
 type Bus interface {
 	Host() string
-	Leaf() *bus.LeafIdentity
 	Send(ctx context.Context, s bus.Send) (bus.Delivery, error)
 	Resolve(ref string) (bus.Target, error)
 	Sessions(cwd, status string) []bus.SessionView

@@ -21,6 +21,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/jsonline"
+	"github.com/xmsg/xmsg/internal/leaf"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
@@ -32,6 +33,8 @@ type Config struct {
 	Socket  string          // "http" or "tcp", for the audit log
 	Doctor  func() []string // protections in force, for GET /v1/doctor (xmsg doctor)
 	Limits  Limits          // per-connection deadlines and per-pid shares; zero: DefaultLimits
+	// Leaf, when set, is the leaf principal every send is attributed to (docs/protocol.md §7.5).
+	Leaf *leaf.Identity
 }
 
 // Handler returns the API router.
@@ -305,7 +308,7 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &bus.Error{Code: "bad_request", Detail: "text must not be empty"})
 		return
 	}
-	if l := h.cfg.Bus.Leaf(); l != nil {
+	if l := h.cfg.Leaf; l != nil {
 		// Leaf mode (docs/protocol.md §7.5): every send is the leaf principal's; `from` is ignored.
 		from := "xmsg@" + h.cfg.Bus.Host() + " \u00b7 " + l.Principal
 		d, err := h.sendAudited(hangupContext(w, r), w, l.Principal, bus.Send{

@@ -14,37 +14,28 @@ import (
 	"strings"
 
 	"github.com/xmsg/xmsg/internal/bus"
-	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/harness/svc"
+	"github.com/xmsg/xmsg/internal/principal"
 )
 
-// ParsePrincipal parses --leaf-principal (§7.5): "svc:x" and a bare name x are the service
-// x; "claude:x", "agy:x", "pi:x" a session with id and name x; "anon:x" an anonymous sender.
-// The local service the leaf admits is P minus "svc:".
-func ParsePrincipal(p string) (bus.LeafIdentity, error) {
-	id := bus.LeafIdentity{Principal: p, Service: strings.TrimPrefix(p, "svc:")}
-	kind, name, qualified := strings.Cut(p, ":")
-	if !qualified {
-		kind, name = "svc", p
+// Identity is a leaf's configured principal (--leaf-principal).
+type Identity struct {
+	Principal string              // as configured, e.g. "svc:matrix": fromName suffix and idempotency scope
+	Fed       principal.Principal // its federation principal (§7.5 parsing rules)
+	Service   string              // the one local service admitted: Principal minus "svc:"
+}
+
+// Bus is what the leaf's bus knows of it: the one service it serves.
+func (id Identity) Bus() *bus.LeafService {
+	return &bus.LeafService{Name: id.Service, Principal: id.Principal}
+}
+
+// ParsePrincipal parses --leaf-principal (§7.5, principal.Parse). The local service the leaf
+// admits is P minus "svc:".
+func ParsePrincipal(p string) (Identity, error) {
+	fed, err := principal.Parse(p)
+	if err != nil {
+		return Identity{}, fmt.Errorf("leaf: --leaf-principal %w", err)
 	}
-	switch kind {
-	case "svc":
-		if !envelope.ValidServiceName(name) {
-			return id, fmt.Errorf("leaf: --leaf-principal %q: service name must match [A-Za-z0-9._-]{1,32}", p)
-		}
-		id.Fed = bus.Principal{Kind: "service", Name: name}
-	case "claude", "agy", "pi":
-		if !envelope.ValidServiceName(name) {
-			return id, fmt.Errorf("leaf: --leaf-principal %q: name must match [A-Za-z0-9._-]{1,32}", p)
-		}
-		id.Fed = bus.Principal{Kind: "session", Harness: kind, SessionID: name, Name: name}
-	case "anon":
-		clean, err := envelope.Anonymous(name)
-		if err != nil || clean != name {
-			return id, fmt.Errorf("leaf: --leaf-principal %q: not a valid anonymous sender name", p)
-		}
-		id.Fed = bus.Principal{Kind: "anonymous", From: name}
-	default:
-		return id, fmt.Errorf("leaf: --leaf-principal %q: want svc:NAME, claude:NAME, agy:NAME, pi:NAME, anon:NAME or a bare service name", p)
-	}
-	return id, nil
+	return Identity{Principal: p, Fed: fed, Service: strings.TrimPrefix(p, svc.Name+":")}, nil
 }

@@ -3,21 +3,21 @@ package leaf
 import (
 	"testing"
 
-	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/principal"
 )
 
 func TestParsePrincipal(t *testing.T) {
 	for _, tc := range []struct {
 		in      string
-		fed     bus.Principal
+		fed     principal.Principal
 		service string
 	}{
-		{"svc:matrix", bus.Principal{Kind: "service", Name: "matrix"}, "matrix"},
-		{"matrix", bus.Principal{Kind: "service", Name: "matrix"}, "matrix"},
-		{"claude:alice", bus.Principal{Kind: "session", Harness: "claude", SessionID: "alice", Name: "alice"}, "claude:alice"},
-		{"agy:x", bus.Principal{Kind: "session", Harness: "agy", SessionID: "x", Name: "x"}, "agy:x"},
-		{"pi:p-1", bus.Principal{Kind: "session", Harness: "pi", SessionID: "p-1", Name: "p-1"}, "pi:p-1"},
-		{"anon:bob", bus.Principal{Kind: "anonymous", From: "bob"}, "anon:bob"},
+		{"svc:matrix", principal.Principal{Kind: "service", Name: "matrix"}, "matrix"},
+		{"matrix", principal.Principal{Kind: "service", Name: "matrix"}, "matrix"},
+		{"claude:alice", principal.Principal{Kind: "session", Harness: "claude", SessionID: "alice", Name: "alice"}, "claude:alice"},
+		{"agy:x", principal.Principal{Kind: "session", Harness: "agy", SessionID: "x", Name: "x"}, "agy:x"},
+		{"pi:p-1", principal.Principal{Kind: "session", Harness: "pi", SessionID: "p-1", Name: "p-1"}, "pi:p-1"},
+		{"anon:bob", principal.Principal{Kind: "anonymous", From: "bob"}, "anon:bob"},
 	} {
 		id, err := ParsePrincipal(tc.in)
 		if err != nil || id.Fed != tc.fed || id.Service != tc.service || id.Principal != tc.in {

@@ -16,6 +16,7 @@ import (
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/hub"
+	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
@@ -40,10 +41,9 @@ const (
 	BatchBytes = 1 << 20
 )
 
-// Bus is what a pull loop asks of the leaf's bus: its identity, recording pulled rows into
-// its service's queue, and waiting for the service's ack. *bus.Bus is one.
+// Bus is what a pull loop asks of the leaf's bus: recording pulled rows into its service's
+// queue, and waiting for the service's ack. *bus.Bus is one.
 type Bus interface {
-	Leaf() *bus.LeafIdentity
 	AcceptBatch(t bus.Target, ins []bus.Inbound) (int, error)
 	WaitAcked(ctx context.Context, sessionID, messageID string) error
 }
@@ -55,6 +55,7 @@ type Puller struct {
 	Bus     Bus
 	Hub     Hub
 	Peer    string // the hub's name in the peers file
+	Service string // the leaf's one service, the recipient of every row
 	MaxBody int
 	Log     *slog.Logger
 	// Wait overrides PollWait (tests); MinBackoff/MaxBackoff, Batch and BatchBytes likewise
@@ -330,55 +331,34 @@ func (p *Puller) check(row *hub.Row) (bus.Inbound, error) {
 		}
 	}
 	to := strings.TrimPrefix(row.To, svc.Name+":")
-	if to != "" && !strings.EqualFold(to, p.Bus.Leaf().Service) {
+	if to != "" && !strings.EqualFold(to, p.Service) {
 		return bus.Inbound{}, fmt.Errorf("%w: target %q is not this leaf's service", errUndeliverable, row.To)
 	}
-	var wp struct {
-		Kind      string `json:"kind"`
-		Harness   string `json:"harness"`
-		SessionID string `json:"session_id"`
-		Name      string `json:"name"`
-		From      string `json:"from"`
-	}
+	var wp principal.Principal
 	if len(row.Principal) > 0 {
 		if err := json.Unmarshal(row.Principal, &wp); err != nil {
 			return bus.Inbound{}, fmt.Errorf("%w: principal: %v", errUndeliverable, err)
 		}
 	}
-	out := bus.Inbound{ID: row.ID, Peer: p.Peer, Body: row.Body, PushReplies: row.PushReplies, ThreadID: row.ThreadID}
-	switch wp.Kind {
-	case "session":
-		if !envelope.PrincipalHarness(wp.Harness) || wp.SessionID == "" || len(wp.SessionID) > 256 {
-			return bus.Inbound{}, fmt.Errorf("%w: invalid session principal", errUndeliverable)
+	if wp.Kind != principal.Session && wp.Kind != principal.Service {
+		// Anonymous (or a hub that sent no principal): no return address, replies
+		// poll-only; a name that is no valid sender is "anonymous".
+		wp = principal.Principal{Kind: principal.Anonymous, From: wp.From}
+		if _, err := envelope.Anonymous(wp.From); err != nil {
+			wp.From = "anonymous"
 		}
-		name := or2(wp.Name, wp.SessionID)
-		out.FromName = envelope.AttestedBadge(p.Peer, wp.Harness, name)
-		out.Badge = wp.Harness + ":" + envelope.AttestedName(wp.Harness, name)
-		out.Return = &bus.Caller{Harness: wp.Harness, SessionID: wp.SessionID, Name: name}
-	case "service":
-		if !envelope.ValidServiceName(wp.Name) {
-			return bus.Inbound{}, fmt.Errorf("%w: invalid service principal", errUndeliverable)
-		}
-		out.FromName = envelope.AttestedBadge(p.Peer, svc.Name, wp.Name)
-		out.Badge = svc.SessionID(wp.Name)
-		out.Return = &bus.Caller{Harness: svc.Name, SessionID: svc.SessionID(wp.Name), Name: wp.Name}
-	default:
-		// Anonymous (or a hub that sent no principal): no return address, replies poll-only.
-		clean, err := envelope.Anonymous(wp.From)
-		if err != nil {
-			clean = "anonymous"
-		}
-		out.FromName = envelope.AnonymousBadge(p.Peer, clean)
-		out.Badge = "anon:" + clean
-		out.PushReplies = false
 	}
-	return out, nil
+	sender, err := wp.Sender(p.Peer)
+	if err != nil {
+		return bus.Inbound{}, fmt.Errorf("%w: %s principal: %v", errUndeliverable, wp.Kind, err)
+	}
+	return bus.InboundFrom(sender, bus.Inbound{ID: row.ID, Peer: p.Peer, Body: row.Body, PushReplies: row.PushReplies, ThreadID: row.ThreadID}), nil
 }
 
 // service is the leaf's one service, the recipient of everything it pulls (offline or not:
 // its queue is durable).
 func (p *Puller) service() bus.Target {
-	return bus.Target{Harness: svc.Name, SessionID: svc.SessionID(p.Bus.Leaf().Service)}
+	return bus.Target{Harness: svc.Name, SessionID: svc.SessionID(p.Service)}
 }
 
 func or2(a, b string) string {

@@ -144,7 +144,7 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 	id, _ := ParsePrincipal("svc:bot")
 	log := slog.New(slog.DiscardHandler)
 	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
-		Leaf: &id, Claude: &claude.Scanner{Log: log}})
+		Leaf: id.Bus(), Claude: &claude.Scanner{Log: log}})
 	defer b.Close()
 	principal, _ := json.Marshal(map[string]string{"kind": "session", "harness": "claude", "session_id": "s1", "name": "alice"})
 	hub := &fakeHub{failPolls: 3, failAcks: 3, localAcked: map[string]bool{}, noPull: noPull}
@@ -160,7 +160,7 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	p := &Puller{Bus: b, Hub: hub, Peer: "hub", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, Batch: batch}
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, Batch: batch}
 	go func() { p.Run(ctx); close(done) }()
 	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
 	for _, text := range []string{"one", "two", "three"} {
@@ -220,13 +220,13 @@ func TestPullerRetryLogIsRateLimited(t *testing.T) {
 	defer st.Close()
 	id, _ := ParsePrincipal("svc:bot")
 	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{},
-		Log: slog.New(slog.DiscardHandler), Leaf: &id, Claude: &claude.Scanner{Log: slog.New(slog.DiscardHandler)}})
+		Log: slog.New(slog.DiscardHandler), Leaf: id.Bus(), Claude: &claude.Scanner{Log: slog.New(slog.DiscardHandler)}})
 	defer b.Close()
 	hub := &fakeHub{failPolls: 1 << 30, localAcked: map[string]bool{}}
 	var logs strings.Builder
 	var mu sync.Mutex
 	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) }), nil))
-	p := &Puller{Bus: b, Hub: hub, Peer: "hub", MaxBody: 65536, Log: log, MinBackoff: 100 * time.Microsecond, MaxBackoff: 400 * time.Microsecond}
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, MinBackoff: 100 * time.Microsecond, MaxBackoff: 400 * time.Microsecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()

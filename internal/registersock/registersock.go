@@ -643,8 +643,8 @@ func decodeError(err error) string {
 const (
 	kindCheck   = "check"
 	kindSession = "session"
-	kindService = "svc"
-	kindAgy     = "agy"
+	kindService = "service"
+	kindAgy     = "credential"
 )
 
 type first struct {

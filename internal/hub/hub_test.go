@@ -1,0 +1,134 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/store"
+)
+
+func open(t *testing.T, max int) *Mailboxes {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "xmsg.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return New(st, slog.New(slog.DiscardHandler), max, -1)
+}
+
+// put queues one message for peer and returns its id.
+func put(t *testing.T, m *Mailboxes, peer string) (string, error) {
+	t.Helper()
+	id := uuid.Must(uuid.NewV7()).String()
+	now := time.Now().Unix()
+	return id, m.Put(store.MailboxEntry{ID: id, Peer: peer, TargetRef: "svc:bot", CreatedAt: now, Body: "hi " + id},
+		store.Message{ID: id, CreatedAt: now, SessionID: "svc:bot", Outcome: "queued", RecipientHarness: bus.RemoteHarness},
+		store.Outbound{ID: id, Peer: peer, TargetRef: "svc:bot", Outcome: "queued", CreatedAt: now}, nil)
+}
+
+func outcome(t *testing.T, m *Mailboxes, id string) (string, string) {
+	t.Helper()
+	var msg store.Message
+	var out store.Outbound
+	m.store.View(func(tx *store.Tx) error {
+		msg, _, _ = tx.Message(id)
+		out, _, _ = tx.Outbound(id)
+		return nil
+	})
+	return msg.Outcome, out.Outcome
+}
+
+// TestBound: a mailbox holds its bound and refuses the next message with a clear 503-class
+// error naming the leaf and the bound, while another leaf's mailbox still takes mail; an ack
+// makes room again. Mutant tried: Put without the bound (tx.PutMailbox): red.
+func TestBound(t *testing.T) {
+	m := open(t, 3)
+	for i := range 3 {
+		if _, err := put(t, m, "l1"); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	_, err := put(t, m, "l1")
+	if e := bus.AsError(err); e.Code != "service_unavailable" || !strings.Contains(e.Detail, "leaf 'l1'") || !strings.Contains(e.Detail, "3 messages") {
+		t.Fatalf("put past the bound = %v, want service_unavailable naming leaf 'l1' and 3 messages", err)
+	}
+	if _, err := put(t, m, "l2"); err != nil {
+		t.Fatalf("another leaf's mailbox refused: %v", err)
+	}
+	rows, err := m.Batch(context.Background(), "l1", 0, 1, 0)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("batch = %v %v", rows, err)
+	}
+	if n, err := m.Ack("l1", []string{rows[0].ID}); n != 1 || err != nil {
+		t.Fatalf("ack = %d %v", n, err)
+	}
+	if _, err := put(t, m, "l1"); err != nil {
+		t.Fatalf("put after an ack made room: %v", err)
+	}
+	if m.Len("l1") != 3 || m.Len("l2") != 1 {
+		t.Fatalf("lengths %d, %d; want 3, 1", m.Len("l1"), m.Len("l2"))
+	}
+}
+
+// TestAckMarksDelivered: an ack removes the row and marks the message and its outbound row
+// delivered; an ack by another leaf, or of an id acked before, removes nothing. Mutant
+// tried: Ack without markDelivered: red.
+func TestAckMarksDelivered(t *testing.T) {
+	m := open(t, 0)
+	id, err := put(t, m, "l1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := m.Ack("l2", []string{id}); n != 0 || err != nil || m.Len("l1") != 1 {
+		t.Fatalf("another leaf's ack = %d %v, mailbox %d; want 0, nil, 1", n, err, m.Len("l1"))
+	}
+	if msg, out := outcome(t, m, id); msg != "queued" || out != "queued" {
+		t.Fatalf("before the ack: %s, %s", msg, out)
+	}
+	if n, err := m.Ack("l1", []string{id, id}); n != 1 || err != nil {
+		t.Fatalf("ack = %d %v, want 1", n, err)
+	}
+	if msg, out := outcome(t, m, id); msg != "delivered" || out != "delivered" {
+		t.Fatalf("after the ack: message %s, outbound %s; want delivered", msg, out)
+	}
+	if n, _ := m.Ack("l1", []string{id}); n != 0 {
+		t.Fatalf("second ack removed %d", n)
+	}
+}
+
+// TestBatchWakes: a long-poll on an empty mailbox returns the mail put while it waits (the
+// put wakes it; the wait given is far longer than the test), and only its own leaf's.
+// Mutant tried: Put without the wake: the poll waits its whole minute (red by the test's
+// deadline).
+func TestBatchWakes(t *testing.T) {
+	m := open(t, 0)
+	got := make(chan []store.MailboxEntry, 1)
+	go func() {
+		rows, err := m.Batch(context.Background(), "l1", time.Minute, 10, 0)
+		if err != nil {
+			panic(fmt.Sprint("batch: ", err))
+		}
+		got <- rows
+	}()
+	// Mail for another leaf first: it must not end l1's poll with l2's rows.
+	if _, err := put(t, m, "l2"); err != nil {
+		t.Fatal(err)
+	}
+	id, err := put(t, m, "l1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := <-got
+	if len(rows) != 1 || rows[0].ID != id {
+		t.Fatalf("poll woke with %+v, want l1's one row %s", rows, id)
+	}
+}

@@ -1,0 +1,49 @@
+package wake
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestUntil: a Fire between two checks wakes the waiter (it subscribed before checking, so
+// none is lost); without a Fire the wait ends when wait passes or ctx ends, not done; a
+// check that fails ends it with the error.
+func TestUntil(t *testing.T) {
+	var s Set
+	var ready atomic.Bool
+	var calls atomic.Int32
+	go func() {
+		for calls.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		ready.Store(true)
+		s.Fire("k")
+	}()
+	done, err := s.Until(context.Background(), "k", time.Minute, func() (bool, error) {
+		calls.Add(1)
+		return ready.Load(), nil
+	})
+	if !done || err != nil {
+		t.Fatalf("Until after a Fire = %v %v, want done", done, err)
+	}
+	if done, err := s.Until(context.Background(), "k", 0, func() (bool, error) { return false, nil }); done || err != nil {
+		t.Fatalf("Until without wait = %v %v", done, err)
+	}
+	if done, err := s.Until(context.Background(), "k", time.Millisecond, func() (bool, error) { return false, nil }); done || err != nil {
+		t.Fatalf("Until past its wait = %v %v", done, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if done, err := s.Until(ctx, "k", time.Minute, func() (bool, error) { return false, nil }); done || err != nil {
+		t.Fatalf("Until with an ended ctx = %v %v", done, err)
+	}
+	boom := context.DeadlineExceeded
+	if _, err := s.Until(context.Background(), "k", time.Minute, func() (bool, error) { return false, boom }); err != boom {
+		t.Fatalf("Until with a failing check = %v", err)
+	}
+	if len(s.m) != 0 {
+		t.Fatalf("subscriptions left behind: %d", len(s.m))
+	}
+}
