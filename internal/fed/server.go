@@ -406,7 +406,7 @@ func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 	}
 	// A reply can overtake the record of the send it answers (Node.Send).
 	s.n.waitRecorded(r.Context(), e.InReplyTo)
-	outcome, id, err := s.bus.FedReply(r.Context(), bus.FedReplyIn{ID: e.ID, Peer: p.Name, InReplyTo: e.InReplyTo,
+	outcome, id, err := s.bus.AcceptReply(r.Context(), bus.InboundReply{ID: e.ID, Peer: p.Name, InReplyTo: e.InReplyTo,
 		Replier: bus.Caller{Harness: e.Replier.Harness, SessionID: e.Replier.SessionID, Name: name}, Text: e.Text})
 	if err != nil {
 		writeError(w, err)
@@ -441,7 +441,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out, err := s.bus.FedReplies(r.Context(), p.Name, r.PathValue("id"), after, time.Duration(min(wait, 60))*time.Second)
+	out, err := s.bus.PeerReplies(r.Context(), p.Name, r.PathValue("id"), after, time.Duration(min(wait, 60))*time.Second)
 	if err != nil {
 		writeError(w, err)
 		return

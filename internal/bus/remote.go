@@ -130,20 +130,20 @@ func (b *Bus) pushRemote(ctx context.Context, caller Caller, msg store.Message, 
 	}}
 }
 
-// FedReplyIn is an inbound reply envelope whose version, peer permission and rate fed
+// InboundReply is an inbound reply envelope whose version, peer permission and rate fed
 // already checked.
-type FedReplyIn struct {
+type InboundReply struct {
 	ID, Peer, InReplyTo string
 	Replier             Caller
 	Text                string
 }
 
-// FedReply records a reply from peer to a message we sent it and pushes it to the local
+// AcceptReply records a reply from peer to a message we sent it and pushes it to the local
 // sender (docs/protocol.md §8.3 POST /fed/v2/replies). The caller has waited for the record
 // of that send, which a reply can overtake. Only the peer the message went to may
 // reply, and only to a sender that asked for pushes. Retries of an envelope id answer the
 // stored result.
-func (b *Bus) FedReply(ctx context.Context, r FedReplyIn) (outcome, messageID string, err error) {
+func (b *Bus) AcceptReply(ctx context.Context, r InboundReply) (outcome, messageID string, err error) {
 	defer func() { b.audit("fed", "fed:"+r.Peer, "reply", r.InReplyTo, messageID, err) }()
 	if len(r.Text) > b.cfg.MaxBody {
 		return "", "", errorf("payload_too_large", "text %d exceeds limit %d", len(r.Text), b.cfg.MaxBody)
@@ -196,9 +196,9 @@ func (b *Bus) FedReply(ctx context.Context, r FedReplyIn) (outcome, messageID st
 	return reply.PushOutcome, r.ID, nil
 }
 
-// FedReplies is a peer's long-poll for replies to a message it sent us: only the message's
+// PeerReplies is a peer's long-poll for replies to a message it sent us: only the message's
 // return host may read them.
-func (b *Bus) FedReplies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]ReplyView, error) {
+func (b *Bus) PeerReplies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]ReplyView, error) {
 	m, found, err := b.message(id)
 	if err != nil {
 		return nil, err
