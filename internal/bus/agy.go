@@ -266,20 +266,11 @@ func (b *Bus) sendAgy(a arrival, t Target, msg store.Message) (Delivery, error) 
 	if a.idem != nil {
 		a.idem.SessionID, a.idem.Outcome = d.SessionID, d.Outcome
 	}
-	err := b.cfg.Store.Update(func(tx *store.Tx) error {
-		if pending != nil {
-			if err := tx.Enqueue(*pending); err != nil {
-				return err
-			}
-		}
-		if err := tx.PutMessage(msg); err != nil {
-			return err
-		}
-		if a.idem == nil {
-			return nil
-		}
-		return tx.PutIdem(*a.idem)
-	})
+	var enqueue func(*store.Tx) error
+	if pending != nil {
+		enqueue = func(tx *store.Tx) error { return tx.Enqueue(*pending) }
+	}
+	err := b.commit(enqueue, msg, a.idem)
 	if errors.Is(err, store.ErrQueueFull) {
 		return Delivery{}, errorf("service_unavailable", "agy session message queue is full")
 	}

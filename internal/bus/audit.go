@@ -10,8 +10,8 @@ import (
 
 // Audit writes the audit line of one state-changing request: actor, socket, kind, target,
 // outcome; never a body. Each transport holds one and writes the lines of the bus calls it
-// makes (Send, Reply) once its answer is out; the bus writes those of the work it does on its
-// own (federation inbound, flushes). Safe for concurrent use.
+// makes (Send, Reply, Accept) once its answer is out: http.sock, agent.sock and register.sock,
+// the federation listener, a leaf's pull loop. The bus writes none. Safe for concurrent use.
 type Audit struct {
 	log *slog.Logger
 	lim ratelog.Limiter

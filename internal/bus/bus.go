@@ -90,7 +90,6 @@ type Bus struct {
 	stopped sync.WaitGroup
 	locks   *lockwatch.Watcher // follows the locks of leases; nil without Codex
 	lim     ratelog.Limiter    // refusal log lines
-	aud     *Audit             // the audit lines of the work the bus does on its own
 	q       queueState
 	// pidfdOnce logs once that registrations fall back to /proc checks.
 	pidfdOnce sync.Once
@@ -115,7 +114,7 @@ func New(cfg Config) *Bus {
 	if cfg.Harnesses == nil {
 		cfg.Harnesses, _ = harness.NewRegistry(Builtin()...) // distinct names and prefixes
 	}
-	b := &Bus{cfg: cfg, h: cfg.Harnesses, aud: NewAudit(cfg.Log), regs: map[string]*Registration{}, waiters: make(chan struct{}, cfg.MaxWaiters), stop: make(chan struct{})}
+	b := &Bus{cfg: cfg, h: cfg.Harnesses, regs: map[string]*Registration{}, waiters: make(chan struct{}, cfg.MaxWaiters), stop: make(chan struct{})}
 	if cfg.Codex != nil || cfg.Agy != nil {
 		w, err := lockwatch.New(b.locksGone, cfg.Log)
 		if err != nil {
@@ -139,11 +138,6 @@ func (b *Bus) Close() {
 	if b.locks != nil {
 		b.locks.Close()
 	}
-}
-
-// audit writes the audit line of work the bus does on its own (Audit.Record).
-func (b *Bus) audit(socket, actor, kind, target, messageID string, err error) {
-	b.aud.Record(socket, actor, kind, target, messageID, err)
 }
 
 // Host is the host label.

@@ -87,20 +87,11 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 		inbox = b.dialClaude(t.Claude.MessagingSocketPath)
 		defer later(ctx, inbox.Close)
 	}
-	err = b.cfg.Store.Update(func(tx *store.Tx) error {
-		if pending != nil {
-			if err := slot.enqueue(tx, *pending); err != nil {
-				return err
-			}
-		}
-		if err := tx.PutMessage(msg); err != nil {
-			return err
-		}
-		if a.idem == nil {
-			return nil
-		}
-		return tx.PutIdem(*a.idem)
-	})
+	var enqueue func(*store.Tx) error
+	if pending != nil {
+		enqueue = func(tx *store.Tx) error { return slot.enqueue(tx, *pending) }
+	}
+	err = b.commit(enqueue, msg, a.idem)
 	if errors.Is(err, store.ErrShareFull) {
 		return Delivery{}, shareFull(t.Harness, b.cfg.Bounds.queueShare())
 	}
@@ -157,6 +148,24 @@ func (b *Bus) entry(h harness.Harness, session string, msg store.Message, a arri
 		p.Origin = a.origin()
 	}
 	return p
+}
+
+// commit writes msg and idem (nil: none) in one transaction, after enqueue (nil: none).
+func (b *Bus) commit(enqueue func(*store.Tx) error, msg store.Message, idem *store.Idem) error {
+	return b.cfg.Store.Update(func(tx *store.Tx) error {
+		if enqueue != nil {
+			if err := enqueue(tx); err != nil {
+				return err
+			}
+		}
+		if err := tx.PutMessage(msg); err != nil {
+			return err
+		}
+		if idem == nil {
+			return nil
+		}
+		return tx.PutIdem(*idem)
+	})
 }
 
 // failed records that msg, committed as delivered, did not reach its session, and forgets

@@ -51,7 +51,6 @@ func (in Inbound) arrival() arrival {
 // not nil, is why the envelope's ref did not resolve (step 5): it is recorded under the id,
 // so a retry of the same id gets the same answer, and returned.
 func (b *Bus) Accept(ctx context.Context, in Inbound, t Target, unresolved error) (d Delivery, err error) {
-	defer func() { b.audit("fed", "fed:"+in.Peer, "send", t.SessionID, d.MessageID, err) }()
 	// Two copies of one envelope racing (a retry overtaking the original) must not both
 	// deliver: the second one, under the lock, finds the first one's row.
 	defer b.keys.lock("\x00fed-message\x00" + in.ID)()
@@ -103,8 +102,8 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 // first, are recorded: those now wait in the queue, or were recorded before (a redelivery
 // after a crash between the local ack and the hub's; the queue, or an ack, has them). The
 // rest are not, and come again with the next pull. When not even the first fits, the
-// error is the full queue's.
-func (b *Bus) AcceptBatch(t Target, ins []Inbound) (n int, err error) {
+// error is the full queue's. newly, when not nil, is told each row queued now (not before).
+func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, err error) {
 	h := b.h.Lookup(t.Harness)
 	if h == nil || h.Delivery() != harness.Queue {
 		return 0, errorf("internal", "internal error")
@@ -185,7 +184,9 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound) (n int, err error) {
 	}
 	for _, i := range queued {
 		slots[i].committed()
-		b.audit("leaf", "fed:"+ins[i].Peer, "pull", t.SessionID, ins[i].ID, nil)
+		if newly != nil {
+			newly(ins[i])
+		}
 	}
 	if len(queued) > 0 {
 		b.queues.fire(t.SessionID)

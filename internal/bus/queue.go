@@ -184,17 +184,7 @@ type Bounds struct {
 // always finds room.
 const DefaultQueueShare = limits.QueueMaxPerOrigin
 
-func orDefault(v, def int) int {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return 0 // the store's "no bound"
-	}
-	return v
-}
-
-func (b Bounds) queueShare() int { return orDefault(b.QueueShare, DefaultQueueShare) }
+func (b Bounds) queueShare() int { return limits.Or(b.QueueShare, DefaultQueueShare) }
 
 // shareOf names the origin a queued row counts against, from the origin the bus recorded
 // for it (docs/protocol.md §7.3): a federation peer by its name (the principals it names are

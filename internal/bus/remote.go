@@ -144,7 +144,6 @@ type InboundReply struct {
 // reply, and only to a sender that asked for pushes. Retries of an envelope id answer the
 // stored result.
 func (b *Bus) AcceptReply(ctx context.Context, r InboundReply) (outcome, messageID string, err error) {
-	defer func() { b.audit("fed", "fed:"+r.Peer, "reply", r.InReplyTo, messageID, err) }()
 	if len(r.Text) > b.cfg.MaxBody {
 		return "", "", errorf("payload_too_large", "text %d exceeds limit %d", len(r.Text), b.cfg.MaxBody)
 	}

@@ -195,8 +195,9 @@ func (l *leafMode) buildServers() error {
 	// once, the steady retries every 30 s), with the count of the others.
 	pullLog := slog.New(ratelog.Handler(d.log.Handler(), &ratelog.Limiter{Every: 30 * time.Second}, "peer", "code", "retry_in"))
 	var pullers []*leaf.Puller
+	audit := bus.NewAudit(d.log)
 	for _, h := range l.hubs {
-		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, Service: l.id.Service, MaxBody: cfg.MaxBody, Log: pullLog})
+		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, Service: l.id.Service, Audit: audit, MaxBody: cfg.MaxBody, Log: pullLog})
 	}
 	doctorLines := func() []string {
 		lines := d.facts.Lines()

@@ -265,7 +265,7 @@ func TestPullLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := l1.bus.AcceptBatch(bus.Target{Harness: "svc", SessionID: "svc:bot"},
-		[]bus.Inbound{{ID: d3.MessageID, Peer: "hub", FromName: "x", Body: "three", Badge: "anon:carol"}}); err != nil {
+		[]bus.Inbound{{ID: d3.MessageID, Peer: "hub", FromName: "x", Body: "three", Badge: "anon:carol"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := l1.bus.Ack(svc, d3.MessageID); err != nil {

@@ -30,13 +30,15 @@ type Server struct {
 	srv *http.Server
 	// pulls is what the inbox routes remember per leaf (leaf.go).
 	pulls pulls
+	// audit writes the audit line of each message and reply a peer sent, once answered.
+	audit *bus.Audit
 }
 
 type connKey struct{}
 
 // NewServer wraps an already bound TCP listener. Serve runs it.
 func (n *Node) NewServer(inner net.Listener, b Bus) *Server {
-	s := &Server{n: n, bus: b}
+	s := &Server{n: n, bus: b, audit: bus.NewAudit(n.cfg.Log)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /fed/v2/messages", s.messages)
 	mux.HandleFunc("POST /fed/v2/replies", s.replies)
@@ -363,9 +365,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		Body: e.Body, PushReplies: push, ThreadID: e.ThreadID}), t, resolveErr)
 	if err != nil {
 		writeError(w, err)
-		return
+	} else {
+		writeJSON(w, http.StatusAccepted, d)
 	}
-	writeJSON(w, http.StatusAccepted, d)
+	s.audit.Record("fed", "fed:"+p.Name, "send", t.SessionID, d.MessageID, err)
 }
 
 // replies is POST /fed/v2/replies.
@@ -410,9 +413,10 @@ func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 		Replier: bus.Caller{Harness: e.Replier.Harness, SessionID: e.Replier.SessionID, Name: name}, Text: e.Text})
 	if err != nil {
 		writeError(w, err)
-		return
+	} else {
+		writeJSON(w, http.StatusOK, map[string]string{"push_outcome": outcome, "message_id": id})
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"push_outcome": outcome, "message_id": id})
+	s.audit.Record("fed", "fed:"+p.Name, "reply", e.InReplyTo, id, err)
 }
 
 // poll is GET /fed/v2/messages/{id}/replies: only the message's return host may read it.

@@ -36,17 +36,7 @@ type Mailboxes struct {
 // New returns the mailboxes kept in st, each bounded to max messages and maxBytes of stored
 // rows (0: limits.LeafMailboxMax and LeafMailboxMaxBytes; < 0: no bound).
 func New(st *store.Store, log *slog.Logger, max, maxBytes int) *Mailboxes {
-	return &Mailboxes{store: st, log: log, max: orDefault(max, limits.LeafMailboxMax), maxBytes: orDefault(maxBytes, limits.LeafMailboxMaxBytes)}
-}
-
-func orDefault(v, def int) int {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return 0 // the store's "no bound"
-	}
-	return v
+	return &Mailboxes{store: st, log: log, max: limits.Or(max, limits.LeafMailboxMax), maxBytes: limits.Or(maxBytes, limits.LeafMailboxMaxBytes)}
 }
 
 // Put queues mail for its leaf peer: the message row, its outbound row (outcome queued), the

@@ -44,7 +44,7 @@ const (
 // Bus is what a pull loop asks of the leaf's bus: recording pulled rows into its service's
 // queue, and waiting for the service's ack. *bus.Bus is one.
 type Bus interface {
-	AcceptBatch(t bus.Target, ins []bus.Inbound) (int, error)
+	AcceptBatch(t bus.Target, ins []bus.Inbound, newly func(bus.Inbound)) (int, error)
 	WaitAcked(ctx context.Context, sessionID, messageID string) error
 }
 
@@ -56,6 +56,8 @@ type Puller struct {
 	Hub     Hub
 	Peer    string // the hub's name in the peers file
 	Service string // the leaf's one service, the recipient of every row
+	// Audit, when set, gets the audit line of each row queued for the service.
+	Audit   *bus.Audit
 	MaxBody int
 	Log     *slog.Logger
 	// Wait overrides PollWait (tests); MinBackoff/MaxBackoff, Batch and BatchBytes likewise
@@ -208,7 +210,7 @@ func (p *Puller) takeBatch(ctx context.Context, rows []hub.Row) ([]string, error
 		return ack, nil
 	}
 	session := p.service()
-	n, err := p.Bus.AcceptBatch(session, pulled)
+	n, err := p.Bus.AcceptBatch(session, pulled, p.audited(session))
 	if err != nil {
 		return ack, err
 	}
@@ -278,7 +280,7 @@ func (p *Puller) take(ctx context.Context, row *hub.Row, b *backoff) error {
 		return p.ackHub(ctx, row.ID, b)
 	}
 	session := p.service()
-	if _, err := p.Bus.AcceptBatch(session, []bus.Inbound{pulled}); err != nil {
+	if _, err := p.Bus.AcceptBatch(session, []bus.Inbound{pulled}, p.audited(session)); err != nil {
 		return err
 	}
 	p.set("delivered %s to %s, waiting for its ack", row.ID, session.SessionID)
@@ -353,6 +355,14 @@ func (p *Puller) check(row *hub.Row) (bus.Inbound, error) {
 		return bus.Inbound{}, fmt.Errorf("%w: %s principal: %v", errUndeliverable, wp.Kind, err)
 	}
 	return bus.InboundFrom(sender, bus.Inbound{ID: row.ID, Peer: p.Peer, Body: row.Body, PushReplies: row.PushReplies, ThreadID: row.ThreadID}), nil
+}
+
+// audited writes the audit line of a row queued for session.
+func (p *Puller) audited(session bus.Target) func(bus.Inbound) {
+	if p.Audit == nil {
+		return nil
+	}
+	return func(in bus.Inbound) { p.Audit.Record("leaf", "fed:"+in.Peer, "pull", session.SessionID, in.ID, nil) }
 }
 
 // service is the leaf's one service, the recipient of everything it pulls (offline or not:

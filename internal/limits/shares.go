@@ -12,3 +12,15 @@ const (
 	LeafMailboxMax      = 1000
 	LeafMailboxMaxBytes = 16 << 20
 )
+
+// Or is bound v with def for 0: a configured bound of 0 means the default (so that a config
+// without bounds is bounded), one below 0 no bound, which the store spells 0.
+func Or(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
