@@ -30,8 +30,15 @@ import (
 // inbound over real mTLS on loopback. Each row checks the answer (outcome or refusal code),
 // that the recipient gets the message exactly once once it acknowledged it (a queue that
 // hands it out again after the ack, or a second inbox line or agentapi run, is red), what
-// GET /v1/messages/{id} says afterwards, and the send's audit line. A leaf's pull is not a row: the leaf end-to-end tests
-// (leaf_e2e_test.go) need their own hub and namespaces.
+// GET /v1/messages/{id} says afterwards, and the send's audit line.
+//
+// The way "leaf" is a leaf's pull: a send on the hub's http.sock to <ref>@leaf1, queued in
+// leaf1's mailbox, and a second real daemon, the leaf (`xmsg serve --leaf`, principal
+// svc:bot, same uid), pulling it over mTLS on loopback (no namespaces: the leaf end-to-end
+// tests need those for their network faults, a row does not). Its recipients are the leaf's
+// (leafRecipients): its one service, and a ref of every other harness, which no leaf hosts
+// (docs/protocol.md §7.5, §8.3). Its rows check, besides the hub's answer and record, the
+// leaf's side: its record, its pull's audit line, and when it acked the hub.
 
 // answer is what a way in answered, in one shape for all of them.
 type answer struct {
@@ -55,6 +62,9 @@ type recipient struct {
 	wantCode   map[string]string
 	wantAnswer string // the outcome answered
 	wantStored string // GET /v1/messages/{id} afterwards
+	// wantHarness is GET's recipientHarness when it is not the row's harness (on the hub, a
+	// send to a leaf is "fed").
+	wantHarness string
 	// receive checks that the message reached the recipient exactly once after its ack.
 	receive func(t *testing.T, id string)
 }
@@ -70,6 +80,8 @@ type matrix struct {
 	apiLog   string
 	fedAddr  string
 	fedPeer  *http.Client
+	leaf     *daemon      // the leaf daemon pulling from the hub (m.d) as peer leaf1
+	leafHC   *http.Client // on the leaf's http.sock
 }
 
 func (m *matrix) lock(conv string) string { return filepath.Join(m.presence, conv+".lock") }
@@ -278,6 +290,200 @@ func (m *matrix) recipients() map[string]map[string]func(t *testing.T, w string)
 	}
 }
 
+// hubOutcome is GET /v1/messages/{id}'s outcome on the hub.
+func (m *matrix) hubOutcome(t *testing.T, id string) string {
+	t.Helper()
+	_, v := m.do(t, "GET", "/v1/messages/"+id, "")
+	return str(field(v, "outcome"))
+}
+
+// leafOnce checks the leaf service's delivery got of msg on p's connection c, acks it, and
+// checks the rest of the way: the leaf holds its own record, delivered to svc:bot, pulled
+// once (its audit line); before the service's ack the hub still says queued (the leaf acks
+// the hub only after its service did: checked last before the ack, so that a leaf acking
+// early has had the time of those round trips to show it); after it the hub says delivered
+// (the leaf's next pull acked it, which the hub audits once), and nothing comes again.
+func (m *matrix) leafOnce(t *testing.T, p *daemontest.Puppet, c int, got map[string]any, msg string) {
+	t.Helper()
+	if got["action"] != "deliver" || got["messageId"] != msg || jstr(got, "origin", "kind") != "fed" || jstr(got, "origin", "host") != "testhost" {
+		t.Fatalf("leaf service poll: got %v, want deliver %s from the hub", got, msg)
+	}
+	status, v := doOn(t, m.leafHC, "GET", "/v1/messages/"+msg, "")
+	if status != 200 || field(v, "outcome") != "delivered" || field(v, "recipientHarness") != "svc" || field(v, "sessionId") != "svc:bot" {
+		t.Fatalf("GET /v1/messages/%s on the leaf: %d %v, want delivered to svc:bot", msg, status, v)
+	}
+	if n := auditLines(m.leaf.stderr.String(), "leaf", "pull", msg); n != 1 {
+		t.Fatalf("the leaf audited %d pulls of %s, want 1:\n%s", n, msg, m.leaf.stderr)
+	}
+	if o := m.hubOutcome(t, msg); o != "queued" {
+		t.Fatalf("before the leaf service's ack the hub says %q, want queued", o)
+	}
+	if r := p.Call(c, map[string]any{"action": "ack", "messageId": msg}); r["status"] != "ok" {
+		t.Fatalf("ack: %v", r)
+	}
+	daemontest.WaitFor(t, "the hub to read delivered once the leaf acked", func() bool { return m.hubOutcome(t, msg) == "delivered" })
+	if again := p.Call(c, map[string]any{"action": "poll", "waitSecs": 0}); again["action"] != "timeout" {
+		t.Fatalf("poll after ack: got %v, want timeout (delivered once)", again)
+	}
+	daemontest.WaitFor(t, "the hub's audit line of the leaf's ack", func() bool { return auditLines(m.d.stderr.String(), "fed", "inbox_ack", msg) > 0 })
+	if n := auditLines(m.d.stderr.String(), "fed", "inbox_ack", msg); n != 1 {
+		t.Fatalf("the hub audited %d acks of %s, want 1", n, msg)
+	}
+}
+
+// leafDropped checks what becomes of msg, a row whose `to` is not the leaf's service: the
+// leaf acks it without delivering it (docs/protocol.md §7.5), so the hub reads delivered
+// (§8.3: it cannot tell that ack from one after its service's); the leaf records nothing,
+// and its service gets nothing. The leaf's warning about the drop is not checked per row: it
+// is rate-limited (one line per 30 s per hub, the rest counted as `suppressed`).
+func (m *matrix) leafDropped(t *testing.T, msg string) {
+	t.Helper()
+	daemontest.WaitFor(t, "the leaf's ack of the row (the hub's audit line)", func() bool { return auditLines(m.d.stderr.String(), "fed", "inbox_ack", msg) > 0 })
+	if o := m.hubOutcome(t, msg); o != "delivered" {
+		t.Fatalf("after the leaf acked the row the hub says %q", o)
+	}
+	if status, v := doOn(t, m.leafHC, "GET", "/v1/messages/"+msg, ""); status != 404 {
+		t.Fatalf("GET /v1/messages/%s on the leaf: %d %v, want 404 (it recorded nothing)", msg, status, v)
+	}
+	if n := auditLines(m.leaf.stderr.String(), "leaf", "pull", msg); n != 0 {
+		t.Fatalf("the leaf audited %d pulls of %s into its service's queue, want none", n, msg)
+	}
+}
+
+// leafRecipients are the recipients of the way "leaf": harness → state → a fresh recipient
+// on the leaf. The leaf's one service (svc:bot) is the only recipient a leaf hosts: online,
+// registered on the leaf's register socket and polling; offline, configured (the leaf
+// principal) but not connected. Every other harness's ref is queued by the hub (leaf1 has no
+// `targets`) and dropped by the leaf; online there means that the leaf's service is polling,
+// so that a row handed to it whatever its `to` would show.
+func (m *matrix) leafRecipients() map[string]map[string]func(t *testing.T, w string) recipient {
+	reg := m.leaf.sock("register")
+	// bot registers a fresh service process as svc:bot on the leaf.
+	bot := func(t *testing.T) (*daemontest.Puppet, int) {
+		p := daemontest.Start(t, "")
+		c, id := register(t, p, reg, "svc", "bot")
+		if id != "svc:bot" {
+			t.Fatalf("leaf service registered as %s", id)
+		}
+		return p, c
+	}
+	poll := func(waitSecs int) map[string]any { return map[string]any{"action": "poll", "waitSecs": waitSecs} }
+	// clean leaves the leaf as a row found it when the row fails: the leaf waits for its
+	// service's ack of what it delivered before it pulls more, so what a failed row left
+	// unacked would fail every row after it. Registered before the row's service, it runs
+	// after that service is gone, with a fresh one that acks all that is left.
+	clean := func(t *testing.T) {
+		t.Cleanup(func() {
+			if !t.Failed() {
+				return
+			}
+			p, c := bot(t)
+			for i := 0; i < 100; i++ {
+				r := p.Call(c, poll(1))
+				if r["action"] != "deliver" {
+					return
+				}
+				p.Call(c, map[string]any{"action": "ack", "messageId": r["messageId"]})
+			}
+		})
+	}
+	other := func(ref func() string) map[string]func(t *testing.T, w string) recipient {
+		return map[string]func(t *testing.T, w string) recipient{
+			// The outstanding poll must be answered by a message sent after this one: had the
+			// leaf handed this row to its service, it would come first.
+			"online": func(t *testing.T, w string) recipient {
+				clean(t)
+				p, c := bot(t)
+				p.Send(c, poll(30))
+				return recipient{ref: ref(), wantAnswer: "queued", wantStored: "delivered", wantHarness: "fed", receive: func(t *testing.T, msg string) {
+					m.leafDropped(t, msg)
+					after := m.leafSend(t, "svc:bot", "sent after "+msg)
+					m.leafOnce(t, p, c, p.RecvJSON(c), after)
+				}}
+			},
+			"offline": func(t *testing.T, w string) recipient {
+				clean(t)
+				return recipient{ref: ref(), wantAnswer: "queued", wantStored: "delivered", wantHarness: "fed", receive: func(t *testing.T, msg string) {
+					m.leafDropped(t, msg)
+					p, c := bot(t)
+					if r := p.Call(c, poll(0)); r["action"] != "timeout" {
+						t.Fatalf("the leaf service's queue after the dropped row: %v, want empty", r)
+					}
+				}}
+			},
+		}
+	}
+	id := func(harness string) func() string { return func() string { return harness + ":" + uuid.NewString() } }
+	return map[string]map[string]func(t *testing.T, w string) recipient{
+		"claude":   other(id("claude")),
+		"codex":    other(id("codex")),
+		"agy":      other(func() string { return fmt.Sprintf("agy:%d:%d", os.Getpid(), time.Now().UnixNano()) }),
+		"pi":       other(id("pi")),
+		"opencode": other(id("opencode")),
+		"hermes":   other(id("hermes")),
+		"svc": {
+			"online": func(t *testing.T, w string) recipient {
+				clean(t)
+				p, c := bot(t)
+				p.Send(c, poll(30))
+				return recipient{ref: "svc:bot", wantAnswer: "queued", wantStored: "delivered", wantHarness: "fed",
+					receive: func(t *testing.T, msg string) { m.leafOnce(t, p, c, p.RecvJSON(c), msg) }}
+			},
+			// The leaf pulls it into its service's durable queue (its record reads delivered
+			// there at once, as a svc's on the hub does) and holds the hub's row, queued,
+			// until the service registers, takes and acks it. This is the row that catches a
+			// leaf acking the hub before its service did every time: the service is not even
+			// running when the row is pulled (online, only a slow enough round trip shows it).
+			"offline": func(t *testing.T, w string) recipient {
+				clean(t)
+				return recipient{ref: "svc:bot", wantAnswer: "queued", wantStored: "delivered", wantHarness: "fed", receive: func(t *testing.T, msg string) {
+					daemontest.WaitFor(t, "the leaf to pull the row", func() bool { return auditLines(m.leaf.stderr.String(), "leaf", "pull", msg) > 0 })
+					if status, v := doOn(t, m.leafHC, "GET", "/v1/messages/"+msg, ""); status != 200 || field(v, "outcome") != "delivered" {
+						t.Fatalf("GET /v1/messages/%s on the leaf before its service registered: %d %v", msg, status, v)
+					}
+					p, c := bot(t)
+					m.leafOnce(t, p, c, p.Call(c, poll(10)), msg)
+				}}
+			},
+		},
+	}
+}
+
+// leafSend sends text to ref on leaf1 from the hub's http.sock and returns the message id.
+func (m *matrix) leafSend(t *testing.T, ref, text string) string {
+	t.Helper()
+	status, v := m.do(t, "POST", "/v1/sessions/"+ref+"@leaf1/messages", `{"from":"tester","text":"`+text+`"}`)
+	if status != 202 || field(v, "outcome") != "queued" {
+		t.Fatalf("send to %s@leaf1: %d %v, want 202 queued", ref, status, v)
+	}
+	return str(field(v, "messageId"))
+}
+
+// newLeafDaemon starts `xmsg serve --leaf` as leaf1 with principal svc:bot, pulling from the
+// hub at hubAddr (pinned hubPin, peer name testhost) on loopback.
+func newLeafDaemon(t *testing.T, cert *fedtest.Cert, hubAddr, hubPin string) *daemon {
+	t.Helper()
+	base := shortTemp(t)
+	d := &daemon{t: t, rt: filepath.Join(base, "rt"), db: filepath.Join(base, "state", "xmsg.db")}
+	if err := os.Mkdir(d.rt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"cert.pem": cert.CertPEM, "key.pem": cert.KeyPEM,
+		"peers.json": peersJSON(map[string]map[string]any{"testhost": {"address": hubAddr, "pin": hubPin}})}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(base, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.env = []string{"XDG_RUNTIME_DIR=" + d.rt, "HOME=" + base}
+	d.args = []string{"serve", "--leaf", "--leaf-principal", "svc:bot", "--db-path", d.db, "--peers-file", filepath.Join(base, "peers.json"),
+		"--fed-cert", filepath.Join(base, "cert.pem"), "--fed-key", filepath.Join(base, "key.pem"), "--fed-reload-interval-secs", "0",
+		"--host-label", "leaf1"}
+	d.start()
+	t.Cleanup(d.stop)
+	return d
+}
+
 // agentAnswer reads an agent.sock send answer.
 func agentAnswer(r map[string]any) answer {
 	if r["status"] != "ok" {
@@ -294,14 +500,15 @@ func (m *matrix) ways(t *testing.T) []way {
 	svc := daemontest.Start(t, m.botExe)
 	register(t, svc, d.sock("register"), "svc", "sender")
 	svcAgent := svc.Dial(d.sock("agent"))
+	httpSend := func(t *testing.T, ref, text string) answer {
+		status, v := m.do(t, "POST", "/v1/sessions/"+ref+"/messages", `{"from":"tester","text":"`+text+`"}`)
+		if status != 202 {
+			return answer{code: str(field(v, "error"))}
+		}
+		return answer{outcome: str(field(v, "outcome")), messageID: str(field(v, "messageId")), sessionID: str(field(v, "sessionId"))}
+	}
 	return []way{
-		{"http", func(t *testing.T, ref, text string) answer {
-			status, v := m.do(t, "POST", "/v1/sessions/"+ref+"/messages", `{"from":"tester","text":"`+text+`"}`)
-			if status != 202 {
-				return answer{code: str(field(v, "error"))}
-			}
-			return answer{outcome: str(field(v, "outcome")), messageID: str(field(v, "messageId")), sessionID: str(field(v, "sessionId"))}
-		}},
+		{"http", httpSend},
 		{"agent", func(t *testing.T, ref, text string) answer {
 			return agentAnswer(sender.Call(sc, map[string]any{"action": "send", "ref": ref, "text": text}))
 		}},
@@ -326,14 +533,23 @@ func (m *matrix) ways(t *testing.T) []way {
 			}
 			return answer{outcome: str(v["outcome"]), messageID: str(v["messageId"]), sessionID: str(v["sessionId"])}
 		}},
+		// A leaf's pull: sent on the hub's http.sock to the leaf's ref; the hub queues it in
+		// leaf1's mailbox, and the leaf daemon pulls it from there.
+		{"leaf", func(t *testing.T, ref, text string) answer { return httpSend(t, ref+"@leaf1", text) }},
 	}
 }
 
 // do is daemon.do on the matrix's one client, failing t (a row) rather than the daemon's test.
 func (m *matrix) do(t *testing.T, method, path, body string) (int, any) {
 	t.Helper()
+	return doOn(t, m.hc, method, path, body)
+}
+
+// doOn is do on client hc (the hub's or the leaf's http.sock).
+func doOn(t *testing.T, hc *http.Client, method, path, body string) (int, any) {
+	t.Helper()
 	req, _ := http.NewRequest(method, "http://localhost"+path, strings.NewReader(body))
-	resp, err := m.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -349,14 +565,18 @@ func (m *matrix) do(t *testing.T, method, path, body string) (int, any) {
 }
 
 // audited reports whether log holds the accepted-send line of message id from socket.
-func audited(log, socket, id string) bool {
+func audited(log, socket, id string) bool { return auditLines(log, socket, "send", id) > 0 }
+
+// auditLines counts log's accepted lines of request on socket for message id.
+func auditLines(log, socket, request, id string) int {
+	n := 0
 	for _, l := range strings.Split(log, "\n") {
-		if strings.Contains(l, "msg=accepted") && strings.Contains(l, "socket="+socket+" ") && strings.Contains(l, "request=send") &&
+		if strings.Contains(l, "msg=accepted") && strings.Contains(l, "socket="+socket+" ") && strings.Contains(l, "request="+request+" ") &&
 			strings.HasSuffix(l, "message_id="+id) {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 func freePort(t *testing.T) string {
@@ -382,9 +602,12 @@ func newMatrix(t *testing.T) *matrix {
 	t.Setenv("XMSG_TEST_AGENTAPI_LOG", m.apiLog)
 	self := fedtest.New(t, "testhost", nil, fedtest.Options{})
 	peer := fedtest.New(t, "a", nil, fedtest.Options{})
+	leafCert := fedtest.New(t, "leaf1", nil, fedtest.Options{})
 	m.fedAddr = freePort(t)
+	// leaf1 as the leaf tests configure it: no `targets`, so the hub queues any ref for it.
 	files := map[string][]byte{"cert.pem": self.CertPEM, "key.pem": self.KeyPEM,
-		"peers.json": peersJSON(map[string]map[string]any{"a": {"address": freePort(t), "pin": peer.Pin, "allow": []string{"send", "reply", "list"}}})}
+		"peers.json": peersJSON(map[string]map[string]any{"a": {"address": freePort(t), "pin": peer.Pin, "allow": []string{"send", "reply", "list"}},
+			"leaf1": {"address": freePort(t), "pin": leafCert.Pin, "leaf": true, "allow": []string{"send", "reply"}}})}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(base, name), data, 0o600); err != nil {
 			t.Fatal(err)
@@ -398,6 +621,8 @@ func newMatrix(t *testing.T) *matrix {
 	}
 	m.d = newDaemon(t, args...)
 	m.hc = m.d.client()
+	m.leaf = newLeafDaemon(t, leafCert, m.fedAddr, self.Pin)
+	m.leafHC = m.leaf.client()
 	pair, err := tls.X509KeyPair(peer.CertPEM, peer.KeyPEM)
 	if err != nil {
 		t.Fatal(err)
@@ -410,12 +635,16 @@ func newMatrix(t *testing.T) *matrix {
 func TestConformance(t *testing.T) {
 	m := newMatrix(t)
 	ways := m.ways(t)
-	recipients := m.recipients()
+	recipients, leafRecipients := m.recipients(), m.leafRecipients()
 	for _, harness := range []string{"claude", "codex", "agy", "pi", "opencode", "hermes", "svc"} {
 		for _, state := range []string{"online", "offline"} {
 			for _, w := range ways {
 				t.Run(harness+"/"+state+"/"+w.name, func(t *testing.T) {
-					r := recipients[harness][state](t, w.name)
+					mk := recipients[harness][state]
+					if w.name == "leaf" {
+						mk = leafRecipients[harness][state]
+					}
+					r := mk(t, w.name)
 					text := "to " + harness + " " + state + " by " + w.name
 					got := w.send(t, r.ref, text)
 					if want := r.wantCode[w.name]; want != "" {
@@ -429,12 +658,16 @@ func TestConformance(t *testing.T) {
 					}
 					r.receive(t, got.messageID)
 					status, v := m.do(t, "GET", "/v1/messages/"+got.messageID, "")
-					if status != 200 || field(v, "outcome") != r.wantStored || field(v, "recipientHarness") != harness {
-						t.Fatalf("GET /v1/messages/%s: %d %v, want outcome %s, recipient %s", got.messageID, status, v, r.wantStored, harness)
+					wantHarness := harness
+					if r.wantHarness != "" {
+						wantHarness = r.wantHarness
+					}
+					if status != 200 || field(v, "outcome") != r.wantStored || field(v, "recipientHarness") != wantHarness {
+						t.Fatalf("GET /v1/messages/%s: %d %v, want outcome %s, recipient %s", got.messageID, status, v, r.wantStored, wantHarness)
 					}
 					// Each accepted send has its audit line, from the socket it came in on
 					// (written once the answer is out, so it may trail the answer).
-					socket := map[string]string{"http": "http", "agent": "agent", "svc": "agent", "fed": "fed"}[w.name]
+					socket := map[string]string{"http": "http", "agent": "agent", "svc": "agent", "fed": "fed", "leaf": "http"}[w.name]
 					daemontest.WaitFor(t, "the send's audit line", func() bool { return audited(m.d.stderr.String(), socket, got.messageID) })
 				})
 			}
