@@ -331,16 +331,19 @@ func (m *matrix) leafOnce(t *testing.T, p *daemontest.Puppet, c int, got map[str
 	}
 }
 
-// leafDropped checks what becomes of msg, a row whose `to` is not the leaf's service: the
-// leaf acks it without delivering it (docs/protocol.md §7.5), so the hub reads delivered
-// (§8.3: it cannot tell that ack from one after its service's); the leaf records nothing,
-// and its service gets nothing. The leaf's warning about the drop is not checked per row: it
-// is rate-limited (one line per 30 s per hub, the rest counted as `suppressed`).
-func (m *matrix) leafDropped(t *testing.T, msg string) {
+// leafRejected checks what becomes of msg, a row whose `to` names another service than the
+// leaf's: the leaf rejects it with its next pull (docs/protocol.md §8.3), so the hub reads
+// not_found, not delivered (nobody received it); the leaf records nothing, and its service
+// gets nothing. The leaf's warning about the drop is not checked per row: it is rate-limited
+// (one line per 30 s per hub, the rest counted as `suppressed`).
+func (m *matrix) leafRejected(t *testing.T, msg string) {
 	t.Helper()
-	daemontest.WaitFor(t, "the leaf's ack of the row (the hub's audit line)", func() bool { return auditLines(m.d.stderr.String(), "fed", "inbox_ack", msg) > 0 })
-	if o := m.hubOutcome(t, msg); o != "delivered" {
-		t.Fatalf("after the leaf acked the row the hub says %q", o)
+	daemontest.WaitFor(t, "the leaf's reject of the row (the hub's audit line)", func() bool { return auditLines(m.d.stderr.String(), "fed", "inbox_reject", msg) > 0 })
+	if o := m.hubOutcome(t, msg); o != "not_found" {
+		t.Fatalf("after the leaf rejected the row the hub says %q, want not_found", o)
+	}
+	if n := auditLines(m.d.stderr.String(), "fed", "inbox_ack", msg); n != 0 {
+		t.Fatalf("the hub audited %d acks of the rejected %s", n, msg)
 	}
 	if status, v := doOn(t, m.leafHC, "GET", "/v1/messages/"+msg, ""); status != 404 {
 		t.Fatalf("GET /v1/messages/%s on the leaf: %d %v, want 404 (it recorded nothing)", msg, status, v)
@@ -353,9 +356,8 @@ func (m *matrix) leafDropped(t *testing.T, msg string) {
 // leafRecipients are the recipients of the way "leaf": harness → state → a fresh recipient
 // on the leaf. The leaf's one service (svc:bot) is the only recipient a leaf hosts: online,
 // registered on the leaf's register socket and polling; offline, configured (the leaf
-// principal) but not connected. Every other harness's ref is queued by the hub (leaf1 has no
-// `targets`) and dropped by the leaf; online there means that the leaf's service is polling,
-// so that a row handed to it whatever its `to` would show.
+// principal) but not connected. Every other harness's ref is refused by the hub (leaf1 has
+// no `targets`: the refusal is the hub's own rule, docs/protocol.md §8.4).
 func (m *matrix) leafRecipients() map[string]map[string]func(t *testing.T, w string) recipient {
 	reg := m.leaf.sock("register")
 	// bot registers a fresh service process as svc:bot on the leaf.
@@ -387,31 +389,14 @@ func (m *matrix) leafRecipients() map[string]map[string]func(t *testing.T, w str
 			}
 		})
 	}
+	// A leaf hosts its one service and no session: a ref of any other harness is refused by
+	// the hub at send time (404 not_found), not queued to be dropped there. Online is a
+	// session of that harness on the leaf's side that does not exist either way.
 	other := func(ref func() string) map[string]func(t *testing.T, w string) recipient {
-		return map[string]func(t *testing.T, w string) recipient{
-			// The outstanding poll must be answered by a message sent after this one: had the
-			// leaf handed this row to its service, it would come first.
-			"online": func(t *testing.T, w string) recipient {
-				clean(t)
-				p, c := bot(t)
-				p.Send(c, poll(30))
-				return recipient{ref: ref(), wantAnswer: "queued", wantStored: "delivered", wantHarness: "fed", receive: func(t *testing.T, msg string) {
-					m.leafDropped(t, msg)
-					after := m.leafSend(t, "svc:bot", "sent after "+msg)
-					m.leafOnce(t, p, c, p.RecvJSON(c), after)
-				}}
-			},
-			"offline": func(t *testing.T, w string) recipient {
-				clean(t)
-				return recipient{ref: ref(), wantAnswer: "queued", wantStored: "delivered", wantHarness: "fed", receive: func(t *testing.T, msg string) {
-					m.leafDropped(t, msg)
-					p, c := bot(t)
-					if r := p.Call(c, poll(0)); r["action"] != "timeout" {
-						t.Fatalf("the leaf service's queue after the dropped row: %v, want empty", r)
-					}
-				}}
-			},
+		refused := func(t *testing.T, w string) recipient {
+			return recipient{ref: ref(), wantCode: map[string]string{"leaf": "not_found"}}
 		}
+		return map[string]func(t *testing.T, w string) recipient{"online": refused, "offline": refused}
 	}
 	id := func(harness string) func() string { return func() string { return harness + ":" + uuid.NewString() } }
 	return map[string]map[string]func(t *testing.T, w string) recipient{
@@ -673,6 +658,18 @@ func TestConformance(t *testing.T) {
 			}
 		}
 	}
+	// A service ref the hub cannot tell from the leaf's (leaf1 has no `targets`) is queued;
+	// the leaf, which serves svc:bot only, rejects it with its next pull, and the hub reads
+	// not_found. The leaf's service, polling, gets only what is sent after it.
+	t.Run("svc/another service/leaf", func(t *testing.T) {
+		p := daemontest.Start(t, "")
+		c, _ := register(t, p, m.leaf.sock("register"), "svc", "bot")
+		p.Send(c, map[string]any{"action": "poll", "waitSecs": 30})
+		msg := m.leafSend(t, "svc:other", "to another service by leaf")
+		m.leafRejected(t, msg)
+		after := m.leafSend(t, "svc:bot", "sent after "+msg)
+		m.leafOnce(t, p, c, p.RecvJSON(c), after)
+	})
 	// An agy process with the presence lock open but flocked by a process that is not its
 	// ancestor is no session: the chosen ancestor must hold the flock itself.
 	t.Run("agy/flock held by a non-ancestor", func(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 // The wire of both sides of a leaf's mailbox (docs/protocol.md §7.5, §8.3); the mailboxes
 // themselves are internal/hub's, the pull loop internal/leaf's. The hub serves GET
 // /fed/v2/inbox and POST /fed/v2/inbox/{id}/ack (one row at a time, as the protocol has them)
-// and, this daemon's extension, POST /fed/v2/inbox: one request acks what the leaf delivered
-// and pulls the next batch. The leaf's client of all three is here too, and Hubs names the
+// and, this daemon's extension, POST /fed/v2/inbox: one request acks what the leaf delivered,
+// rejects what it can never deliver, and pulls the next batch. The leaf's client of all three is here too, and Hubs names the
 // peers a leaf pulls from.
 //
 // The inbox routes are not held to the peer's send rate (a busy leaf would get a message a
@@ -159,9 +159,11 @@ func (s *Server) inboxAck(w http.ResponseWriter, r *http.Request) {
 }
 
 // PullRequest is the body of POST /fed/v2/inbox: the ids the leaf delivered since its last
-// pull (its service acked them), and the next batch it wants.
+// pull (its service acked them), those it can never deliver (a `to` naming another service
+// than its own), and the next batch it wants.
 type PullRequest struct {
 	Ack      []string `json:"ack"`
+	Reject   []string `json:"reject,omitempty"`
 	Max      int      `json:"max"`       // rows, 1..MaxInboxBatch
 	MaxBytes int      `json:"max_bytes"` // 0 = MaxInboxBatchBytes
 	Wait     int      `json:"wait"`      // seconds, 0..60
@@ -170,8 +172,9 @@ type PullRequest struct {
 // PullAnswer is its answer: how many of the ids were removed (the others were gone
 // already), and the batch.
 type PullAnswer struct {
-	Acked int       `json:"acked"`
-	Rows  []hub.Row `json:"rows"`
+	Acked    int       `json:"acked"`
+	Rejected int       `json:"rejected,omitempty"`
+	Rows     []hub.Row `json:"rows"`
 }
 
 // inboxPull is POST /fed/v2/inbox: ack, then pull. The acks commit before the batch is read,
@@ -193,11 +196,11 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError("bad_request", "pull request: %v", err))
 		return
 	}
-	if req.Max < 1 || len(req.Ack) > MaxInboxBatch || req.MaxBytes < 0 || req.Wait < 0 {
-		writeError(w, apiError("bad_request", "max must be >= 1, ack at most %d ids, max_bytes and wait >= 0", MaxInboxBatch))
+	if req.Max < 1 || len(req.Ack)+len(req.Reject) > MaxInboxBatch || req.MaxBytes < 0 || req.Wait < 0 {
+		writeError(w, apiError("bad_request", "max must be >= 1, ack and reject at most %d ids, max_bytes and wait >= 0", MaxInboxBatch))
 		return
 	}
-	for _, id := range req.Ack {
+	for _, id := range append(req.Ack, req.Reject...) {
 		if !validRef(id) {
 			writeError(w, apiError("bad_request", "ack ids must be UUIDs"))
 			return
@@ -211,6 +214,17 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ans.Acked = n
+		if n > 0 {
+			s.pulls.ack(p.Name)
+		}
+	}
+	if len(req.Reject) > 0 {
+		n, err := s.n.Mailboxes().Reject(p.Name, req.Reject)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		ans.Rejected = n
 		if n > 0 {
 			s.pulls.ack(p.Name)
 		}
@@ -265,9 +279,10 @@ func (n *Node) AckInbox(ctx context.Context, peer, id string) error {
 	return n.call(ctx, peer, http.MethodPost, "/fed/v2/inbox/"+url.PathEscape(id)+"/ack", struct{}{}, nil, id)
 }
 
-// Pull acks ids and pulls the next batch of our mailbox on peer with one POST /fed/v2/inbox
-// (budget wait + 10 s). It returns the rows (none when the wait ran out).
-func (n *Node) Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error) {
+// Pull acks ids, rejects the ids in reject, and pulls the next batch of our mailbox on peer
+// with one POST /fed/v2/inbox (budget wait + 10 s). It returns the rows (none when the wait
+// ran out).
+func (n *Node) Pull(ctx context.Context, peer string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+InboxAckTimeout)
 	defer cancel()
 	if ack == nil {
@@ -277,7 +292,7 @@ func (n *Node) Pull(ctx context.Context, peer string, ack []string, max, maxByte
 	// Safe to send again on a kept-alive connection the hub closed meanwhile: acks are
 	// idempotent and the rows stay until acked.
 	if err := n.call(ctx, peer, http.MethodPost, "/fed/v2/inbox",
-		PullRequest{Ack: ack, Max: max, MaxBytes: maxBytes, Wait: int(wait / time.Second)}, &ans, uuid.NewString()); err != nil {
+		PullRequest{Ack: ack, Reject: reject, Max: max, MaxBytes: maxBytes, Wait: int(wait / time.Second)}, &ans, uuid.NewString()); err != nil {
 		return nil, err
 	}
 	return ans.Rows, nil

@@ -162,6 +162,11 @@ func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error)
 			return bus.Delivery{}, &bus.Error{Code: "op_denied", Detail: "target not allowed for peer"}
 		}
 	}
+	if _, ok := hub.ServiceName(s.TargetRef); !ok {
+		// A leaf hosts one service and no session: a ref of any other shape could never be
+		// delivered there, and is refused now rather than queued to be dropped.
+		return bus.Delivery{}, &bus.Error{Code: "not_found", Detail: fmt.Sprintf("leaf '%s' serves one service: '%s' names none (want svc:NAME)", s.Peer, s.TargetRef)}
+	}
 	if n.rec.mail == nil {
 		return bus.Delivery{}, &bus.Error{Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", s.Peer)}
 	}

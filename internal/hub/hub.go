@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/store"
 	"github.com/xmsg/xmsg/internal/wake"
@@ -100,9 +102,20 @@ func (m *Mailboxes) Batch(ctx context.Context, peer string, wait time.Duration, 
 // the leaf acks only after its service acknowledged the message. Only that peer's mailbox is
 // searched; ids not there (acked before) are skipped. It returns how many it removed.
 func (m *Mailboxes) Ack(peer string, ids []string) (int, error) {
-	var acked []string
+	return m.settle(peer, ids, "delivered", "inbox_ack")
+}
+
+// Reject is Ack for rows the leaf can never deliver (a `to` naming another service than its
+// own): they are removed, and their messages read not_found, which is what they found there.
+func (m *Mailboxes) Reject(peer string, ids []string) (int, error) {
+	return m.settle(peer, ids, "not_found", "inbox_reject")
+}
+
+// settle removes ids from peer's mailbox and records outcome for each one removed.
+func (m *Mailboxes) settle(peer string, ids []string, outcome, request string) (int, error) {
+	var done []string
 	err := m.store.Update(func(tx *store.Tx) error {
-		acked = acked[:0]
+		done = done[:0]
 		for _, id := range ids {
 			ok, err := tx.AckMailbox(peer, id)
 			if err != nil {
@@ -111,30 +124,30 @@ func (m *Mailboxes) Ack(peer string, ids []string) (int, error) {
 			if !ok {
 				continue
 			}
-			if err := markDelivered(tx, peer, id); err != nil {
+			if err := record(tx, peer, id, outcome); err != nil {
 				return err
 			}
-			acked = append(acked, id)
+			done = append(done, id)
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	for _, id := range acked {
-		m.log.Info("accepted", "socket", "fed", "actor", "fed:"+peer, "request", "inbox_ack", "message_id", id)
+	for _, id := range done {
+		m.log.Info("accepted", "socket", "fed", "actor", "fed:"+peer, "request", request, "message_id", id)
 	}
-	return len(acked), nil
+	return len(done), nil
 }
 
-// markDelivered records that the leaf peer acknowledged message id: from now on the message
-// and its outbound row say delivered.
-func markDelivered(tx *store.Tx, peer, id string) error {
+// record records what leaf peer said of message id: from now on the message and its
+// outbound row say outcome.
+func record(tx *store.Tx, peer, id, outcome string) error {
 	out, ok, err := tx.Outbound(id)
 	if err != nil || !ok || out.Peer != peer {
 		return err
 	}
-	out.Outcome = "delivered"
+	out.Outcome = outcome
 	if err := tx.PutOutbound(out); err != nil {
 		return err
 	}
@@ -142,8 +155,22 @@ func markDelivered(tx *store.Tx, peer, id string) error {
 	if err != nil || !ok {
 		return err
 	}
-	msg.Outcome = "delivered"
+	msg.Outcome = outcome
 	return tx.PutMessage(msg)
+}
+
+// ServiceName is the service a leaf's ref names, as the leaf reads a row's `to` (docs/protocol.md
+// §7.5): svc:NAME or a bare NAME. A leaf hosts that one service and no session, so a ref of
+// any other shape names nothing there.
+func ServiceName(ref string) (string, bool) {
+	name := ref
+	if h, rest, ok := strings.Cut(ref, ":"); ok {
+		if !strings.EqualFold(h, svc.Name) {
+			return "", false
+		}
+		name = rest
+	}
+	return name, envelope.ValidServiceName(name)
 }
 
 // Len counts the mail waiting for peer.

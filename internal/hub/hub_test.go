@@ -81,7 +81,7 @@ func TestBound(t *testing.T) {
 
 // TestAckMarksDelivered: an ack removes the row and marks the message and its outbound row
 // delivered; an ack by another leaf, or of an id acked before, removes nothing. Mutant
-// tried: Ack without markDelivered: red.
+// tried: Ack without its record (settle): red.
 func TestAckMarksDelivered(t *testing.T) {
 	m := open(t, 0)
 	id, err := put(t, m, "l1")
@@ -130,5 +130,35 @@ func TestBatchWakes(t *testing.T) {
 	rows := <-got
 	if len(rows) != 1 || rows[0].ID != id {
 		t.Fatalf("poll woke with %+v, want l1's one row %s", rows, id)
+	}
+}
+
+// TestReject: a row the leaf can never deliver is removed and its message reads not_found,
+// not delivered: nobody received it. Mutant tried: Reject recording "delivered": red.
+func TestReject(t *testing.T) {
+	m := open(t, 0)
+	id, err := put(t, m, "l1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := m.Reject("l1", []string{id}); n != 1 || err != nil || m.Len("l1") != 0 {
+		t.Fatalf("reject = %d %v, mailbox %d", n, err, m.Len("l1"))
+	}
+	if msg, out := outcome(t, m, id); msg != "not_found" || out != "not_found" {
+		t.Fatalf("after the reject: message %s, outbound %s; want not_found", msg, out)
+	}
+}
+
+// TestServiceName: what a leaf's ref may be, as the leaf reads a row's `to`.
+func TestServiceName(t *testing.T) {
+	for ref, want := range map[string]string{"bot": "bot", "svc:bot": "bot", "SVC:bot": "bot"} {
+		if got, ok := ServiceName(ref); !ok || got != want {
+			t.Errorf("ServiceName(%q) = %q %v, want %q", ref, got, ok, want)
+		}
+	}
+	for _, ref := range []string{"claude:x", "session:svc:bot", "codex:t", "pi:p", "svc:", "svc:a b", "a/b", ""} {
+		if got, ok := ServiceName(ref); ok {
+			t.Errorf("ServiceName(%q) = %q, want none", ref, got)
+		}
 	}
 }

@@ -22,8 +22,9 @@ import (
 
 // Hub is what the pull loop needs from federation (fed.Node implements it).
 type Hub interface {
-	// Pull acks ids and pulls the next batch (POST /fed/v2/inbox, this daemon's extension).
-	Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error)
+	// Pull acks ids, rejects those of reject (rows the leaf can never deliver) and pulls the
+	// next batch (POST /fed/v2/inbox, this daemon's extension).
+	Pull(ctx context.Context, peer string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error)
 	// Inbox and AckInbox are the one-row routes of the protocol, for a hub without Pull.
 	Inbox(ctx context.Context, peer string, wait time.Duration) (*hub.Row, error)
 	AckInbox(ctx context.Context, peer, id string) error
@@ -145,9 +146,9 @@ func (p *Puller) Run(ctx context.Context) {
 		p.runOne(ctx, wait, &b)
 		return
 	}
-	var ack []string
+	var ack, reject []string
 	for ctx.Err() == nil {
-		rows, err := p.Hub.Pull(ctx, p.Peer, ack, batch, batchBytes, wait)
+		rows, err := p.Hub.Pull(ctx, p.Peer, ack, reject, batch, batchBytes, wait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -155,7 +156,8 @@ func (p *Puller) Run(ctx context.Context) {
 			if e := bus.AsError(err); e.Code == "not_found" && strings.Contains(e.Detail, "no route") {
 				// A hub without the batched route: the protocol's own, one row at a time.
 				p.Log.Info("leaf: hub has no batched inbox; pulling one row at a time", "peer", p.Peer)
-				for _, id := range ack {
+				// Its protocol has no reject: a row rejected is acked, so it cannot block.
+				for _, id := range append(ack, reject...) {
 					if err := p.ackHub(ctx, id, &b); err != nil {
 						return
 					}
@@ -165,7 +167,7 @@ func (p *Puller) Run(ctx context.Context) {
 				return
 			}
 			p.set("pull failed: %s", bus.AsError(err).Code)
-			p.retryWarn(&b, "leaf pull failed", bus.AsError(err).Code, "acks_pending", len(ack))
+			p.retryWarn(&b, "leaf pull failed", bus.AsError(err).Code, "acks_pending", len(ack)+len(reject))
 			b.wait(ctx)
 			continue
 		}
@@ -174,12 +176,12 @@ func (p *Puller) Run(ctx context.Context) {
 			p.delivered(len(ack))
 			p.set("acked %d", len(ack))
 		}
-		ack = nil
+		ack, reject = nil, nil
 		if len(rows) == 0 {
 			p.set("poll ok, mailbox empty")
 			continue
 		}
-		ack, err = p.takeBatch(ctx, rows)
+		ack, reject, err = p.takeBatch(ctx, rows)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -191,38 +193,37 @@ func (p *Puller) Run(ctx context.Context) {
 }
 
 // takeBatch puts rows into the local queue (one commit), waits for the service's ack of
-// each, and returns the ids to ack on the hub: those, and the rows that can never be
-// delivered (logged). Rows that did not fit the queue are not among them: they come again
-// with the next pull.
-func (p *Puller) takeBatch(ctx context.Context, rows []hub.Row) ([]string, error) {
-	var ack []string
+// each, and returns the ids to ack on the hub, and those to reject there: the rows that can
+// never be delivered (logged), which the hub then reads not_found. Rows that did not fit the
+// queue are in neither: they come again with the next pull.
+func (p *Puller) takeBatch(ctx context.Context, rows []hub.Row) (ack, reject []string, err error) {
 	pulled := make([]bus.Inbound, 0, len(rows))
 	for i := range rows {
 		pr, err := p.check(&rows[i])
 		if err != nil {
 			p.Log.Warn("leaf dropped an undeliverable row", "peer", p.Peer, "message_id", rows[i].ID, "reason", err.Error())
-			ack = append(ack, rows[i].ID)
+			reject = append(reject, rows[i].ID)
 			continue
 		}
 		pulled = append(pulled, pr)
 	}
 	if len(pulled) == 0 {
-		return ack, nil
+		return nil, reject, nil
 	}
 	session := p.service()
 	n, err := p.Bus.AcceptBatch(session, pulled, p.audited(session))
 	if err != nil {
-		return ack, err
+		return nil, reject, err
 	}
 	p.set("delivered %d rows to %s, waiting for their acks", n, session.SessionID)
 	for _, pr := range pulled[:n] {
 		if err := p.Bus.WaitAcked(ctx, session.SessionID, pr.ID); err != nil {
 			// Not acked to the hub: what the service has not acked comes again.
-			return ack, err
+			return ack, reject, err
 		}
 		ack = append(ack, pr.ID)
 	}
-	return ack, nil
+	return ack, reject, nil
 }
 
 // runOne is the protocol's pull, one row at a time: long-poll the hub's inbox; put the row
@@ -332,8 +333,7 @@ func (p *Puller) check(row *hub.Row) (bus.Inbound, error) {
 			return bus.Inbound{}, fmt.Errorf("%w: thread_id is not a canonical UUID", errUndeliverable)
 		}
 	}
-	to := strings.TrimPrefix(row.To, svc.Name+":")
-	if to != "" && !strings.EqualFold(to, p.Service) {
+	if to, ok := hub.ServiceName(row.To); row.To != "" && (!ok || !strings.EqualFold(to, p.Service)) {
 		return bus.Inbound{}, fmt.Errorf("%w: target %q is not this leaf's service", errUndeliverable, row.To)
 	}
 	var wp principal.Principal

@@ -27,6 +27,7 @@ type fakeHub struct {
 	failPolls  int
 	failAcks   int
 	acks       []string
+	rejects    []string // rows rejected (batched pulls only)
 	early      []string // hub acks that came before the local ack
 	localAcked map[string]bool
 	polls      int
@@ -70,7 +71,7 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 }
 
 // Pull is the batched route: a failed pull acks nothing (the acks are sent again).
-func (h *fakeHub) Pull(ctx context.Context, peer string, ack []string, max, maxBytes int, wait time.Duration) ([]inbox.Row, error) {
+func (h *fakeHub) Pull(ctx context.Context, peer string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]inbox.Row, error) {
 	h.mu.Lock()
 	if h.noPull {
 		h.pulls++
@@ -89,6 +90,15 @@ func (h *fakeHub) Pull(ctx context.Context, peer string, ack []string, max, maxB
 	}
 	for _, id := range ack {
 		h.ack(id)
+	}
+	for _, id := range reject {
+		for i, r := range h.rows {
+			if r.ID == id {
+				h.rows = append(h.rows[:i], h.rows[i+1:]...)
+				h.rejects = append(h.rejects, id)
+				break
+			}
+		}
 	}
 	var out []inbox.Row
 	for _, r := range h.rows {
@@ -151,7 +161,8 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 	for _, text := range []string{"one", "two", "three"} {
 		hub.rows = append(hub.rows, &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: text, To: "svc:bot", Principal: principal, PushReplies: true})
 	}
-	// A row for another target is dropped (acked) rather than blocking the mailbox.
+	// A row for another target is dropped rather than blocking the mailbox: rejected with a
+	// batched pull (the hub reads not_found), acked one row at a time (no reject there).
 	hub.rows = append(hub.rows, &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: "x", To: "svc:other"})
 	want := len(hub.rows)
 	hub.ids = nil
@@ -180,7 +191,7 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 	}
 	for i := 0; i < 2000; i++ {
 		hub.mu.Lock()
-		n := len(hub.acks)
+		n := len(hub.acks) + len(hub.rejects)
 		hub.mu.Unlock()
 		if n == want {
 			break
@@ -189,12 +200,17 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 	}
 	cancel()
 	<-done
-	if len(hub.acks) != want {
-		t.Errorf("hub acks = %d, want %d", len(hub.acks), want)
+	if len(hub.acks)+len(hub.rejects) != want {
+		t.Errorf("hub acks = %d, rejects %d, want %d in all", len(hub.acks), len(hub.rejects), want)
 	}
-	// Only the undeliverable row may be acked without a local ack.
-	if len(hub.early) != 1 || hub.early[0] != hub.rowID(want-1) {
-		t.Errorf("hub acked before the local ack: %v", hub.early)
+	// Only the undeliverable row may be settled without a local ack: rejected when batched,
+	// else acked.
+	if batched := batch != 1 && !noPull; batched {
+		if len(hub.early) != 0 || len(hub.rejects) != 1 || hub.rejects[0] != hub.rowID(want-1) {
+			t.Errorf("batched: acked before the local ack %v, rejected %v; want only the undeliverable row rejected", hub.early, hub.rejects)
+		}
+	} else if len(hub.early) != 1 || hub.early[0] != hub.rowID(want-1) || len(hub.rejects) != 0 {
+		t.Errorf("hub acked before the local ack: %v (rejected %v)", hub.early, hub.rejects)
 	}
 	if noPull && hub.pulls != 1 {
 		t.Errorf("a hub without batches was asked for one %d times, want once", hub.pulls)
