@@ -202,30 +202,26 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, id := range append(req.Ack, req.Reject...) {
 		if !validRef(id) {
-			writeError(w, apiError("bad_request", "ack ids must be UUIDs"))
+			writeError(w, apiError("bad_request", "ack and reject ids must be UUIDs"))
 			return
 		}
 	}
 	var ans PullAnswer
-	if len(req.Ack) > 0 {
-		n, err := s.n.Mailboxes().Ack(p.Name, req.Ack)
+	mb := s.n.Mailboxes()
+	for _, settle := range []struct {
+		ids []string
+		do  func(peer string, ids []string) (int, error)
+		n   *int
+	}{{req.Ack, mb.Ack, &ans.Acked}, {req.Reject, mb.Reject, &ans.Rejected}} {
+		if len(settle.ids) == 0 {
+			continue
+		}
+		n, err := settle.do(p.Name, settle.ids)
 		if err != nil {
 			writeError(w, err)
 			return
 		}
-		ans.Acked = n
-		if n > 0 {
-			s.pulls.ack(p.Name)
-		}
-	}
-	if len(req.Reject) > 0 {
-		n, err := s.n.Mailboxes().Reject(p.Name, req.Reject)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		ans.Rejected = n
-		if n > 0 {
+		if *settle.n = n; n > 0 {
 			s.pulls.ack(p.Name)
 		}
 	}

@@ -195,6 +195,41 @@ func TestLeafTargetsApplyBeforeStoring(t *testing.T) {
 	}
 }
 
+// TestLeafMailOnlyForItsService: a leaf hosts one service, so the hub refuses a session ref
+// for it at send time (404, nothing stored), and a row for another service, which the hub
+// cannot tell from the leaf's (no targets), is rejected by the leaf's next pull: the hub then
+// reads not_found, not delivered. Mutants tried: no ServiceName check in Node.queue (the
+// session send is queued: red); the leaf acking such a row instead (delivered: red).
+func TestLeafMailOnlyForItsService(t *testing.T) {
+	hub, l1, _, _ := hubWithLeaves(t, "")
+	l1.startLeaf("{" + peerEntry("hub", hub.addr(), hub.cert.Pin, "") + "}")
+	ctx := context.Background()
+	send := func(ref string) (bus.Delivery, error) {
+		return hub.bus.Send(ctx, bus.Send{Ref: ref, Text: "hi", Bytes: 2, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
+	}
+	for _, ref := range []string{"claude:s-1@l1", "session:svc:bot@l1", "pi:x@l1", "codex:t@l1"} {
+		if _, err := send(ref); bus.AsError(err).Code != "not_found" || !strings.Contains(bus.AsError(err).Detail, "serves one service") {
+			t.Errorf("send to %s = %v, want 404 not_found: a leaf serves one service", ref, err)
+		}
+	}
+	if got, n := hub.mailbox("l1"), hub.messages(); got != 0 || n != 0 {
+		t.Fatalf("refused sends stored %d mailbox rows, %d messages", got, n)
+	}
+	other, err := send("svc:other@l1")
+	if err != nil || other.Outcome != "queued" {
+		t.Fatalf("send to another service of l1 = %+v %v, want queued", other, err)
+	}
+	stop := l1.pull("hub")
+	defer stop()
+	eventually(t, "the leaf's reject", func() bool { return hub.mailbox("l1") == 0 })
+	if got := hub.outcome(other.MessageID); got != "not_found" {
+		t.Errorf("hub outcome of a row the leaf rejected = %q, want not_found", got)
+	}
+	if got := l1.queued("svc:bot"); got != 0 {
+		t.Errorf("leaf service's queue = %d, want nothing of another service's", got)
+	}
+}
+
 // TestPullLoop runs a leaf's pull loop against a hub in-process: delivery into the local
 // service queue, the hub ack only after the local ack, the reply pushed back to the hub
 // sender, a leaf send reaching the hub, and restarts of the loop between the local delivery
