@@ -283,9 +283,13 @@ func TestCustodyExec(t *testing.T) {
 	if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/3", cmdPID)); !strings.HasPrefix(l, "/memfd:xmsg-custody-tok") {
 		t.Errorf("CMD fd 3 is %q", l)
 	}
-	if env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cmdPID)); !bytes.Contains(env, []byte("\x00TOK=/proc/self/fd/3\x00")) {
-		t.Errorf("CMD environment lacks TOK=/proc/self/fd/3")
-	}
+	// Read until it holds: the file is written by sh just before it execs sleep, and an
+	// environ read while the exec is under way finds nothing (a new mm, its environment not
+	// set yet). The bound is a hang guard.
+	daemontest.WaitFor(t, "CMD's environment to name TOK=/proc/self/fd/3", func() bool {
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cmdPID))
+		return bytes.Contains(append([]byte{0}, env...), []byte("\x00TOK=/proc/self/fd/3\x00"))
+	})
 	e.checkProcs(t)
 	syscall.Kill(cmdPID, syscall.SIGKILL)
 	line, _ = r.ReadString('\n')
