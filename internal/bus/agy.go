@@ -21,7 +21,7 @@ type agySession struct {
 
 // agyQueue is the durable queue of a conversation: it outlives the agy process, so that
 // messages queued before a restart are flushed to the next one.
-func agyQueue(conversation string) string { return "agy:" + conversation }
+func agyQueue(conversation string) string { return agy.Name + ":" + conversation }
 
 // MCPStart attests the agy session an MCP bridge runs under (docs/protocol.md §4.1 mcp_start): an
 // ancestor of pid runs a trusted agy executable and holds a conversation's presence lock.
@@ -88,7 +88,7 @@ func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials)
 	if !b.cfg.Agy.Held(p) {
 		return nil, errorf("unattested", "the presence lock of %s is no longer held", p.Conversation)
 	}
-	id := fmt.Sprintf("agy:%d:%s", st.PID, st.StartTime)
+	id := fmt.Sprintf("%s:%d:%s", agy.Name, st.PID, st.StartTime)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := b.regs[id]
@@ -111,7 +111,7 @@ func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials)
 func (b *Bus) HasCredentials(ref string) bool {
 	ref = strings.ToLower(strings.TrimSpace(ref))
 	for _, r := range b.liveRegistrations() {
-		if r.agy == nil || (r.agy.presence.Conversation != ref && r.SessionID != ref && r.SessionID != "agy:"+ref) {
+		if r.agy == nil || (r.agy.presence.Conversation != ref && r.SessionID != ref && r.SessionID != agy.Name+":"+ref) {
 			continue
 		}
 		if c, _ := b.agyCredentials(r); c != nil {
@@ -219,7 +219,7 @@ func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 		if r.agy == nil {
 			continue
 		}
-		if strings.EqualFold(strings.TrimPrefix(r.SessionID, "agy:"), bare) || strings.EqualFold(r.agy.presence.Conversation, bare) {
+		if strings.EqualFold(strings.TrimPrefix(r.SessionID, agy.Name+":"), bare) || strings.EqualFold(r.agy.presence.Conversation, bare) {
 			hits = append(hits, r)
 		}
 	}
@@ -229,7 +229,7 @@ func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 	case 1:
 		r := hits[0]
 		_, registered := b.agyCredentials(r)
-		exact := strings.EqualFold(strings.TrimPrefix(r.SessionID, "agy:"), bare)
+		exact := strings.EqualFold(strings.TrimPrefix(r.SessionID, agy.Name+":"), bare)
 		return Target{Harness: agy.Name, SessionID: r.SessionID, View: b.agyView(r), Offline: !registered && !exact, reg: r}, nil, true
 	}
 	ids := make([]string, len(hits))

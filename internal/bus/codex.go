@@ -46,7 +46,7 @@ func (b *Bus) codexCaller(st peercred.Stat, raw json.RawMessage) (Caller, error)
 	if _, err := b.cfg.Codex.Attest(st.PID, m.Thread()); err != nil {
 		return Caller{}, errorf("unattested", "process %d does not write codex thread %s", st.PID, m.Thread())
 	}
-	id := "codex:" + lease.Thread
+	id := codex.Name + ":" + lease.Thread
 	cwd := lease.Cwd
 	if cwd == "" {
 		cwd = "/"

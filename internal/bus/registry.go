@@ -78,7 +78,7 @@ func (b *Bus) checkUID(cred peercred.Cred) *Error {
 // connectStart is the peer's start time as read when it connected ("" = not known): if the
 // pid now belongs to another process, nothing is registered and nothing is replaced.
 func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart string) (*Registration, error) {
-	name = strings.TrimPrefix(strings.TrimSpace(name), "svc:")
+	name = strings.TrimPrefix(strings.TrimSpace(name), svc.Name+":")
 	if name == "" {
 		return nil, badRequest("service name must not be empty")
 	}
