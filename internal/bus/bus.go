@@ -25,6 +25,7 @@ import (
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/ratelog"
 	"github.com/xmsg/xmsg/internal/store"
+	"github.com/xmsg/xmsg/internal/wake"
 )
 
 // Config is what the bus needs; it is not changed after New.
@@ -81,9 +82,9 @@ type Bus struct {
 	h       *harness.Registry
 	mu      sync.Mutex
 	regs    map[string]*Registration
-	replies signals // keyed by message id
-	queues  signals // keyed by session id
-	acks    signals // keyed by message id: a queued message was acknowledged
+	replies wake.Set // keyed by message id
+	queues  wake.Set // keyed by session id
+	acks    wake.Set // keyed by message id: a queued message was acknowledged
 	waiters chan struct{}
 	keys    keyLocks
 	stop    chan struct{}

@@ -113,7 +113,7 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 		}
 	}
 	if pending != nil {
-		b.queues.fire(t.SessionID)
+		b.queues.Fire(t.SessionID)
 	}
 	return d, nil
 }

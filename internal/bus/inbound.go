@@ -158,11 +158,12 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, 
 			if slots[i] == nil {
 				return nil // what came before is committed; the rest waits on the hub
 			}
-			msg, err := b.record(t, in.arrival())
+			a := in.arrival()
+			msg, err := b.record(t, a)
 			if err != nil {
 				return err
 			}
-			if err := slots[i].enqueue(tx, *b.entry(h, t.SessionID, msg, in.arrival())); errors.Is(err, store.ErrShareFull) {
+			if err := slots[i].enqueue(tx, *b.entry(h, t.SessionID, msg, a)); errors.Is(err, store.ErrShareFull) {
 				txFull = shareFull(t.Harness, b.cfg.Bounds.queueShare())
 				return nil
 			} else if errors.Is(err, store.ErrQueueFull) {
@@ -189,7 +190,7 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, 
 		}
 	}
 	if len(queued) > 0 {
-		b.queues.fire(t.SessionID)
+		b.queues.Fire(t.SessionID)
 	}
 	if n == 0 && txFull != nil {
 		return 0, txFull

@@ -318,7 +318,7 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 				}
 			}
 			b.q.mu.Unlock()
-			b.acks.fire(m.ID) // no longer queued: WaitAcked may go on
+			b.acks.Fire(m.ID) // no longer queued: WaitAcked may go on
 		}
 	})
 	if err == nil && q == nil && ctx.Err() != nil {
@@ -416,7 +416,7 @@ func (b *Bus) AckAfter(r *Registration, messageID string, after func(line func()
 		// A leaf's puller waits for this ack to ack the hub (WaitAcked), not for its commit:
 		// the row stays in this store until the delete commits, so a crash before that
 		// delivers it again from here, as for any ack (at-least-once), and loses nothing.
-		b.acks.fire(messageID)
+		b.acks.Fire(messageID)
 	}
 	if failing {
 		// Committed before the answer, outside q.mu: a commit's rider takes q.mu when done.
@@ -440,7 +440,7 @@ func (b *Bus) AckAfter(r *Registration, messageID string, after func(line func()
 		}
 		q.failing = false // this commit worked: back to acks that ride the next commit
 		q.mu.Unlock()
-		b.acks.fire(messageID)
+		b.acks.Fire(messageID)
 		b.auditAck(r, messageID, after)
 		return nil
 	}
@@ -536,7 +536,7 @@ func (b *Bus) acksCommitted(ops []ackOp, err error) {
 	}
 	q.failing = false
 	for _, o := range ops {
-		b.acks.fire(o.id) // committed: WaitAcked (a leaf's forwarded ack) may go on
+		b.acks.Fire(o.id) // committed: WaitAcked (a leaf's forwarded ack) may go on
 		if a := q.acked[o.session]; a != nil {
 			delete(a, o.id)
 			if len(a) == 0 {
@@ -648,7 +648,7 @@ func (b *Bus) Counts() (store.Counts, error) {
 // delivers it again from there, so the hub may be acked at once.
 func (b *Bus) WaitAcked(ctx context.Context, sessionID, messageID string) error {
 	for {
-		ch, cancel := b.acks.subscribe(messageID)
+		ch, cancel := b.acks.Subscribe(messageID)
 		b.q.mu.Lock()
 		_, acked := b.q.acked[sessionID][messageID]
 		b.q.mu.Unlock()

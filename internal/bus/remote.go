@@ -291,7 +291,7 @@ func (b *Bus) cacheReplies(id string, remote []ReplyView) (bool, error) {
 		return nil
 	})
 	if added {
-		b.replies.fire(id)
+		b.replies.Fire(id)
 	}
 	return added, err
 }

@@ -187,9 +187,9 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 			}
 		}
 	}
-	b.replies.fire(reply.MessageID)
+	b.replies.Fire(reply.MessageID)
 	if plan.pending != nil && reply.PushOutcome == "pushed" {
-		b.queues.fire(plan.pending.SessionID)
+		b.queues.Fire(plan.pending.SessionID)
 	}
 	return reply, nil
 }

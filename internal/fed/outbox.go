@@ -94,10 +94,7 @@ func (n *Node) Send(ctx context.Context, s bus.RemoteSend) (bus.Delivery, error)
 			return tx.PutOutbound(out)
 		})
 	}()
-	e := Envelope{V: Version, ID: msg.ID, Principal: s.Principal, Body: s.Text, PushReplies: msg.PushReplies,
-		ThreadID: msg.ThreadID, CreatedAt: now}
-	e.To.Ref = s.TargetRef
-	rd, err := n.post(ctx, s.Peer, e)
+	rd, err := n.post(ctx, s.Peer, envelopeOf(s, msg))
 	preErr := <-pre
 	if err != nil || preErr != nil {
 		if preErr == nil {
@@ -172,10 +169,7 @@ func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error)
 	}
 	now := n.rec.now().Unix()
 	msg := s.Message(id, n.cfg.Host, "queued", now)
-	e := Envelope{V: Version, ID: id, Principal: s.Principal, Body: s.Text, PushReplies: msg.PushReplies,
-		ThreadID: msg.ThreadID, CreatedAt: now}
-	e.To.Ref = s.TargetRef
-	env, err := json.Marshal(e)
+	env, err := json.Marshal(envelopeOf(s, msg))
 	if err != nil {
 		return bus.Delivery{}, err
 	}
@@ -190,6 +184,15 @@ func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error)
 		return bus.Delivery{}, err
 	}
 	return d, nil
+}
+
+// envelopeOf is the envelope (§8.3) of s, recorded as msg: what goes over the wire, or is
+// kept with a leaf's mail.
+func envelopeOf(s bus.RemoteSend, msg store.Message) Envelope {
+	e := Envelope{V: Version, ID: msg.ID, Principal: s.Principal, Body: s.Text, PushReplies: msg.PushReplies,
+		ThreadID: msg.ThreadID, CreatedAt: msg.CreatedAt}
+	e.To.Ref = s.TargetRef
+	return e
 }
 
 // waitRecorded blocks until the send of message id, if in flight, is recorded, at most
