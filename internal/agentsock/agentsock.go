@@ -33,6 +33,7 @@ import (
 	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/jsonline"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lineserver"
 	"github.com/xmsg/xmsg/internal/peercred"
@@ -75,9 +76,8 @@ type Config struct {
 
 // Server serves agent.sock. Safe for concurrent use.
 type Server struct {
-	cfg   Config
-	srv   *lineserver.Server
-	audit *bus.Audit // the audit lines of its bus calls
+	cfg Config
+	srv *lineserver.Server
 
 	// ctx is passed to the bus; it is cancelled only when Shutdown's deadline expires.
 	ctx    context.Context
@@ -115,7 +115,7 @@ func New(cfg Config) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, audit: bus.NewAudit(cfg.Log)}
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
 	s.srv = lineserver.New(lineserver.Config{Socket: "agent", Proc: cfg.Proc, Log: cfg.Log,
 		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.PendingTimeout, NoEvict: cfg.NoEvict,
 		WriteTimeout: cfg.WriteTimeout, Handle: s.serveConn})
@@ -149,8 +149,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // refuse logs a refused frame, at most one line a second per (request, code) with the count
 // of the others: a client looping on a refused frame must not flood the journal.
-func (s *Server) refuse(actor, request, code, reason string) {
-	s.lim.Log(s.cfg.Log, slog.LevelWarn, request+" "+code, "refused", "socket", "agent", "actor", actor, "request", request, "code", code, "reason", reason)
+func (s *Server) refuse(actor, request string, code ledger.Code, reason string) {
+	s.lim.Log(s.cfg.Log, slog.LevelWarn, request+" "+code.String(), "refused", "socket", "agent", "actor", actor, "request", request, "code", code.String(), "reason", reason)
 }
 
 // serveConn answers the frames of one connection until it ends. lineserver's Reader does
@@ -266,7 +266,7 @@ func decodeRequest(line []byte) (request, error) {
 }
 
 // errorLine is the error frame (shared with register.sock: lineserver.ErrorLine).
-func errorLine(code, detail string) []byte { return lineserver.ErrorLine(code, detail) }
+func errorLine(code ledger.Code, detail string) []byte { return lineserver.ErrorLine(code, detail) }
 
 // encode renders one response line (jsonline: no HTML escaping, as the original xmsg,
 // docs/protocol.md §4.1).
@@ -288,8 +288,8 @@ func encode(v any) []byte {
 func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peercred.Guard, att **bus.Attested, line []byte, after func(func())) (resp []byte, keep bool) {
 	req, err := decodeRequest(line)
 	if err != nil {
-		s.refuse(actor, "frame", "bad_request", "invalid json")
-		return errorLine("bad_request", err.Error()), true
+		s.refuse(actor, "frame", ledger.BadRequest, "invalid json")
+		return errorLine(ledger.BadRequest, err.Error()), true
 	}
 	switch req.Action {
 	case "send", "reply", "poll", "ack", "peek", "credential":
@@ -298,7 +298,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 		// conversation's presence lock from a trusted agy executable.
 		id, err := s.cfg.Bus.MCPStart(cred.PID)
 		if err == nil && !peer.Alive() {
-			err = &bus.Error{Code: "unattested", Detail: fmt.Sprintf("peer PID %d exited", cred.PID)}
+			err = &bus.Error{Code: ledger.Unattested, Detail: fmt.Sprintf("peer PID %d exited", cred.PID)}
 		}
 		if err != nil {
 			e := bus.AsError(err)
@@ -314,8 +314,8 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 		return encode(mcpStartResp{Status: "ok", SessionID: id}), true
 	default:
 		detail := fmt.Sprintf("unknown action: '%s'", req.Action)
-		s.refuse(actor, "frame", "bad_request", "unknown action")
-		return errorLine("bad_request", detail), true
+		s.refuse(actor, "frame", ledger.BadRequest, "unknown action")
+		return errorLine(ledger.BadRequest, detail), true
 	}
 	var err2 error
 	if *att == nil || !s.cfg.Bus.Recheck(**att) {
@@ -326,7 +326,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 		// re-checking the start time afterwards rules that out (a pid cannot come back with
 		// the same start time).
 		if err == nil && !peer.Alive() {
-			err = &bus.Error{Code: "not_recipient", Detail: fmt.Sprintf("peer PID %d exited", cred.PID)}
+			err = &bus.Error{Code: ledger.NotRecipient, Detail: fmt.Sprintf("peer PID %d exited", cred.PID)}
 		}
 		if err == nil {
 			*att = &a
@@ -335,7 +335,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	}
 	if err2 != nil {
 		e := bus.AsError(err2)
-		if req.Action == "credential" && e.Code != "service_unavailable" {
+		if req.Action == "credential" && e.Code != ledger.ServiceUnavailable {
 			return s.unattested(actor, cred.PID, line, e.Detail), true // credential.go
 		}
 		s.refuse(actor, req.Action, e.Code, e.Detail)
@@ -373,8 +373,8 @@ type sendResp struct {
 func (s *Server) send(caller bus.Caller, req request, after func(func())) []byte {
 	ref, text := req.Ref, req.Text
 	if ref == "" || text == "" {
-		s.refuse(caller.Actor(), "send", "bad_request", "ref and text are required")
-		return errorLine("bad_request", "ref and text are required")
+		s.refuse(caller.Actor(), "send", ledger.BadRequest, "ref and text are required")
+		return errorLine(ledger.BadRequest, "ref and text are required")
 	}
 	push := true
 	if req.PushReplies != nil {
@@ -390,7 +390,9 @@ func (s *Server) send(caller bus.Caller, req request, after func(func())) []byte
 		PushReplies: push,
 		Key:         req.Key,
 	})
-	after(func() { s.audit.Record("agent", caller.Actor(), "send", ref, d.MessageID, err) })
+	after(func() {
+		s.cfg.Bus.Events().Request(ledger.Via{Transport: ledger.Agent, Actor: caller.Actor()}, ledger.Sent, "send", ref, d.Result(), err)
+	})
 	if err != nil {
 		e := sendError(err, ref)
 		return errorLine(e.Code, e.Detail)
@@ -402,15 +404,15 @@ func (s *Server) send(caller bus.Caller, req request, after func(func())) []byte
 func sendError(err error, ref string) *bus.Error {
 	e := bus.AsError(err)
 	switch e.Code {
-	case "not_found", "ambiguous", "gone":
-		return &bus.Error{Code: "not_found", Detail: e.Detail}
-	case "unregistered":
+	case ledger.NotFound, ledger.Ambiguous, ledger.Gone:
+		return &bus.Error{Code: ledger.NotFound, Detail: e.Detail}
+	case ledger.Unregistered:
 		if e.PID == 0 {
-			return &bus.Error{Code: "unregistered", Detail: fmt.Sprintf("pid %s is unregistered", ref)}
+			return &bus.Error{Code: ledger.Unregistered, Detail: fmt.Sprintf("pid %s is unregistered", ref)}
 		}
-		return &bus.Error{Code: "unregistered", Detail: fmt.Sprintf("pid %d is unregistered", e.PID), PID: e.PID}
-	case "inbox_unavailable", "inbox_timeout":
-		return &bus.Error{Code: "delivery_failed", Detail: e.Detail}
+		return &bus.Error{Code: ledger.Unregistered, Detail: fmt.Sprintf("pid %d is unregistered", e.PID), PID: e.PID}
+	case ledger.InboxUnavailable, ledger.InboxTimeout:
+		return &bus.Error{Code: ledger.DeliveryFailed, Detail: e.Detail}
 	}
 	return e
 }
@@ -423,11 +425,11 @@ type replyResp struct {
 func (s *Server) reply(caller bus.Caller, req request) []byte {
 	id, text := req.MessageID, req.Text
 	if id == "" || text == "" {
-		s.refuse(caller.Actor(), "reply", "bad_request", "messageId and text are required")
-		return errorLine("bad_request", "messageId and text are required")
+		s.refuse(caller.Actor(), "reply", ledger.BadRequest, "messageId and text are required")
+		return errorLine(ledger.BadRequest, "messageId and text are required")
 	}
 	res, err := s.cfg.Bus.Reply(s.ctx, caller, id, text)
-	s.audit.Record("agent", caller.Actor(), "reply", id, res.MessageID, err)
+	s.cfg.Bus.Events().Request(ledger.Via{Transport: ledger.Agent, Actor: caller.Actor()}, ledger.Replied, "reply", id, res.Result(id), err)
 	if err != nil {
 		e := bus.AsError(err)
 		return errorLine(e.Code, e.Detail)

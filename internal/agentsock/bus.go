@@ -7,12 +7,15 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/harness"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // Bus is what agent.sock asks of the bus: attesting a caller by its ancestry and re-checking
 // it, sends and replies as that caller, agy's credential-less start, and a Codex thread's
 // queue (poll, peek, ack). *bus.Bus is one.
 type Bus interface {
+	// Events is the stream each answered request is announced on (ledger.Stream.Request).
+	Events() *ledger.Stream
 	Host() string
 	Harnesses() *harness.Registry
 	Attest(pid int, meta json.RawMessage) (bus.Attested, error)

@@ -7,6 +7,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/jsonline"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // credential answers `{"action":"credential","name":N}` (this daemon's extension,
@@ -21,8 +22,8 @@ import (
 func (s *Server) credential(c net.Conn, caller bus.Caller, pid int, line []byte, still func() bool) (resp []byte, keep bool) {
 	name, err := credentialName(line)
 	if err != nil {
-		s.refuse(caller.Actor(), "credential", "bad_request", "invalid frame")
-		return errorLine("bad_request", err.Error()), true
+		s.refuse(caller.Actor(), "credential", ledger.BadRequest, "invalid frame")
+		return errorLine(ledger.BadRequest, err.Error()), true
 	}
 	p := custody.Principal{Actor: caller.Actor(), PID: pid, Via: pid, Alive: still}
 	if reg := caller.Service(); reg != nil {
@@ -34,7 +35,7 @@ func (s *Server) credential(c net.Conn, caller bus.Caller, pid int, line []byte,
 		if errors.As(err, &ce) {
 			return errorLine(ce.Code, ce.Detail), true
 		}
-		return errorLine("internal", "credential unavailable"), true
+		return errorLine(ledger.Internal, "credential unavailable"), true
 	}
 	defer f.Close() // the daemon's copy: the caller has its own now
 	if err := custody.WriteFD(c, encode(credentialResp{Status: "ok", Credential: grant}), f, s.cfg.WriteTimeout); err != nil {
@@ -49,7 +50,7 @@ func (s *Server) credential(c net.Conn, caller bus.Caller, pid int, line []byte,
 func (s *Server) unattested(actor string, pid int, line []byte, detail string) []byte {
 	name, _ := credentialName(line)
 	err := s.cfg.Custody.Unattested(name, custody.Principal{Actor: actor, PID: pid, Via: pid}, detail)
-	return errorLine("unattested", err.(*custody.Error).Detail)
+	return errorLine(ledger.Unattested, err.(*custody.Error).Detail)
 }
 
 func credentialName(line []byte) (string, error) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/harness"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // deliverResp is a queued message handed to a Codex session (the shape of register.sock's
@@ -22,8 +23,8 @@ type deliverResp struct {
 func (s *Server) queue(caller bus.Caller, req request) []byte {
 	// Only a leased session has no connection of its own to poll on (Codex).
 	if !s.cfg.Bus.Harnesses().Is(caller.Harness, harness.Lease) {
-		s.refuse(caller.Actor(), req.Action, "bad_request", "queue frames are for codex sessions")
-		return errorLine("bad_request", "unknown action: '"+req.Action+"'")
+		s.refuse(caller.Actor(), req.Action, ledger.BadRequest, "queue frames are for codex sessions")
+		return errorLine(ledger.BadRequest, "unknown action: '"+req.Action+"'")
 	}
 	reg := &bus.Registration{Harness: caller.Harness, SessionID: caller.SessionID, Name: caller.Name}
 	if req.Action == "peek" {
@@ -41,7 +42,7 @@ func (s *Server) queue(caller bus.Caller, req request) []byte {
 	}
 	p, err := s.cfg.Bus.Poll(s.ctx, reg, time.Duration(wait*float64(time.Second)))
 	if err != nil {
-		return errorLine("internal", "poll failed")
+		return errorLine(ledger.Internal, "poll failed")
 	}
 	if p == nil {
 		return encode(map[string]string{"action": "timeout"})
@@ -77,7 +78,7 @@ func (s *Server) peek(reg *bus.Registration, req request) []byte {
 	}
 	msgs, more, err := s.cfg.Bus.Peek(reg, limit, bytes)
 	if err != nil {
-		return errorLine("internal", "peek failed")
+		return errorLine(ledger.Internal, "peek failed")
 	}
 	resp := peekResp{Status: "ok", Messages: make([]deliverResp, 0, len(msgs)), Waiting: more}
 	for _, m := range msgs {

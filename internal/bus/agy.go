@@ -7,6 +7,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -45,7 +46,7 @@ func (b *Bus) MCPStart(pid int) (string, error) {
 			return r.SessionID, nil
 		}
 	}
-	return "", errorf("unattested", "peer PID %d does not descend from a trusted agy process holding a presence lock", pid)
+	return "", errorf(ledger.Unattested, "peer PID %d does not descend from a trusted agy process holding a presence lock", pid)
 }
 
 // RegisterAgy stores the credentials of a conversation (register.sock credential frame):
@@ -57,7 +58,7 @@ func (b *Bus) RegisterAgy(c agy.Credentials, cred peercred.Cred, connectStart st
 	}
 	chain, err := b.cfg.Proc.Ancestors(cred.PID, 32)
 	if err != nil || (connectStart != "" && chain[0].StartTime != connectStart) {
-		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf(ledger.NotRecipient, "peer process %d is gone", cred.PID)
 	}
 	for _, st := range chain {
 		if !b.cfg.Agy.IsAgy(st.PID) {
@@ -70,23 +71,23 @@ func (b *Bus) RegisterAgy(c agy.Credentials, cred peercred.Cred, connectStart st
 		}
 		return b.agyLease(st, p, &c)
 	}
-	return nil, errorf("unattested", "peer process %d does not descend from a trusted agy process holding the presence lock of conversation %s", cred.PID, c.Conversation)
+	return nil, errorf(ledger.Unattested, "peer process %d does not descend from a trusted agy process holding the presence lock of conversation %s", cred.PID, c.Conversation)
 }
 
 // agyLease makes (or renews) the registration of the agy process st present in p's
 // conversation; creds, when not nil, replace its credentials.
 func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials) (*Registration, error) {
 	if b.locks == nil {
-		return nil, errorf("unattested", "agy presence locks cannot be watched")
+		return nil, errorf(ledger.Unattested, "agy presence locks cannot be watched")
 	}
 	// Watch before the lease exists, then check the lock again: a lock removed in between is
 	// reported or seen, never missed.
 	if err := b.locks.Watch(strings.TrimSuffix(p.Lock, "/"+p.Conversation+".lock")); err != nil {
 		b.cfg.Log.Warn("agy presence dir not watchable", "err", err)
-		return nil, errorf("unattested", "the presence lock of %s cannot be watched", p.Conversation)
+		return nil, errorf(ledger.Unattested, "the presence lock of %s cannot be watched", p.Conversation)
 	}
 	if !b.cfg.Agy.Held(p) {
-		return nil, errorf("unattested", "the presence lock of %s is no longer held", p.Conversation)
+		return nil, errorf(ledger.Unattested, "the presence lock of %s is no longer held", p.Conversation)
 	}
 	id := fmt.Sprintf("%s:%d:%s", agy.Name, st.PID, st.StartTime)
 	b.mu.Lock()
@@ -146,7 +147,7 @@ func (b *Bus) markStale(r *Registration) {
 // non-zero exit is 502, a timeout 504.
 func (b *Bus) agyDeliver(r *Registration, c *agy.Credentials, title, env string) error {
 	if b.cfg.AgySend == nil {
-		return errorf("inbox_unavailable", "agentapi is not configured")
+		return errorf(ledger.InboxUnavailable, "agentapi is not configured")
 	}
 	out, err := b.cfg.AgySend(*c, title, env)
 	switch out {
@@ -154,12 +155,12 @@ func (b *Bus) agyDeliver(r *Registration, c *agy.Credentials, title, env string)
 		return nil
 	case agy.AuthFailed:
 		b.markStale(r)
-		return errorf("credentials_stale", "agy credentials for %s are stale; run the agy hook again", r.agy.presence.Conversation)
+		return errorf(ledger.CredentialsStale, "agy credentials for %s are stale; run the agy hook again", r.agy.presence.Conversation)
 	case agy.TimedOut:
-		return errorf("inbox_timeout", "agentapi did not deliver within %s", agy.Timeout)
+		return errorf(ledger.InboxTimeout, "agentapi did not deliver within %s", agy.Timeout)
 	}
 	b.cfg.Log.Warn("agentapi failed", "session_id", r.SessionID, "err", err)
-	return errorf("inbox_unavailable", "agentapi failed")
+	return errorf(ledger.InboxUnavailable, "agentapi failed")
 }
 
 // FlushAgy delivers r's conversation queue in FIFO order now that it has credentials. Each
@@ -194,7 +195,8 @@ func (b *Bus) FlushAgy(r *Registration) int {
 			b.cfg.Log.Error("agy flush: ack failed", "message_id", p.ID, "err", err)
 			return n
 		}
-		b.cfg.Log.Info("accepted", "socket", "register", "actor", r.Caller().Actor(), "request", "flush", "message_id", p.ID)
+		b.cfg.Events.Emit(ledger.Event{Kind: ledger.Acked, Request: "flush", Transport: ledger.Register, From: r.Caller().Actor(),
+			MessageID: p.ID, Harness: r.Harness, Outcome: ledger.Delivered})
 		n++
 	}
 }
@@ -203,10 +205,10 @@ func (b *Bus) FlushAgy(r *Registration) int {
 // (if it has one: a push's row was already written as delivered) reads delivered from now on.
 func markFlushed(tx *store.Tx, id string) error {
 	m, found, err := tx.Message(id)
-	if err != nil || !found || m.Outcome != "queued" {
+	if err != nil || !found || m.Outcome != ledger.Queued.String() {
 		return err
 	}
-	m.Outcome = "delivered"
+	m.Outcome = ledger.Delivered.String()
 	return tx.PutMessage(m)
 }
 
@@ -236,7 +238,7 @@ func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 	for i, r := range hits {
 		ids[i] = r.SessionID
 	}
-	return Target{}, errorf("ambiguous", "%s", strings.Join(ids, ",")), true
+	return Target{}, errorf(ledger.Ambiguous, "%s", strings.Join(ids, ",")), true
 }
 
 func (b *Bus) agyView(r *Registration) SessionView {
@@ -255,16 +257,16 @@ func (b *Bus) agyView(r *Registration) SessionView {
 func (b *Bus) sendAgy(a arrival, t Target, msg store.Message) (Delivery, error) {
 	r := t.reg
 	env := envelope.Plain(a.fromName, msg.ID, a.text)
-	d := Delivery{SessionID: t.SessionID, FromName: a.fromName, Bytes: a.bytes, MessageID: msg.ID, Outcome: "delivered"}
+	d := Delivery{SessionID: t.SessionID, FromName: a.fromName, Bytes: a.bytes, MessageID: msg.ID, Outcome: ledger.Delivered, Harness: t.Harness}
 	c, ok := b.agyCredentials(r)
 	var pending *store.Pending
 	if !ok {
-		d.SessionID, d.Outcome, msg.Outcome = r.agy.presence.Conversation, "queued", "queued"
+		d.SessionID, d.Outcome, msg.Outcome = r.agy.presence.Conversation, ledger.Queued, ledger.Queued.String()
 		pending = &store.Pending{ID: msg.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: msg.CreatedAt, FromName: a.fromName,
 			Bytes: a.bytes, Text: a.text, Envelope: env}
 	}
 	if a.idem != nil {
-		a.idem.SessionID, a.idem.Outcome = d.SessionID, d.Outcome
+		a.idem.SessionID, a.idem.Outcome = d.SessionID, d.Outcome.String()
 	}
 	var enqueue func(*store.Tx) error
 	if pending != nil {
@@ -272,7 +274,7 @@ func (b *Bus) sendAgy(a arrival, t Target, msg store.Message) (Delivery, error) 
 	}
 	err := b.commit(enqueue, msg, a.idem)
 	if errors.Is(err, store.ErrQueueFull) {
-		return Delivery{}, errorf("service_unavailable", "agy session message queue is full")
+		return Delivery{}, errorf(ledger.ServiceUnavailable, "agy session message queue is full")
 	}
 	if err == nil && pending != nil {
 		b.uncounted(pending.SessionID)
@@ -297,16 +299,16 @@ func (b *Bus) pushAgy(sessionID string, pushed *store.Message, badge, body strin
 		}
 	}
 	if r == nil {
-		return "sender_gone", nil, nil
+		return ledger.SenderGone.String(), nil, nil
 	}
 	if c, ok := b.agyCredentials(r); ok {
-		return "pushed", nil, func() string {
+		return ledger.Pushed.String(), nil, func() string {
 			if err := b.agyDeliver(r, c, badge, body); err != nil {
-				return "push_failed"
+				return ledger.PushFailed.String()
 			}
-			return "pushed"
+			return ledger.Pushed.String()
 		}
 	}
-	return "pushed", &store.Pending{ID: pushed.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: now, FromName: badge,
+	return ledger.Pushed.String(), &store.Pending{ID: pushed.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: now, FromName: badge,
 		Bytes: len(text), Text: text, Envelope: body}, nil
 }

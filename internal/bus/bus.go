@@ -20,6 +20,7 @@ import (
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/harness/uid"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lockwatch"
 	"github.com/xmsg/xmsg/internal/peercred"
@@ -69,6 +70,9 @@ type Config struct {
 	// Bounds are the shares of what senders share: a queue's places per origin, a leaf's
 	// mailbox (queue.go).
 	Bounds Bounds
+	// Events is the daemon's event stream: every change of a message's life the bus or a
+	// transport makes is announced there (nil: announced nowhere).
+	Events *ledger.Stream
 }
 
 // Builtin are xmsg's harnesses, in listing order.
@@ -140,6 +144,9 @@ func (b *Bus) Close() {
 		b.locks.Close()
 	}
 }
+
+// Events is the stream the bus and its transports announce a message's life on.
+func (b *Bus) Events() *ledger.Stream { return b.cfg.Events }
 
 // Host is the host label.
 func (b *Bus) Host() string { return b.cfg.Host }
@@ -326,7 +333,7 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		// this scan found or missed, an answer now could be wrong (a live session reported
 		// not found), so none is given. The client may retry.
 		b.lim.Log(b.cfg.Log, slog.LevelError, "scan incomplete", "session scan incomplete", "err", incomplete)
-		return Target{}, errorf("service_unavailable", "session directory unreadable for lack of resources; retry later")
+		return Target{}, errorf(ledger.ServiceUnavailable, "session directory unreadable for lack of resources; retry later")
 	}
 	switch {
 	case len(live) == 1:
@@ -337,7 +344,7 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		for i, s := range live {
 			ids[i] = s.ID
 		}
-		return Target{}, errorf("ambiguous", "%s", strings.Join(ids, ","))
+		return Target{}, errorf(ledger.Ambiguous, "%s", strings.Join(ids, ","))
 	}
 	if in(harness.Presence) {
 		if t, err, ok := b.resolveAgy(bare); ok {
@@ -357,9 +364,9 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		}
 		if OutOfResources(err) {
 			// /proc could not be read: the process may be alive, so "gone" could be wrong.
-			return Target{}, errorf("service_unavailable", "process state unreadable for lack of resources; retry later")
+			return Target{}, errorf(ledger.ServiceUnavailable, "process state unreadable for lack of resources; retry later")
 		}
-		return Target{}, errorf("gone", "session %s process %d exited", d.ID, d.PID)
+		return Target{}, errorf(ledger.Gone, "session %s process %d exited", d.ID, d.PID)
 	}
 	// A bare name that matched no session, live or dead, names a configured service that is
 	// not connected as svc:<name> does (docs/protocol.md §5.2): the last step of the order,
@@ -410,7 +417,7 @@ func (b *Bus) resolveRegistered(pinned harness.Harness, bare string, isPID bool,
 			for i, r := range hits {
 				ids[i] = r.SessionID
 			}
-			return Target{}, errorf("ambiguous", "%s", strings.Join(ids, ",")), true
+			return Target{}, errorf(ledger.Ambiguous, "%s", strings.Join(ids, ",")), true
 		}
 	}
 	// A uid-admitted session's id is durable and its queue too: while its process lives it
@@ -471,14 +478,14 @@ func (b *Bus) Identify(pid int) (Caller, error) {
 func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, []peercred.Stat, error) {
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
 	if err != nil && OutOfResources(err) {
-		return Caller{}, nil, errorf("service_unavailable", "process ancestry unreadable for lack of resources; retry later")
+		return Caller{}, nil, errorf(ledger.ServiceUnavailable, "process ancestry unreadable for lack of resources; retry later")
 	}
 	if err == nil {
 		regs := b.registrations()
 		for i, st := range chain {
 			sessions, incomplete := b.cfg.Claude.ByPID(st.PID)
 			if incomplete != nil {
-				return Caller{}, nil, errorf("service_unavailable", "session directory unreadable for lack of resources; retry later")
+				return Caller{}, nil, errorf(ledger.ServiceUnavailable, "session directory unreadable for lack of resources; retry later")
 			}
 			for _, s := range sessions {
 				// The chain entry's own start time must match too: Live was read at scan
@@ -510,7 +517,7 @@ func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, []peercred.Stat, 
 			}
 		}
 	}
-	return Caller{}, nil, errorf("not_recipient", "peer PID %d does not descend from an active agent session", pid)
+	return Caller{}, nil, errorf(ledger.NotRecipient, "peer PID %d does not descend from an active agent session", pid)
 }
 
 // Attested is a connection's attested caller, made once by Attest and checked again cheaply

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // clock is a test clock: Now is what it was set to.
@@ -55,10 +57,10 @@ func TestExpiredRowsInvisible(t *testing.T) {
 		t.Fatalf("the fresh reply: %v, %v", rs, err)
 	}
 	c.advance(3500 * time.Millisecond)
-	if rs, err := b.Replies(ctx, d.MessageID, 0, 0); AsError(err).Code != "not_found" {
+	if rs, err := b.Replies(ctx, d.MessageID, 0, 0); AsError(err).Code != ledger.NotFound {
 		t.Errorf("an expired reply is listed: %v, %v; want not_found", rs, err)
 	}
-	if v, err := b.Message(d.MessageID); AsError(err).Code != "not_found" {
+	if v, err := b.Message(d.MessageID); AsError(err).Code != ledger.NotFound {
 		t.Errorf("an expired message: %+v, %v; want not_found", v, err)
 	}
 	if p, err := b.Poll(ctx, r, 0); p != nil || err != nil {
@@ -70,7 +72,7 @@ func TestExpiredRowsInvisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.Text = "two"
-	if _, err := b.Send(ctx, k); AsError(err).Code != "conflict" {
+	if _, err := b.Send(ctx, k); AsError(err).Code != ledger.Conflict {
 		t.Fatalf("a fresh key reused with another body: %v, want conflict", err)
 	}
 	c.advance(time.Hour + time.Second)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/xmsg/xmsg/internal/codex"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
@@ -24,27 +25,27 @@ func (b *Bus) IdentifyMeta(pid int, meta json.RawMessage) (Caller, error) {
 func (b *Bus) codexCaller(st peercred.Stat, raw json.RawMessage) (Caller, error) {
 	m, err := codex.DecodeMeta(raw)
 	if err != nil {
-		return Caller{}, errorf("unattested", "codex session call: %s", strings.TrimPrefix(err.Error(), "codex: "))
+		return Caller{}, errorf(ledger.Unattested, "codex session call: %s", strings.TrimPrefix(err.Error(), "codex: "))
 	}
 	if m.Thread() == "" {
-		return Caller{}, errorf("unattested", "codex session call without params._meta (sessionId/threadId): the thread is never taken from tool arguments")
+		return Caller{}, errorf(ledger.Unattested, "codex session call without params._meta (sessionId/threadId): the thread is never taken from tool arguments")
 	}
 	lease, err := b.cfg.Codex.Attest(st.PID, m.Thread())
 	if err != nil {
 		b.cfg.Log.Warn("codex attestation failed", "peer_pid", st.PID, "thread", m.Thread(), "err", err)
-		return Caller{}, errorf("unattested", "process %d does not write codex thread %s", st.PID, m.Thread())
+		return Caller{}, errorf(ledger.Unattested, "process %d does not write codex thread %s", st.PID, m.Thread())
 	}
 	if b.locks == nil {
-		return Caller{}, errorf("unattested", "codex leases cannot be watched")
+		return Caller{}, errorf(ledger.Unattested, "codex leases cannot be watched")
 	}
 	// Watch before the lease exists: a lock removed in between is then reported, not missed.
 	if err := b.locks.Watch(codex.LockDir(lease.Lock)); err != nil {
 		b.cfg.Log.Warn("codex lock dir not watchable", "err", err)
-		return Caller{}, errorf("unattested", "codex thread %s: its lock cannot be watched", m.Thread())
+		return Caller{}, errorf(ledger.Unattested, "codex thread %s: its lock cannot be watched", m.Thread())
 	}
 	// The lock may have gone between the attestation and the watch.
 	if _, err := b.cfg.Codex.Attest(st.PID, m.Thread()); err != nil {
-		return Caller{}, errorf("unattested", "process %d does not write codex thread %s", st.PID, m.Thread())
+		return Caller{}, errorf(ledger.Unattested, "process %d does not write codex thread %s", st.PID, m.Thread())
 	}
 	id := codex.Name + ":" + lease.Thread
 	cwd := lease.Cwd

@@ -10,6 +10,7 @@ import (
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/harness"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -43,7 +44,7 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 	if h == nil {
 		// A session of a harness this bus's registry lacks (a Codex lease on a bus built
 		// without codex): nothing says how to deliver to it.
-		return Delivery{}, errorf("internal", "internal error")
+		return Delivery{}, errorf(ledger.Internal, "internal error")
 	}
 	// A queued recipient's place is reserved first: a full queue is refused here, before the
 	// message id, envelope and origin are built (a storm of refused sends skips that work), and
@@ -64,10 +65,10 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 	if err != nil {
 		return Delivery{}, err
 	}
-	d := Delivery{SessionID: t.SessionID, FromName: a.fromName, Bytes: a.bytes, MessageID: msg.ID, Outcome: "delivered"}
+	d := Delivery{SessionID: t.SessionID, FromName: a.fromName, Bytes: a.bytes, MessageID: msg.ID, Outcome: ledger.Delivered, Harness: t.Harness}
 	if a.idem != nil {
 		a.idem.MessageID, a.idem.SessionID, a.idem.FromName, a.idem.Bytes, a.idem.Outcome, a.idem.CreatedAt =
-			d.MessageID, d.SessionID, d.FromName, d.Bytes, d.Outcome, msg.CreatedAt
+			d.MessageID, d.SessionID, d.FromName, d.Bytes, d.Outcome.String(), msg.CreatedAt
 	}
 	if h.Delivery() == harness.Agentapi {
 		return b.sendAgy(a, t, msg)
@@ -130,7 +131,7 @@ func (b *Bus) record(t Target, a arrival) (store.Message, error) {
 		id = u.String()
 	}
 	msg := store.Message{ID: id, CreatedAt: b.nowUnix(), SessionID: t.SessionID, FromName: a.fromName, Bytes: a.bytes,
-		Outcome: "delivered", RecipientHarness: t.Harness, ReturnHost: a.returnHost, ThreadID: a.threadID}
+		Outcome: ledger.Delivered.String(), RecipientHarness: t.Harness, ReturnHost: a.returnHost, ThreadID: a.threadID}
 	if msg.ThreadID == "" {
 		msg.ThreadID = id
 	}
@@ -171,7 +172,9 @@ func (b *Bus) commit(enqueue func(*store.Tx) error, msg store.Message, idem *sto
 // failed records that msg, committed as delivered, did not reach its session, and forgets
 // its idempotency key, so a retry with the same key delivers again.
 func (b *Bus) failed(msg store.Message, idem *store.Idem) {
-	msg.Outcome = "delivery_failed"
+	msg.Outcome = ledger.Undelivered.String()
+	b.cfg.Events.Emit(ledger.Event{Kind: ledger.Failed, Transport: ledger.Daemon, MessageID: msg.ID, From: msg.FromName,
+		To: msg.SessionID, Harness: msg.RecipientHarness, Outcome: ledger.Undelivered, Bytes: msg.Bytes})
 	if err := b.cfg.Store.Update(func(tx *store.Tx) error {
 		if idem != nil {
 			if err := tx.DeleteIdem(idem.Principal, idem.Key); err != nil {

@@ -1,83 +1,47 @@
 package bus
 
 import (
-	"errors"
 	"fmt"
-	"strings"
-	"syscall"
+
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
-// Error is a refusal with the protocol's code (docs/protocol.md §3.1, §4.1). Servers render it
-// in their own wire shape; the HTTP status a code carries is httpapi's (httpapi.Status), not
-// the bus's, which speaks no HTTP.
-type Error struct {
-	Code   string // protocol error code
-	Detail string // human text; never contains message bodies or secrets
-	// PID is the live process a ref named, for code unregistered (0 otherwise): agent.sock
-	// words its detail differently ("pid N is unregistered", docs/protocol.md §4.1).
-	PID int
-}
+// Error is a refusal with the protocol's code: ledger's, where the codes and their statuses
+// are one table. The bus names refusals by code only.
+type Error = ledger.Error
 
-func (e *Error) Error() string { return e.Code + ": " + e.Detail }
+// AsError returns err as an *Error (ledger.AsError).
+func AsError(err error) *Error { return ledger.AsError(err) }
 
-func errorf(code, format string, args ...any) *Error {
+// StorageFull reports whether err is a full disk or quota (ledger.StorageFull).
+func StorageFull(err error) bool { return ledger.StorageFull(err) }
+
+// OutOfResources reports whether err is running out of descriptors or memory
+// (ledger.OutOfResources).
+func OutOfResources(err error) bool { return ledger.OutOfResources(err) }
+
+func errorf(code ledger.Code, format string, args ...any) *Error {
 	return &Error{Code: code, Detail: fmt.Sprintf(format, args...)}
 }
 
-// AsError returns err as an *Error. A full disk (ENOSPC, EDQUOT) becomes insufficient_storage
-// and running out of descriptors or memory (EMFILE, ENFILE, ENOMEM) service_unavailable: both
-// are conditions a client may retry, and in both nothing was stored. Anything else becomes
-// internal (with a generic detail, so internal paths and
-// causes don't leak to clients).
-func AsError(err error) *Error {
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	switch {
-	case StorageFull(err):
-		return &Error{Code: "insufficient_storage", Detail: "the store's disk is full; nothing was stored, retry later"}
-	case OutOfResources(err):
-		return &Error{Code: "service_unavailable", Detail: "out of file descriptors or memory; retry later"}
-	}
-	return &Error{Code: "internal", Detail: "internal error"}
-}
-
-// StorageFull reports whether err is a full disk or quota. bbolt flattens some of its errors
-// to text ("file resize error: %s"), so the errno's message is matched as well.
-func StorageFull(err error) bool {
-	return errIs(err, syscall.ENOSPC, syscall.EDQUOT)
-}
-
-// OutOfResources reports whether err is running out of descriptors or memory: the work could
-// not be attempted, which says nothing about what was asked for.
-func OutOfResources(err error) bool {
-	return errIs(err, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.ENOBUFS)
-}
-
-func errIs(err error, errnos ...syscall.Errno) bool {
-	if err == nil {
-		return false
-	}
-	for _, n := range errnos {
-		if errors.Is(err, n) || strings.Contains(err.Error(), n.Error()) {
-			return true
-		}
-	}
-	return false
+// parseOutcome is a stored outcome word's Outcome; a word of no outcome (a federation
+// record's "not_found") reads as none.
+func parseOutcome(word string) ledger.Outcome {
+	o, _ := ledger.ParseOutcome(word)
+	return o
 }
 
 func badRequest(format string, args ...any) *Error {
-	return errorf("bad_request", format, args...)
+	return errorf(ledger.BadRequest, format, args...)
 }
 
 func notFound(what string) *Error {
-	return errorf("not_found", "no live session matches '%s'", what)
+	return errorf(ledger.NotFound, "no live session matches '%s'", what)
 }
 
 // unregistered is a ref naming a live process that is no attested session.
 func unregistered(pid int) *Error {
-	e := errorf("unregistered", "process %d has no attested agent session", pid)
+	e := errorf(ledger.Unregistered, "process %d has no attested agent session", pid)
 	e.PID = pid
 	return e
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/xmsg/xmsg/internal/harness"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // zed is a harness of the test's own: uid-admitted and queued, with an envelope of its own.
@@ -39,7 +40,7 @@ func TestOwnHarness(t *testing.T) {
 	}
 	for _, ref := range []string{"z:zz", "zed:zz", r.SessionID} {
 		d, err := b.Send(ctx, Send{Ref: ref, Text: "hello " + ref, Bytes: 1, FromName: "a", Principal: "p"})
-		if err != nil || d.Outcome != "delivered" || d.SessionID != r.SessionID {
+		if err != nil || d.Outcome.String() != "delivered" || d.SessionID != r.SessionID {
 			t.Fatalf("send to %s = %+v, %v", ref, d, err)
 		}
 		p, err := b.Poll(ctx, r, 0)
@@ -54,11 +55,11 @@ func TestOwnHarness(t *testing.T) {
 		}
 	}
 	// A prefix pins the harness: "pi:zz" is not the zed session.
-	if _, err := b.Resolve("pi:zz"); AsError(err).Code != "not_found" {
+	if _, err := b.Resolve("pi:zz"); AsError(err).Code != ledger.NotFound {
 		t.Fatalf("Resolve(pi:zz) = %v, want not_found", err)
 	}
 	plain, _ := newBus(t)
-	if _, err := plain.RegisterSession("zed", "zz", "/", self(), ""); AsError(err).Code != "bad_request" {
+	if _, err := plain.RegisterSession("zed", "zz", "/", self(), ""); AsError(err).Code != ledger.BadRequest {
 		t.Fatalf("register zed on a bus without it = %v, want bad_request", err)
 	}
 }

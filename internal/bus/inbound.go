@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/xmsg/xmsg/internal/harness"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -60,8 +61,8 @@ func (b *Bus) Accept(ctx context.Context, in Inbound, t Target, unresolved error
 	if unresolved != nil {
 		outcome := "failed"
 		switch code := AsError(unresolved).Code; code {
-		case "not_found", "ambiguous", "gone":
-			outcome = code
+		case ledger.NotFound, ledger.Ambiguous, ledger.Gone:
+			outcome = code.String() // the record names why nobody got it
 		}
 		m := store.Message{ID: in.ID, CreatedAt: b.nowUnix(), SessionID: in.Ref, FromName: in.FromName, Bytes: len(in.Body), Outcome: outcome,
 			ReturnHost: in.Peer, ThreadID: in.ID}
@@ -81,19 +82,19 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 		return Delivery{}, false, err
 	}
 	if m.ReturnHost != peer || m.RecipientHarness == RemoteHarness {
-		return Delivery{}, true, errorf("conflict", "message id '%s' is already in use", id)
+		return Delivery{}, true, errorf(ledger.Conflict, "message id '%s' is already in use", id)
 	}
 	switch m.Outcome {
-	case "delivered", "queued", "accepted":
-		return Delivery{SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, MessageID: m.ID, Outcome: m.Outcome}, true, nil
+	case ledger.Delivered.String(), ledger.Queued.String(), ledger.Accepted.String():
+		return Delivery{SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, MessageID: m.ID, Outcome: parseOutcome(m.Outcome), Harness: m.RecipientHarness}, true, nil
 	case "not_found":
 		return Delivery{}, true, notFound(m.SessionID)
 	case "ambiguous":
-		return Delivery{}, true, errorf("ambiguous", "%s", m.SessionID)
+		return Delivery{}, true, errorf(ledger.Ambiguous, "%s", m.SessionID)
 	case "gone":
-		return Delivery{}, true, errorf("gone", "session %s exited", m.SessionID)
+		return Delivery{}, true, errorf(ledger.Gone, "session %s exited", m.SessionID)
 	}
-	return Delivery{}, true, errorf("delivery_failed", "delivery of message '%s' failed", id)
+	return Delivery{}, true, errorf(ledger.DeliveryFailed, "delivery of message '%s' failed", id)
 }
 
 // AcceptBatch is Accept for rows that came together for one queued session t (a leaf's
@@ -106,7 +107,7 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, err error) {
 	h := b.h.Lookup(t.Harness)
 	if h == nil || h.Delivery() != harness.Queue {
-		return 0, errorf("internal", "internal error")
+		return 0, errorf(ledger.Internal, "internal error")
 	}
 	// Rows recorded before need no place; the others reserve theirs in order, as a send
 	// does (deliver), until the queue has no more.

@@ -2,6 +2,8 @@ package bus
 
 import (
 	"testing"
+
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // TestOfflineServiceByBareName: a configured service that is not connected is addressable by
@@ -16,7 +18,7 @@ func TestOfflineServiceByBareName(t *testing.T) {
 			t.Errorf("Resolve(%q) = %+v, %v; want the offline svc:known", ref, tg, err)
 		}
 	}
-	if _, err := b.Resolve("unknown"); AsError(err).Code != "not_found" {
+	if _, err := b.Resolve("unknown"); AsError(err).Code != ledger.NotFound {
 		t.Errorf("Resolve(unknown) = %v; want not_found", err)
 	}
 	// A live pi session named like the service wins the bare name; svc: still pins the service.

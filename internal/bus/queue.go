@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -213,7 +213,7 @@ func shareOf(origin json.RawMessage) string {
 // shareFull is the refusal of a row whose origin holds its share of the queue: a full queue,
 // as far as that sender can tell, said so.
 func shareFull(harness string, share int) *Error {
-	return errorf("service_unavailable", "%s session message queue is full for this sender (%d of %d places per sender)", harness, share, store.MaxQueue)
+	return errorf(ledger.ServiceUnavailable, "%s session message queue is full for this sender (%d of %d places per sender)", harness, share, store.MaxQueue)
 }
 
 // committed settles s after its write was committed: the row joins the queue in memory (in
@@ -448,20 +448,12 @@ func (b *Bus) AckAfter(r *Registration, messageID string, after func(line func()
 	return nil
 }
 
-// auditAck logs an ack that removed a message, now or (after not nil) through after.
+// auditAck announces an ack that removed a message (its audit line is the stream's audit
+// sink's), now or (after not nil) through after.
 func (b *Bus) auditAck(r *Registration, messageID string, after func(line func())) {
 	line := func() {
-		// To the handler directly, as audit does: the same line as Info with these pairs,
-		// without boxing each value or looking up the caller's program counter.
-		ctx := context.Background()
-		h := b.cfg.Log.Handler()
-		if !h.Enabled(ctx, slog.LevelInfo) {
-			return
-		}
-		rec := slog.NewRecord(time.Now(), slog.LevelInfo, "accepted", 0)
-		rec.AddAttrs(slog.String("socket", "register"), slog.String("actor", r.Caller().Actor()),
-			slog.String("request", "ack"), slog.String("message_id", messageID))
-		h.Handle(ctx, rec)
+		b.cfg.Events.Emit(ledger.Event{Kind: ledger.Acked, Request: "ack", Transport: ledger.Register, From: r.Caller().Actor(),
+			MessageID: messageID, Harness: r.Harness, Outcome: ledger.Delivered})
 	}
 	if after != nil {
 		after(line)
@@ -632,7 +624,7 @@ func (b *Bus) forceAcks(all bool) error {
 
 // queueFull is the refusal of a send to a full queue.
 func queueFull(harness string) *Error {
-	return errorf("service_unavailable", "%s session message queue is full", harness)
+	return errorf(ledger.ServiceUnavailable, "%s session message queue is full", harness)
 }
 
 // Counts summarizes the store for STATUS= and doctor.

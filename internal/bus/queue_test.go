@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -35,7 +36,7 @@ func TestQueueBoundBeforeCommit(t *testing.T) {
 		}
 	}
 	commits := b.cfg.Store.Commits()
-	if err := send(100); AsError(err).Code != "service_unavailable" {
+	if err := send(100); AsError(err).Code != ledger.ServiceUnavailable {
 		t.Fatalf("send to a full queue = %v, want service_unavailable", err)
 	}
 	if got := b.cfg.Store.Commits(); got != commits {
@@ -59,7 +60,7 @@ func TestQueueBoundBeforeCommit(t *testing.T) {
 	if err := send(101); err != nil {
 		t.Fatalf("send after one ack: %v", err)
 	}
-	if err := send(102); AsError(err).Code != "service_unavailable" {
+	if err := send(102); AsError(err).Code != ledger.ServiceUnavailable {
 		t.Fatalf("second send after one ack = %v, want service_unavailable", err)
 	}
 	// Once committed (Close flushes), the store agrees: m0 is gone, 100 remain.
@@ -171,7 +172,7 @@ func TestDeadClaudeSessionIsGone(t *testing.T) {
 	child.Process.Kill()
 	child.Wait()
 	_, err = b.Resolve("carol")
-	if e := AsError(err); e.Code != "gone" {
+	if e := AsError(err); e.Code != ledger.Gone {
 		t.Fatalf("resolve after the process exited = %v, want 410 gone", err)
 	}
 }
@@ -199,7 +200,7 @@ func BenchmarkRefusedSend(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if err := send(); AsError(err).Code != "service_unavailable" {
+		if err := send(); AsError(err).Code != ledger.ServiceUnavailable {
 			b.Fatalf("send to a full queue = %v", err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/harness/svc"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -69,7 +70,7 @@ func (b *Bus) checkUID(cred peercred.Cred) *Error {
 	// The gate already refused other uids; checking again keeps registration fail-closed even
 	// if a listener were ever served without the gate.
 	if int(cred.UID) != os.Geteuid() {
-		return errorf("not_recipient", "peer UID %d does not match server UID %d", cred.UID, os.Geteuid())
+		return errorf(ledger.NotRecipient, "peer UID %d does not match server UID %d", cred.UID, os.Geteuid())
 	}
 	return nil
 }
@@ -94,10 +95,10 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	}
 	start, err := b.cfg.Proc.StartTime(cred.PID)
 	if err != nil {
-		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf(ledger.NotRecipient, "peer process %d is gone", cred.PID)
 	}
 	if connectStart != "" && start != connectStart {
-		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf(ledger.NotRecipient, "peer process %d is gone", cred.PID)
 	}
 	if cwd == "" {
 		cwd = "/"
@@ -110,7 +111,7 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 	defer b.mu.Unlock()
 	if old := b.regs[r.SessionID]; old != nil && (old.PID != r.PID || old.Start != r.Start) && b.regAlive(old) {
 		r.stop()
-		return nil, errorf("conflict", "service '%s' already has an active registration", r.SessionID)
+		return nil, errorf(ledger.Conflict, "service '%s' already has an active registration", r.SessionID)
 	}
 	// The same process registering again (or a new one after the old exited) takes over.
 	b.install(r)
@@ -121,7 +122,7 @@ func (b *Bus) RegisterService(name, cwd string, cred peercred.Cred, connectStart
 func (b *Bus) attestService(name string, cred peercred.Cred) *Error {
 	trusted, ok := b.cfg.SvcExe[name]
 	if !ok {
-		return errorf("not_recipient", "no trusted executable configured for service '%s'", name)
+		return errorf(ledger.NotRecipient, "no trusted executable configured for service '%s'", name)
 	}
 	// Both sides are canonicalized now, not at startup: if the trusted path is a symlink that
 	// was re-pointed, a process started from the old target no longer matches (fail closed).
@@ -130,7 +131,7 @@ func (b *Bus) attestService(name string, cred peercred.Cred) *Error {
 	got, err2 := b.cfg.Exe(cred.PID)
 	if err1 != nil || err2 != nil || got != want {
 		b.lim.Log(b.cfg.Log, slog.LevelWarn, "svc attestation failed", "svc attestation failed", "service", name, "peer_pid", cred.PID, "trusted_err", err1, "exe_err", err2)
-		return errorf("not_recipient", "peer process %d executable does not match trusted executable for service '%s'", cred.PID, name)
+		return errorf(ledger.NotRecipient, "peer process %d executable does not match trusted executable for service '%s'", cred.PID, name)
 	}
 	return nil
 }
@@ -149,17 +150,17 @@ func (b *Bus) RegisterSession(kind, name, cwd string, cred peercred.Cred, connec
 	}
 	if b.cfg.Leaf != nil {
 		// A leaf serves exactly one service (docs/protocol.md §7.5).
-		return nil, errorf("not_recipient", "a leaf admits only its service '%s' (leaf principal '%s')", b.cfg.Leaf.Name, b.cfg.Leaf.Principal)
+		return nil, errorf(ledger.NotRecipient, "a leaf admits only its service '%s' (leaf principal '%s')", b.cfg.Leaf.Name, b.cfg.Leaf.Principal)
 	}
 	if err := b.checkUID(cred); err != nil {
 		return nil, err
 	}
 	start, err := b.cfg.Proc.StartTime(cred.PID)
 	if err != nil {
-		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf(ledger.NotRecipient, "peer process %d is gone", cred.PID)
 	}
 	if connectStart != "" && start != connectStart {
-		return nil, errorf("not_recipient", "peer process %d is gone", cred.PID)
+		return nil, errorf(ledger.NotRecipient, "peer process %d is gone", cred.PID)
 	}
 	id, err := b.processSessionID(kind, cred.PID, start)
 	if err != nil {
@@ -194,7 +195,7 @@ func (b *Bus) watch(r *Registration) error {
 			}
 		}()
 	case errors.Is(err, peercred.ErrExited):
-		return errorf("not_recipient", "peer process %d is gone", r.PID)
+		return errorf(ledger.NotRecipient, "peer process %d is gone", r.PID)
 	default:
 		b.pidfdOnce.Do(func() {
 			b.cfg.Log.Warn("registrations cannot be watched; their processes are checked in /proc instead", "err", err)
@@ -283,7 +284,7 @@ func (b *Bus) processSessionID(harness string, pid int, start string) (string, e
 	if err != nil {
 		// Without the boot id a record could be inherited by a process of a later boot.
 		b.cfg.Log.Error("boot id unreadable; session ids cannot be kept", "err", err)
-		return "", errorf("internal", "internal error")
+		return "", errorf(ledger.Internal, "internal error")
 	}
 	minted := store.ProcessSession{Harness: harness, Boot: boot, PID: pid, Start: start,
 		SessionID: harness + ":" + uuid.NewString(), CreatedAt: b.nowUnix()}
@@ -406,7 +407,7 @@ type LeafService struct {
 // service runs in another container, whose files the leaf cannot see.
 func (b *Bus) leafService(name string) *Error {
 	if name != b.cfg.Leaf.Name {
-		return errorf("not_recipient", "service '%s' does not match leaf principal '%s'", name, b.cfg.Leaf.Principal)
+		return errorf(ledger.NotRecipient, "service '%s' does not match leaf principal '%s'", name, b.cfg.Leaf.Principal)
 	}
 	return nil
 }

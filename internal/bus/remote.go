@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -68,7 +69,7 @@ func (s RemoteSend) Idem(d Delivery, now int64) *store.Idem {
 		return nil
 	}
 	return &store.Idem{Principal: s.IdemPrincipal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
-		SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: now}
+		SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome.String(), CreatedAt: now}
 }
 
 // OutgoingReply is a reply for a peer's sender.
@@ -97,7 +98,7 @@ func FedOrigin(host, principal string) json.RawMessage {
 }
 
 func unknownPeer(host string) *Error {
-	return errorf("unknown_peer", "unknown peer '%s'", host)
+	return errorf(ledger.UnknownPeer, "unknown peer '%s'", host)
 }
 
 // sendRemote hands s for target on peer to federation, which sends and records it.
@@ -114,17 +115,17 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 // can reply to the reply and only that peer may.
 func (b *Bus) pushRemote(ctx context.Context, caller Caller, msg store.Message, text string, now int64) pushPlan {
 	if b.cfg.Fed == nil || !b.cfg.Fed.Known(msg.ReturnHost) {
-		return pushPlan{outcome: "push_failed"}
+		return pushPlan{outcome: ledger.PushFailed.String()}
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return pushPlan{outcome: "push_failed"}
+		return pushPlan{outcome: ledger.PushFailed.String()}
 	}
 	pushed := &store.Message{ID: id.String(), CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name),
-		Bytes: len(text), Outcome: "accepted", RecipientHarness: RemoteHarness, ReturnHarness: caller.Harness, ReturnSessionID: caller.SessionID,
+		Bytes: len(text), Outcome: ledger.Accepted.String(), RecipientHarness: RemoteHarness, ReturnHarness: caller.Harness, ReturnSessionID: caller.SessionID,
 		ReturnHost: b.cfg.Host, PushReplies: true, ThreadID: msg.ThreadID}
-	out := &store.Outbound{ID: pushed.ID, Peer: msg.ReturnHost, TargetRef: msg.ReturnSessionID, Outcome: "accepted", CreatedAt: now}
-	return pushPlan{outcome: "pushed", msg: pushed, out: out, deliver: func() string {
+	out := &store.Outbound{ID: pushed.ID, Peer: msg.ReturnHost, TargetRef: msg.ReturnSessionID, Outcome: ledger.Accepted.String(), CreatedAt: now}
+	return pushPlan{outcome: ledger.Pushed.String(), msg: pushed, out: out, deliver: func() string {
 		return b.cfg.Fed.PushReply(context.WithoutCancel(ctx), OutgoingReply{Peer: msg.ReturnHost, ID: pushed.ID, InReplyTo: msg.ID,
 			Replier: caller, Text: text, CreatedAt: now})
 	}}
@@ -145,7 +146,7 @@ type InboundReply struct {
 // stored result.
 func (b *Bus) AcceptReply(ctx context.Context, r InboundReply) (outcome, messageID string, err error) {
 	if len(r.Text) > b.cfg.MaxBody {
-		return "", "", errorf("payload_too_large", "text %d exceeds limit %d", len(r.Text), b.cfg.MaxBody)
+		return "", "", errorf(ledger.PayloadTooLarge, "text %d exceeds limit %d", len(r.Text), b.cfg.MaxBody)
 	}
 	idemPrincipal := "fed-reply:" + r.Peer
 	defer b.keys.lock(idemPrincipal + "\x00" + r.ID)()
@@ -168,10 +169,10 @@ func (b *Bus) AcceptReply(ctx context.Context, r InboundReply) (outcome, message
 		return "", "", err
 	}
 	if !foundOut || !foundMsg || out.Peer != r.Peer || b.expired(msg.CreatedAt) {
-		return "", "", errorf("not_recipient", "message '%s' was not sent to peer '%s'", r.InReplyTo, r.Peer)
+		return "", "", errorf(ledger.NotRecipient, "message '%s' was not sent to peer '%s'", r.InReplyTo, r.Peer)
 	}
 	if msg.ReturnHarness == "" || msg.ReturnSessionID == "" || !msg.PushReplies {
-		return "", "", errorf("not_recipient", "message '%s' takes no pushed replies", r.InReplyTo)
+		return "", "", errorf(ledger.NotRecipient, "message '%s' takes no pushed replies", r.InReplyTo)
 	}
 	// The new message id is the peer's: it is the pushed message here, and the peer holds
 	// the outbound row for it, so the sender can reply to the reply.
@@ -206,7 +207,7 @@ func (b *Bus) PeerReplies(ctx context.Context, peer, id string, after uint64, wa
 		return nil, messageNotFound(id)
 	}
 	if m.ReturnHost != peer || m.RecipientHarness == RemoteHarness {
-		return nil, errorf("op_denied", "message '%s' did not come from peer '%s'", id, peer)
+		return nil, errorf(ledger.OpDenied, "message '%s' did not come from peer '%s'", id, peer)
 	}
 	return b.Replies(ctx, id, after, wait)
 }
@@ -214,7 +215,7 @@ func (b *Bus) PeerReplies(ctx context.Context, peer, id string, after uint64, wa
 // RemoteSessions lists peer's sessions (GET /v1/sessions?peer=P).
 func (b *Bus) RemoteSessions(ctx context.Context, peer string) ([]RemoteSession, error) {
 	if b.cfg.Fed == nil || !b.cfg.Fed.Known(peer) {
-		return nil, errorf("not_found", "unknown peer '%s'", peer)
+		return nil, errorf(ledger.NotFound, "unknown peer '%s'", peer)
 	}
 	list, err := b.cfg.Fed.Sessions(ctx, peer)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/harness"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -24,6 +25,18 @@ type ReplyResult struct {
 	Text             string  `json:"text"`
 	PushOutcome      *string `json:"pushOutcome"`
 	PushedMessageID  *string `json:"pushedMessageId"`
+}
+
+// Result is what the reply's event says of it: the reply to inReplyTo, and its push.
+func (r ReplyResult) Result(inReplyTo string) ledger.Result {
+	res := ledger.Result{InReplyTo: inReplyTo, Bytes: len(r.Text)}
+	if r.PushOutcome != nil {
+		res.Outcome = parseOutcome(*r.PushOutcome)
+	}
+	if r.PushedMessageID != nil {
+		res.MessageID = *r.PushedMessageID
+	}
+	return res
 }
 
 // ReplyView is a Reply object of docs/protocol.md §3.7.
@@ -66,7 +79,7 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text string) 
 		return res, badRequest("messageId and text are required")
 	}
 	if len(text) > b.cfg.MaxBody {
-		return res, errorf("body_too_large", "text %d exceeds limit %d", len(text), b.cfg.MaxBody)
+		return res, errorf(ledger.BodyTooLarge, "text %d exceeds limit %d", len(text), b.cfg.MaxBody)
 	}
 	msg, found, err := b.message(messageID)
 	if err != nil {
@@ -76,7 +89,7 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text string) 
 		return res, messageNotFound(messageID)
 	}
 	if caller.Harness != msg.RecipientHarness || caller.SessionID != msg.SessionID {
-		return res, errorf("not_recipient", "caller session '%s' is not recipient of message '%s' (expected '%s')",
+		return res, errorf(ledger.NotRecipient, "caller session '%s' is not recipient of message '%s' (expected '%s')",
 			qualified(caller.Harness, caller.SessionID), messageID, qualified(msg.RecipientHarness, msg.SessionID))
 	}
 	now := b.nowUnix()
@@ -91,7 +104,7 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text string) 
 		default:
 			id, err := uuid.NewV7()
 			if err != nil {
-				plan.outcome = "push_failed"
+				plan.outcome = ledger.PushFailed.String()
 				break
 			}
 			badge := envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name)
@@ -131,7 +144,7 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 			if !errors.Is(err, store.ErrQueueFull) {
 				return store.Reply{}, err
 			}
-			plan.pending, plan.msg, plan.out, plan.deliver, reply.PushOutcome = nil, nil, nil, nil, "push_failed"
+			plan.pending, plan.msg, plan.out, plan.deliver, reply.PushOutcome = nil, nil, nil, nil, ledger.PushFailed.String()
 		}
 	}
 	err := b.cfg.Store.Update(func(tx *store.Tx) error {
@@ -140,12 +153,12 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 			switch err := slot.enqueue(tx, *plan.pending); {
 			case errors.Is(err, store.ErrQueueFull):
 				// The reply itself is kept; only the push failed.
-				r.PushOutcome = "push_failed"
+				r.PushOutcome = ledger.PushFailed.String()
 			case err != nil:
 				return err
 			}
 		}
-		if r.PushOutcome == "pushed" && plan.msg != nil {
+		if r.PushOutcome == ledger.Pushed.String() && plan.msg != nil {
 			r.PushedMessageID = plan.msg.ID
 			if err := tx.PutMessage(*plan.msg); err != nil {
 				return err
@@ -161,15 +174,15 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 		reply = r
 		return err
 	})
-	if err == nil && reply.PushOutcome == "pushed" {
+	if err == nil && reply.PushOutcome == ledger.Pushed.String() {
 		slot.committed()
 	}
 	slot.release() // the place, unless the write was committed
 	if err != nil {
 		return store.Reply{}, err
 	}
-	if plan.deliver != nil && reply.PushOutcome == "pushed" {
-		if outcome := plan.deliver(); outcome != "pushed" {
+	if plan.deliver != nil && reply.PushOutcome == ledger.Pushed.String() {
+		if outcome := plan.deliver(); outcome != ledger.Pushed.String() {
 			// The push did not arrive: record that, and drop the pushed message's rows.
 			pushedID := reply.PushedMessageID
 			reply.PushOutcome, reply.PushedMessageID = outcome, ""
@@ -188,7 +201,7 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 		}
 	}
 	b.replies.Fire(reply.MessageID)
-	if plan.pending != nil && reply.PushOutcome == "pushed" {
+	if plan.pending != nil && reply.PushOutcome == ledger.Pushed.String() {
 		b.queues.Fire(plan.pending.SessionID)
 	}
 	return reply, nil
@@ -200,36 +213,36 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 // message then carries it as its return host, so a reply to the reply goes back there).
 func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID, badge, claudeBody, plainBody, text string, now int64) pushPlan {
 	pushed := &store.Message{ID: newID, CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: badge, Bytes: len(text),
-		Outcome: "delivered", RecipientHarness: msg.ReturnHarness, ReturnHarness: replier.Harness,
+		Outcome: ledger.Delivered.String(), RecipientHarness: msg.ReturnHarness, ReturnHarness: replier.Harness,
 		ReturnSessionID: replier.SessionID, ReturnHost: replierHost, PushReplies: true, ThreadID: msg.ThreadID}
 	h := b.h.Lookup(msg.ReturnHarness)
 	if h == nil {
-		return pushPlan{outcome: "sender_gone"} // a harness this bus does not route to
+		return pushPlan{outcome: ledger.SenderGone.String()} // a harness this bus does not route to
 	}
 	switch {
 	case h.Delivery() == harness.Inbox:
 		target, ok := b.cfg.Claude.ByID(msg.ReturnSessionID)
 		if !ok {
-			return pushPlan{outcome: "sender_gone"}
+			return pushPlan{outcome: ledger.SenderGone.String()}
 		}
 		line, err := envelope.ClaudeLine(badge, claudeBody)
 		if err != nil {
-			return pushPlan{outcome: "push_failed"}
+			return pushPlan{outcome: ledger.PushFailed.String()}
 		}
 		// Delivered only after the reply and the pushed message are committed (the caller
 		// runs deliver), so the sender can reply to the push the instant it arrives.
-		return pushPlan{outcome: "pushed", msg: pushed, deliver: func() string {
+		return pushPlan{outcome: ledger.Pushed.String(), msg: pushed, deliver: func() string {
 			if err := b.deliverClaude(target.MessagingSocketPath, line); err != nil {
 				if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-					return "sender_gone"
+					return ledger.SenderGone.String()
 				}
-				return "push_failed"
+				return ledger.PushFailed.String()
 			}
-			return "pushed"
+			return ledger.Pushed.String()
 		}}
 	case h.Delivery() == harness.Agentapi:
 		outcome, pending, deliver := b.pushAgy(msg.ReturnSessionID, pushed, badge, claudeBody, now, text)
-		if outcome != "pushed" {
+		if outcome != ledger.Pushed.String() {
 			return pushPlan{outcome: outcome}
 		}
 		return pushPlan{outcome: outcome, msg: pushed, pending: pending, deliver: deliver}
@@ -237,7 +250,7 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 		// A service's queue is durable and its id stable: queue even while it reconnects.
 	default:
 		if _, alive := b.liveProcessSession(msg.ReturnSessionID, msg.ReturnHarness); !b.registered(msg.ReturnSessionID) && !alive {
-			return pushPlan{outcome: "sender_gone"}
+			return pushPlan{outcome: ledger.SenderGone.String()}
 		}
 	}
 	pending := &store.Pending{ID: newID, SessionID: msg.ReturnSessionID, CreatedAt: now, FromName: badge, Bytes: len(text), Text: text,
@@ -249,7 +262,7 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 			pending.Origin = fmtOrigin("local", &replier)
 		}
 	}
-	return pushPlan{outcome: "pushed", msg: pushed, pending: pending}
+	return pushPlan{outcome: ledger.Pushed.String(), msg: pushed, pending: pending}
 }
 
 func (b *Bus) registered(sessionID string) bool {
@@ -307,7 +320,7 @@ type MessageView struct {
 
 // messageNotFound names the message that was not found, once (the original reused the session
 // helper: "no live session matches 'message '<id>”", docs/protocol.md §1).
-func messageNotFound(id string) *Error { return errorf("not_found", "no message '%s'", id) }
+func messageNotFound(id string) *Error { return errorf(ledger.NotFound, "no message '%s'", id) }
 
 // Message returns a stored message with its replies.
 func (b *Bus) Message(id string) (MessageView, error) {
@@ -389,7 +402,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 	case b.waiters <- struct{}{}:
 		defer func() { <-b.waiters }()
 	default:
-		return nil, errorf("service_unavailable", "too many waiting reply polls")
+		return nil, errorf(ledger.ServiceUnavailable, "too many waiting reply polls")
 	}
 	if remote {
 		// A message we sent to a peer, with nothing cached here: ask the peer (docs/protocol.md §3.7).

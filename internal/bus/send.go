@@ -10,6 +10,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -54,11 +55,18 @@ func later(ctx context.Context, work func()) {
 
 // Delivery is the answer to an accepted send.
 type Delivery struct {
-	SessionID string `json:"sessionId"`
-	FromName  string `json:"fromName"`
-	Bytes     int    `json:"bytes"`
-	MessageID string `json:"messageId"`
-	Outcome   string `json:"outcome"`
+	SessionID string         `json:"sessionId"`
+	FromName  string         `json:"fromName"`
+	Bytes     int            `json:"bytes"`
+	MessageID string         `json:"messageId"`
+	Outcome   ledger.Outcome `json:"outcome"`
+	// Harness is the recipient's harness, for the send's event; not on the wire.
+	Harness string `json:"-"`
+}
+
+// Result is what the send's event says of it.
+func (d Delivery) Result() ledger.Result {
+	return ledger.Result{MessageID: d.MessageID, Harness: d.Harness, Outcome: d.Outcome, Bytes: d.Bytes}
 }
 
 // keyLocks serializes sends that share an idempotency key, so two concurrent retries cannot
@@ -103,7 +111,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		return d, badRequest("text must not be empty")
 	}
 	if len(s.Text) > b.cfg.MaxBody {
-		return d, errorf("body_too_large", "text %d exceeds limit %d", len(s.Text), b.cfg.MaxBody)
+		return d, errorf(ledger.BodyTooLarge, "text %d exceeds limit %d", len(s.Text), b.cfg.MaxBody)
 	}
 	if s.Key != "" {
 		if err := envelope.ValidIdempotencyKey(s.Key); err != nil {
@@ -116,9 +124,9 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 		}
 		if found {
 			if rec.Body != s.Text {
-				return d, errorf("conflict", "idempotency key reused with a different body")
+				return d, errorf(ledger.Conflict, "idempotency key reused with a different body")
 			}
-			return Delivery{SessionID: rec.SessionID, FromName: rec.FromName, Bytes: rec.Bytes, MessageID: rec.MessageID, Outcome: rec.Outcome}, nil
+			return Delivery{SessionID: rec.SessionID, FromName: rec.FromName, Bytes: rec.Bytes, MessageID: rec.MessageID, Outcome: parseOutcome(rec.Outcome)}, nil
 		}
 	}
 	ref := s.Ref
@@ -211,16 +219,16 @@ func (b *Bus) ownSocket(path string) bool {
 
 func inboxError(err error) *Error {
 	if errors.Is(err, errOwnSocket) {
-		return errorf("inbox_unavailable", "session inbox unavailable: its messaging socket is the bus itself")
+		return errorf(ledger.InboxUnavailable, "session inbox unavailable: its messaging socket is the bus itself")
 	}
 	if OutOfResources(err) {
 		// The delivery could not even be attempted; nothing is wrong with the session.
-		return errorf("service_unavailable", "out of file descriptors or memory; delivery not attempted, retry later")
+		return errorf(ledger.ServiceUnavailable, "out of file descriptors or memory; delivery not attempted, retry later")
 	}
 	if errors.Is(err, claude.ErrInboxTimeout) {
-		return errorf("inbox_timeout", "session inbox did not accept the message within the timeout")
+		return errorf(ledger.InboxTimeout, "session inbox did not accept the message within the timeout")
 	}
-	return errorf("inbox_unavailable", "session inbox unavailable: %s", errText(err))
+	return errorf(ledger.InboxUnavailable, "session inbox unavailable: %s", errText(err))
 }
 
 // errText names the failing syscall condition without echoing paths of other users.

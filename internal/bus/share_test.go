@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -48,7 +49,7 @@ func TestQueueSharePerLocalSession(t *testing.T) {
 				t.Fatalf("anonymous sender, send %d: %v", i, err)
 			}
 		}
-		if err := send(alice); AsError(err).Code != "service_unavailable" {
+		if err := send(alice); AsError(err).Code != ledger.ServiceUnavailable {
 			t.Errorf("over its share: %v, want 503 service_unavailable", err)
 		}
 	}

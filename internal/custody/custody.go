@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 
 	"github.com/xmsg/xmsg/internal/creds"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
@@ -84,11 +85,11 @@ type secret struct {
 // Error is a refusal with the protocol's code (docs/protocol.md §4.2): not_found, op_denied,
 // unattested, internal. Its detail never holds a secret's content.
 type Error struct {
-	Code   string
+	Code   ledger.Code
 	Detail string
 }
 
-func (e *Error) Error() string { return "custody: " + e.Code + ": " + e.Detail }
+func (e *Error) Error() string { return "custody: " + e.Code.String() + ": " + e.Detail }
 
 // ValidName reports whether name may name a secret: a credential file name that is the same
 // in every layer it passes (flag, LoadCredential=, the NixOS module, a JSON frame).
@@ -247,31 +248,31 @@ func (h *Holder) Give(name string, p Principal) (*os.File, Grant, error) {
 	if p.Service == "" {
 		// A Claude session, a uid-only session, an unattested process: custody hands
 		// secrets to services only, whatever the name.
-		return nil, Grant{}, h.refuse(name, "", p, "op_denied", "only an attested service may receive a secret")
+		return nil, Grant{}, h.refuse(name, "", p, ledger.OpDenied, "only an attested service may receive a secret")
 	}
 	var sec *secret
 	if h != nil {
 		sec = h.get(name)
 	}
 	if sec == nil {
-		return nil, Grant{}, h.refuse(name, "", p, "not_found", fmt.Sprintf("no secret '%s' is held", name))
+		return nil, Grant{}, h.refuse(name, "", p, ledger.NotFound, fmt.Sprintf("no secret '%s' is held", name))
 	}
 	pin := sec.currentPin()
 	if !allowed(sec.allow, p.Service) {
-		return nil, Grant{}, h.refuse(name, pin, p, "op_denied", fmt.Sprintf("secret '%s' is not for svc:%s", name, p.Service))
+		return nil, Grant{}, h.refuse(name, pin, p, ledger.OpDenied, fmt.Sprintf("secret '%s' is not for svc:%s", name, p.Service))
 	}
 	if err := h.attest(p); err != nil {
-		return nil, Grant{}, h.refuse(name, pin, p, "unattested", err.Error())
+		return nil, Grant{}, h.refuse(name, pin, p, ledger.Unattested, err.Error())
 	}
 	if p.Alive != nil && !p.Alive() {
-		return nil, Grant{}, h.refuse(name, pin, p, "unattested", fmt.Sprintf("process %d exited or was replaced", p.PID))
+		return nil, Grant{}, h.refuse(name, pin, p, ledger.Unattested, fmt.Sprintf("process %d exited or was replaced", p.PID))
 	}
 	sec.mu.RLock()
 	f, err := reopen(sec.f)
 	pin = sec.pin
 	sec.mu.RUnlock()
 	if err != nil {
-		return nil, Grant{}, h.refuse(name, pin, p, "internal", "secret could not be opened")
+		return nil, Grant{}, h.refuse(name, pin, p, ledger.Internal, "secret could not be opened")
 	}
 	sec.handed.Add(1)
 	h.audit(slog.LevelInfo, "custody handed over", name, pin, p, "")
@@ -309,11 +310,11 @@ func allowed(allow []string, svc string) bool {
 // Unattested is the refusal of a caller attested to nobody (agent.sock's walk found no
 // session): custody's audit line and error, code unattested.
 func (h *Holder) Unattested(name string, p Principal, detail string) error {
-	return h.refuse(name, "", p, "unattested", detail)
+	return h.refuse(name, "", p, ledger.Unattested, detail)
 }
 
-func (h *Holder) refuse(name, pin string, p Principal, code, detail string) error {
-	h.audit(slog.LevelWarn, "custody refused", name, pin, p, code)
+func (h *Holder) refuse(name, pin string, p Principal, code ledger.Code, detail string) error {
+	h.audit(slog.LevelWarn, "custody refused", name, pin, p, code.String())
 	return &Error{Code: code, Detail: detail}
 }
 

@@ -72,7 +72,7 @@ func readAll(t *testing.T, f *os.File) string {
 func code(err error) string {
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Code
+		return e.Code.String()
 	}
 	return ""
 }

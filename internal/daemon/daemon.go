@@ -91,6 +91,7 @@ type Daemon struct {
 	relaunchDir string             // set when a session dir ended the run
 
 	// Built by the servers step.
+	events   *events // the one event stream and its sinks (events.go)
 	bus      *bus.Bus
 	agent    *agentsock.Server
 	register *registersock.Server

@@ -215,13 +215,19 @@ func (d *Daemon) buildServers() error {
 	sessions := &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: d.log}
 	d.onClose(func() error { sessions.Close(); return nil })
 	d.facts.Pidfd = reportWatchFallbacks(sessions, proc, d.log)
+	events := d.buildEvents(nil, nil)
+	mail := mailboxes(cfg, d.store, d.log)
+	if mail != nil {
+		mail.Events = events.stream
+	}
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
-		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log, Fed: d.fed.bus(d.store, mailboxes(cfg, d.store, d.log)),
+		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log, Fed: d.fed.bus(d.store, mail),
 		Codex: codexAttester(cfg, proc, d.exe, d.files), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
 		Claude: sessions, AckDelay: d.c.AckDelay,
 		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks),
 		Bounds: busBounds(cfg),
+		Events: events.stream,
 	})
 	d.bus = b
 	d.onClose(func() error { b.Close(); return nil })

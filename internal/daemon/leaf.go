@@ -187,6 +187,7 @@ func (l *leafMode) buildServers() error {
 		// A leaf has no Claude sessions: nothing is scanned.
 		Claude: &claude.Scanner{Proc: proc, UID: int(uid), Log: d.log},
 		Bounds: busBounds(cfg),
+		Events: d.buildEvents(nil, nil).stream,
 	})
 	d.bus = b
 	d.onClose(func() error { b.Close(); return nil })
@@ -195,9 +196,8 @@ func (l *leafMode) buildServers() error {
 	// once, the steady retries every 30 s), with the count of the others.
 	pullLog := slog.New(ratelog.Handler(d.log.Handler(), &ratelog.Limiter{Every: 30 * time.Second}, "peer", "code", "retry_in"))
 	var pullers []*leaf.Puller
-	audit := bus.NewAudit(d.log)
 	for _, h := range l.hubs {
-		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, Service: l.id.Service, Audit: audit, MaxBody: cfg.MaxBody, Log: pullLog})
+		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, Service: l.id.Service, Events: b.Events(), MaxBody: cfg.MaxBody, Log: pullLog})
 	}
 	doctorLines := func() []string {
 		lines := d.facts.Lines()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // Bus is what the federation listener asks of the bus: resolving and listing local sessions
@@ -12,6 +13,8 @@ import (
 // §8.3). *bus.Bus is one; the listener needs nothing else of it. A hub's side of its
 // leaves' mailboxes (§8.4) is internal/hub's (Node.Mailboxes).
 type Bus interface {
+	// Events is the stream each answered request is announced on (ledger.Stream.Request).
+	Events() *ledger.Stream
 	Resolve(ref string) (bus.Target, error)
 	Sessions(cwd, status string) []bus.SessionView
 	Accept(ctx context.Context, in bus.Inbound, t bus.Target, unresolved error) (bus.Delivery, error)

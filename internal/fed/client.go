@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // CallTimeout is the budget of one outbound call (§8.4); a reply poll gets its wait on top.
@@ -114,11 +115,11 @@ func isTimeout(err error) bool {
 func callError(peer string, err error) *bus.Error {
 	switch {
 	case errors.Is(err, errRejected), isAlert(err), strings.Contains(err.Error(), "remote error: tls"):
-		return &bus.Error{Code: "peer_rejected", Detail: fmt.Sprintf("peer '%s' refused the TLS connection", peer)}
+		return &bus.Error{Code: ledger.PeerRejected, Detail: fmt.Sprintf("peer '%s' refused the TLS connection", peer)}
 	case errors.Is(err, errUnreachable), errors.Is(err, context.DeadlineExceeded), isTimeout(err):
-		return &bus.Error{Code: "peer_unreachable", Detail: fmt.Sprintf("peer '%s' unreachable", peer)}
+		return &bus.Error{Code: ledger.PeerUnreachable, Detail: fmt.Sprintf("peer '%s' unreachable", peer)}
 	}
-	return &bus.Error{Code: "peer_unreachable", Detail: fmt.Sprintf("peer '%s' unreachable: connection failed", peer)}
+	return &bus.Error{Code: ledger.PeerUnreachable, Detail: fmt.Sprintf("peer '%s' unreachable: connection failed", peer)}
 }
 
 // call performs one request to peer and decodes a 2xx answer into out. A peer's error
@@ -134,7 +135,7 @@ func (n *Node) call(ctx context.Context, peer, method, path string, body any, ou
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "https://"+peer+path, rd)
 	if err != nil {
-		return &bus.Error{Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", peer)}
+		return &bus.Error{Code: ledger.UnknownPeer, Detail: fmt.Sprintf("unknown peer '%s'", peer)}
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -159,13 +160,18 @@ func (n *Node) call(ctx context.Context, peer, method, path string, body any, ou
 			Detail string `json:"detail"`
 		}
 		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
-			return &bus.Error{Code: "service_unavailable", Detail: fmt.Sprintf("peer '%s' answered %d", peer, resp.StatusCode)}
+			return &bus.Error{Code: ledger.ServiceUnavailable, Detail: fmt.Sprintf("peer '%s' answered %d", peer, resp.StatusCode)}
 		}
-		return &bus.Error{Code: e.Error, Detail: "peer " + peer + ": " + e.Detail}
+		code, known := ledger.ParseCode(e.Error)
+		if !known {
+			// A newer peer's code: internal here, its word kept in the detail.
+			return &bus.Error{Code: code, Detail: "peer " + peer + " answered " + strconv.Quote(e.Error) + ": " + e.Detail}
+		}
+		return &bus.Error{Code: code, Detail: "peer " + peer + ": " + e.Detail}
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return &bus.Error{Code: "service_unavailable", Detail: fmt.Sprintf("peer '%s' answered malformed JSON", peer)}
+			return &bus.Error{Code: ledger.ServiceUnavailable, Detail: fmt.Sprintf("peer '%s' answered malformed JSON", peer)}
 		}
 	}
 	return nil
@@ -196,7 +202,7 @@ func (n *Node) PushReply(ctx context.Context, r bus.OutgoingReply) string {
 	case err == nil:
 		// The peer took the reply (2xx); what its own push did is its business.
 		return "pushed"
-	case bus.AsError(err).Code == "gone":
+	case bus.AsError(err).Code == ledger.Gone:
 		return "sender_gone"
 	}
 	n.cfg.Log.Warn("fed reply push failed", "peer", r.Peer, "message_id", r.InReplyTo, "code", bus.AsError(err).Code)

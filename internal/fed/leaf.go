@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/hub"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // The wire of both sides of a leaf's mailbox (docs/protocol.md §7.5, §8.3); the mailboxes
@@ -77,11 +78,11 @@ func (s *Server) leaf(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 		return nil, false
 	}
 	if !p.Leaf {
-		writeError(w, apiError("op_denied", "peer is not a leaf"))
+		writeError(w, apiError(ledger.OpDenied, "peer is not a leaf"))
 		return nil, false
 	}
 	if s.n.Mailboxes() == nil {
-		writeError(w, apiError("op_denied", "this node keeps no mailboxes"))
+		writeError(w, apiError(ledger.OpDenied, "this node keeps no mailboxes"))
 		return nil, false
 	}
 	return p, true
@@ -120,7 +121,7 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
 	}
 	wait, ok := waitParam(r.URL.Query().Get("wait"))
 	if !ok {
-		writeError(w, apiError("bad_request", "wait must be a non-negative integer (seconds)"))
+		writeError(w, apiError(ledger.BadRequest, "wait must be a non-negative integer (seconds)"))
 		return
 	}
 	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, wait, 1, 0)
@@ -155,7 +156,7 @@ func (s *Server) inboxAck(w http.ResponseWriter, r *http.Request) {
 	if !s.idle(w, "inbox-ack:", p.Name) {
 		return
 	}
-	writeError(w, apiError("not_found", "no mail '%s' for peer '%s'", id, p.Name))
+	writeError(w, apiError(ledger.NotFound, "no mail '%s' for peer '%s'", id, p.Name))
 }
 
 // PullRequest is the body of POST /fed/v2/inbox: the ids the leaf delivered since its last
@@ -193,16 +194,16 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, apiError("bad_request", "pull request: %v", err))
+		writeError(w, apiError(ledger.BadRequest, "pull request: %v", err))
 		return
 	}
 	if req.Max < 1 || len(req.Ack)+len(req.Reject) > MaxInboxBatch || req.MaxBytes < 0 || req.Wait < 0 {
-		writeError(w, apiError("bad_request", "max must be >= 1, ack and reject at most %d ids, max_bytes and wait >= 0", MaxInboxBatch))
+		writeError(w, apiError(ledger.BadRequest, "max must be >= 1, ack and reject at most %d ids, max_bytes and wait >= 0", MaxInboxBatch))
 		return
 	}
 	for _, id := range append(req.Ack, req.Reject...) {
 		if !validRef(id) {
-			writeError(w, apiError("bad_request", "ack and reject ids must be UUIDs"))
+			writeError(w, apiError(ledger.BadRequest, "ack and reject ids must be UUIDs"))
 			return
 		}
 	}

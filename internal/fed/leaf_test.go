@@ -14,6 +14,7 @@ import (
 	"github.com/xmsg/xmsg/internal/claude"
 	inbox "github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/leaf"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -95,7 +96,7 @@ func TestLeafMailboxRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Outcome != "queued" || d.SessionID != "svc:bot" {
+	if d.Outcome.String() != "queued" || d.SessionID != "svc:bot" {
 		t.Errorf("send to a leaf = %+v, want queued for svc:bot", d)
 	}
 	if got := hub.mailbox("l1"); got != 1 {
@@ -184,7 +185,7 @@ func TestLeafTargetsApplyBeforeStoring(t *testing.T) {
 	hub, _, _, _ := hubWithLeaves(t, `, "targets": ["svc:bot"]`)
 	ctx := context.Background()
 	_, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:other@l1", Text: "no", Bytes: 2, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
-	if e := bus.AsError(err); e.Code != "op_denied" {
+	if e := bus.AsError(err); e.Code != ledger.OpDenied {
 		t.Errorf("send to a target outside l1's targets = %v, want 403 op_denied", err)
 	}
 	if got, n := hub.mailbox("l1"), hub.messages(); got != 0 || n != 0 {
@@ -208,7 +209,7 @@ func TestLeafMailOnlyForItsService(t *testing.T) {
 		return hub.bus.Send(ctx, bus.Send{Ref: ref, Text: "hi", Bytes: 2, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
 	}
 	for _, ref := range []string{"claude:s-1@l1", "session:svc:bot@l1", "pi:x@l1", "codex:t@l1"} {
-		if _, err := send(ref); bus.AsError(err).Code != "not_found" || !strings.Contains(bus.AsError(err).Detail, "serves one service") {
+		if _, err := send(ref); bus.AsError(err).Code != ledger.NotFound || !strings.Contains(bus.AsError(err).Detail, "serves one service") {
 			t.Errorf("send to %s = %v, want 404 not_found: a leaf serves one service", ref, err)
 		}
 	}
@@ -216,7 +217,7 @@ func TestLeafMailOnlyForItsService(t *testing.T) {
 		t.Fatalf("refused sends stored %d mailbox rows, %d messages", got, n)
 	}
 	other, err := send("svc:other@l1")
-	if err != nil || other.Outcome != "queued" {
+	if err != nil || other.Outcome.String() != "queued" {
 		t.Fatalf("send to another service of l1 = %+v %v, want queued", other, err)
 	}
 	stop := l1.pull("hub")
@@ -320,7 +321,7 @@ func TestPullLoop(t *testing.T) {
 	hubSvc := bus.Caller{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
 	id, _ := leaf.ParsePrincipal("svc:bot")
 	d4, err := l1.bus.Send(ctx, bus.Send{Ref: "svc:bot@hub", Text: "from the leaf", Bytes: 13, FromName: "xmsg@l1 · svc:bot", Principal: id.Principal, FedPrincipal: &id.Fed})
-	if err != nil || d4.Outcome != "delivered" {
+	if err != nil || d4.Outcome.String() != "delivered" {
 		t.Fatalf("leaf send = %+v %v", d4, err)
 	}
 	if got := hub.queued("svc:bot"); got != 1 {

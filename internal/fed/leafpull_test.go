@@ -12,6 +12,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	inbox "github.com/xmsg/xmsg/internal/hub"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -177,7 +178,7 @@ func TestLeafMailboxBound(t *testing.T) {
 	var size int
 	hub.store.View(func(tx *store.Tx) error { _, size = tx.MailboxSize("l1"); return nil })
 	t.Logf("64 KiB sends to a leaf nobody pulls: %d of 200 accepted, mailbox %d rows, %d bytes (bound %d)", accepted, hub.mailbox("l1"), size, limits.LeafMailboxMaxBytes)
-	if e := bus.AsError(last); e.Code != "service_unavailable" || !strings.Contains(e.Detail, "mailbox of leaf 'l1' is full") {
+	if e := bus.AsError(last); e.Code != ledger.ServiceUnavailable || !strings.Contains(e.Detail, "mailbox of leaf 'l1' is full") {
 		t.Fatalf("past the bound: %v", last)
 	}
 	if size > limits.LeafMailboxMaxBytes || hub.mailbox("l1") != accepted {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/fed/fedtest"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // logBuf collects a node's log lines.
@@ -329,7 +330,7 @@ func TestAuthenticatedRoom(t *testing.T) {
 	}
 	c.startLeaf("{" + peerEntry("hub", hub.addr(), hub.cert.Pin, "") + "}")
 	_, err := c.n.Inbox(context.Background(), "hub", 0)
-	if e := bus.AsError(err); e.Code != "hub_busy" {
+	if e := bus.AsError(err); e.Code != ledger.HubBusy {
 		t.Errorf("c's client with no room: %v, want 503 hub_busy", err)
 	}
 	if !strings.Contains(logs.String(), "refused for capacity") {
@@ -478,7 +479,7 @@ func TestHandshakeErrorKinds(t *testing.T) {
 	a := newNode(t, "a")
 	a.start("{" + peerEntry("b", ln.Addr().String(), a.cert.Pin, `, "allow": ["send"]`) + "}")
 	_, err = a.bus.Send(context.Background(), bus.Send{Ref: "svc:bot@b", Text: "x", Principal: "p", From: "c"})
-	if e := bus.AsError(err); e.Code != "peer_unreachable" {
+	if e := bus.AsError(err); e.Code != ledger.PeerUnreachable {
 		t.Errorf("send to a peer that closes in the handshake: %v, want peer_unreachable", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/hub"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -70,7 +71,7 @@ func (n *Node) Leaf(peer string) bool {
 func (n *Node) Send(ctx context.Context, s bus.RemoteSend) (bus.Delivery, error) {
 	p, ok := n.st.Load().peers.Get(s.Peer)
 	if !ok || n.rec == nil {
-		return bus.Delivery{}, &bus.Error{Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", s.Peer)}
+		return bus.Delivery{}, &bus.Error{Code: ledger.UnknownPeer, Detail: fmt.Sprintf("unknown peer '%s'", s.Peer)}
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -115,7 +116,7 @@ func (n *Node) Send(ctx context.Context, s bus.RemoteSend) (bus.Delivery, error)
 		}
 		return bus.Delivery{}, err
 	}
-	msg.SessionID, msg.Outcome, out.Outcome = rd.SessionID, rd.Outcome, rd.Outcome
+	msg.SessionID, msg.Outcome, out.Outcome = rd.SessionID, rd.Outcome.String(), rd.Outcome.String()
 	d := bus.Delivery{SessionID: rd.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: rd.Outcome}
 	idem := s.Idem(d, now)
 	final := func() error {
@@ -156,16 +157,16 @@ func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error)
 			names = append(names, "svc:"+s.TargetRef, "session:svc:"+s.TargetRef)
 		}
 		if !intersects(names, p.Targets) {
-			return bus.Delivery{}, &bus.Error{Code: "op_denied", Detail: "target not allowed for peer"}
+			return bus.Delivery{}, &bus.Error{Code: ledger.OpDenied, Detail: "target not allowed for peer"}
 		}
 	}
 	if _, ok := hub.ServiceName(s.TargetRef); !ok {
 		// A leaf hosts one service and no session: a ref of any other shape could never be
 		// delivered there, and is refused now rather than queued to be dropped.
-		return bus.Delivery{}, &bus.Error{Code: "not_found", Detail: fmt.Sprintf("leaf '%s' serves one service: '%s' names none (want svc:NAME)", s.Peer, s.TargetRef)}
+		return bus.Delivery{}, &bus.Error{Code: ledger.NotFound, Detail: fmt.Sprintf("leaf '%s' serves one service: '%s' names none (want svc:NAME)", s.Peer, s.TargetRef)}
 	}
 	if n.rec.mail == nil {
-		return bus.Delivery{}, &bus.Error{Code: "unknown_peer", Detail: fmt.Sprintf("unknown peer '%s'", s.Peer)}
+		return bus.Delivery{}, &bus.Error{Code: ledger.UnknownPeer, Detail: fmt.Sprintf("unknown peer '%s'", s.Peer)}
 	}
 	now := n.rec.now().Unix()
 	msg := s.Message(id, n.cfg.Host, "queued", now)
@@ -178,8 +179,8 @@ func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error)
 	// over federation.
 	mail := store.MailboxEntry{ID: id, Peer: s.Peer, TargetRef: s.TargetRef, CreatedAt: now, FromName: s.FromName, Bytes: s.Bytes,
 		Body: s.Text, Envelope: env, Origin: bus.FedOrigin(n.cfg.Host, s.Principal.Badge())}
-	d := bus.Delivery{SessionID: s.TargetRef, FromName: s.FromName, Bytes: s.Bytes, MessageID: id, Outcome: "queued"}
-	out := store.Outbound{ID: id, Peer: s.Peer, TargetRef: s.TargetRef, Outcome: "queued", CreatedAt: now}
+	d := bus.Delivery{SessionID: s.TargetRef, FromName: s.FromName, Bytes: s.Bytes, MessageID: id, Outcome: ledger.Queued}
+	out := store.Outbound{ID: id, Peer: s.Peer, TargetRef: s.TargetRef, Outcome: ledger.Queued.String(), CreatedAt: now}
 	if err := n.rec.mail.Put(mail, msg, out, s.Idem(d, now)); err != nil {
 		return bus.Delivery{}, err
 	}

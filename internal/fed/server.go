@@ -17,7 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/bus"
-	"github.com/xmsg/xmsg/internal/httpapi"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/principal"
 )
 
@@ -30,15 +30,13 @@ type Server struct {
 	srv *http.Server
 	// pulls is what the inbox routes remember per leaf (leaf.go).
 	pulls pulls
-	// audit writes the audit line of each message and reply a peer sent, once answered.
-	audit *bus.Audit
 }
 
 type connKey struct{}
 
 // NewServer wraps an already bound TCP listener. Serve runs it.
 func (n *Node) NewServer(inner net.Listener, b Bus) *Server {
-	s := &Server{n: n, bus: b, audit: bus.NewAudit(n.cfg.Log)}
+	s := &Server{n: n, bus: b}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /fed/v2/messages", s.messages)
 	mux.HandleFunc("POST /fed/v2/replies", s.replies)
@@ -46,7 +44,7 @@ func (n *Node) NewServer(inner net.Listener, b Bus) *Server {
 	mux.HandleFunc("GET /fed/v2/sessions", s.sessions)
 	s.leafRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &bus.Error{Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
+		writeError(w, &bus.Error{Code: ledger.NotFound, Detail: "no route " + r.Method + " " + r.URL.Path})
 	})
 	s.srv = &http.Server{
 		Handler:           s.bodyDeadline(mux),
@@ -113,10 +111,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, err error) {
 	e := bus.AsError(err)
-	writeJSON(w, httpapi.Status(e.Code), map[string]string{"error": e.Code, "detail": e.Detail})
+	writeJSON(w, e.Code.Status(), map[string]string{"error": e.Code.String(), "detail": e.Detail})
 }
 
-func apiError(code, format string, args ...any) *bus.Error {
+func apiError(code ledger.Code, format string, args ...any) *bus.Error {
 	return &bus.Error{Code: code, Detail: fmt.Sprintf(format, args...)}
 }
 
@@ -128,7 +126,7 @@ func apiError(code, format string, args ...any) *bus.Error {
 func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 	c, _ := r.Context().Value(connKey{}).(*conn)
 	if c == nil || c.raw.peer == nil {
-		writeError(w, apiError("peer_rejected", "unauthenticated connection"))
+		writeError(w, apiError(ledger.PeerRejected, "unauthenticated connection"))
 		return nil, false
 	}
 	if c.busy {
@@ -137,7 +135,7 @@ func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 		// certificate problem. The connection is closed after the answer.
 		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", "1")
-		writeError(w, apiError("hub_busy", "no connection room for peer %q (budget %d connections); retry later", c.raw.peer.Name, s.n.cap.total))
+		writeError(w, apiError(ledger.HubBusy, "no connection room for peer %q (budget %d connections); retry later", c.raw.peer.Name, s.n.cap.total))
 		return nil, false
 	}
 	p := c.raw.peer
@@ -145,14 +143,14 @@ func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 		np, err := st.peers.Inbound(c.raw.chain)
 		if err != nil {
 			w.Header().Set("Connection", "close")
-			writeError(w, apiError("peer_rejected", "certificate no longer accepted"))
+			writeError(w, apiError(ledger.PeerRejected, "certificate no longer accepted"))
 			return nil, false
 		}
 		if np.Name != p.Name {
 			// The same certificate now names another peer: its per-peer connection slot
 			// (and everything else keyed by the name) would be wrong. Make it reconnect.
 			w.Header().Set("Connection", "close")
-			writeError(w, apiError("peer_rejected", "certificate now names another peer; reconnect"))
+			writeError(w, apiError(ledger.PeerRejected, "certificate now names another peer; reconnect"))
 			return nil, false
 		}
 		// Judged under this snapshot now; requests on one connection come one at a time.
@@ -160,7 +158,7 @@ func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 		p = np
 	}
 	if !p.SourceAllowed(c.source) {
-		writeError(w, apiError("peer_rejected", "source address %s not allowed for peer %q", c.source, p.Name))
+		writeError(w, apiError(ledger.PeerRejected, "source address %s not allowed for peer %q", c.source, p.Name))
 		return nil, false
 	}
 	return p, true
@@ -169,7 +167,7 @@ func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	max := s.n.cfg.MaxBody + 4096 // §5.6: fed body limit
 	if r.ContentLength > int64(max) {
-		writeError(w, apiError("payload_too_large", "body %d exceeds limit %d", r.ContentLength, max))
+		writeError(w, apiError(ledger.PayloadTooLarge, "body %d exceeds limit %d", r.ContentLength, max))
 		return nil, false
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
@@ -179,14 +177,14 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	}
 	if err != nil {
 		if isTimeout(err) {
-			writeError(w, apiError("bad_request", "body not received within %s", s.n.cfg.BodyTimeout))
+			writeError(w, apiError(ledger.BadRequest, "body not received within %s", s.n.cfg.BodyTimeout))
 			return nil, false
 		}
-		writeError(w, apiError("bad_request", "could not read body"))
+		writeError(w, apiError(ledger.BadRequest, "could not read body"))
 		return nil, false
 	}
 	if len(body) > max {
-		writeError(w, apiError("payload_too_large", "body %d exceeds limit %d", len(body), max))
+		writeError(w, apiError(ledger.PayloadTooLarge, "body %d exceeds limit %d", len(body), max))
 		return nil, false
 	}
 	return body, true
@@ -272,7 +270,7 @@ func (s *Server) peerHasRoom(w http.ResponseWriter, r *http.Request, p *Peer) bo
 const unreadBody = 4096
 
 func rateLimited() *bus.Error {
-	return apiError("rate_limited", "rate limit exceeded")
+	return apiError(ledger.RateLimited, "rate limit exceeded")
 }
 
 // messages is POST /fed/v2/messages, its checks in the order of §8.3.
@@ -290,7 +288,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		err = e.Principal.Check()
 	}
 	if err != nil {
-		writeError(w, apiError("bad_request", "%v", err))
+		writeError(w, apiError(ledger.BadRequest, "%v", err))
 		return
 	}
 	// The principal's bucket too, before anything is resolved or validated (the token is
@@ -301,34 +299,34 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	// 1. version
 	if e.V != Version {
-		writeError(w, apiError("bad_request", "unsupported envelope version %d (want %d)", e.V, Version))
+		writeError(w, apiError(ledger.BadRequest, "unsupported envelope version %d (want %d)", e.V, Version))
 		return
 	}
 	if !validID(e.ID) || e.Body == "" || (e.ThreadID != "" && !validRef(e.ThreadID)) {
-		writeError(w, apiError("bad_request", "id and thread_id must be UUIDs and body non-empty"))
+		writeError(w, apiError(ledger.BadRequest, "id and thread_id must be UUIDs and body non-empty"))
 		return
 	}
 	if len(e.Body) > s.n.cfg.MaxBody {
-		writeError(w, apiError("payload_too_large", "body %d exceeds limit %d", len(e.Body), s.n.cfg.MaxBody))
+		writeError(w, apiError(ledger.PayloadTooLarge, "body %d exceeds limit %d", len(e.Body), s.n.cfg.MaxBody))
 		return
 	}
 	// 2. the peer may send
 	if !p.Allow["send"] {
-		writeError(w, apiError("op_denied", "send operation not allowed for peer"))
+		writeError(w, apiError(ledger.OpDenied, "send operation not allowed for peer"))
 		return
 	}
 	// 3. the sender principal
 	if p.Principals != nil && !intersects(e.Principal.PolicyNames(), p.Principals) {
-		writeError(w, apiError("op_denied", "principal not authorized for peer"))
+		writeError(w, apiError(ledger.OpDenied, "principal not authorized for peer"))
 		return
 	}
 	if e.To.Ref == "" || len(e.To.Ref) > 256 {
-		writeError(w, apiError("bad_request", "to.ref must be 1..256 bytes"))
+		writeError(w, apiError(ledger.BadRequest, "to.ref must be 1..256 bytes"))
 		return
 	}
 	// 4. no multi-hop forwarding
 	if strings.Contains(e.To.Ref, "@") {
-		writeError(w, apiError("no_forward", "federated ref '%s' names another host; forwarding is not allowed", e.To.Ref))
+		writeError(w, apiError(ledger.NoForward, "federated ref '%s' names another host; forwarding is not allowed", e.To.Ref))
 		return
 	}
 	// 5. the local target
@@ -336,13 +334,13 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if resolveErr == nil {
 		// The view names every target that has a name, an offline service included.
 		if !p.allowsTarget(targetNames(t.Harness, t.SessionID, t.View.Name)) {
-			writeError(w, apiError("op_denied", "target not allowed for peer"))
+			writeError(w, apiError(ledger.OpDenied, "target not allowed for peer"))
 			return
 		}
 	} else if p.TargetsSet {
 		// With a targets list, an unknown ref is refused like a forbidden one: the peer
 		// learns nothing about what exists here.
-		writeError(w, apiError("op_denied", "target not allowed for peer"))
+		writeError(w, apiError(ledger.OpDenied, "target not allowed for peer"))
 		return
 	}
 	// 6. rate limits: the peer's bucket and the principal's
@@ -353,10 +351,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	// 7. the principal itself, and the sender badge (host = the PEER's name)
 	sender, perr := e.Principal.Sender(p.Name)
 	if errors.Is(perr, principal.ErrSender) {
-		writeError(w, apiError("bad_sender", "%v", perr))
+		writeError(w, apiError(ledger.BadSender, "%v", perr))
 		return
 	} else if perr != nil {
-		writeError(w, apiError("bad_request", "%v", perr))
+		writeError(w, apiError(ledger.BadRequest, "%v", perr))
 		return
 	}
 	// 8. idempotent by envelope id; 9. record, deliver; 10. answer
@@ -368,7 +366,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	} else {
 		writeJSON(w, http.StatusAccepted, d)
 	}
-	s.audit.Record("fed", "fed:"+p.Name, "send", t.SessionID, d.MessageID, err)
+	s.bus.Events().Request(ledger.Via{Transport: ledger.Fed, Actor: "fed:" + p.Name, Peer: p.Name}, ledger.Sent, "send", t.SessionID, d.Result(), err)
 }
 
 // replies is POST /fed/v2/replies.
@@ -383,20 +381,20 @@ func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 	}
 	e, err := DecodeReply(body)
 	if err != nil {
-		writeError(w, apiError("bad_request", "%v", err))
+		writeError(w, apiError(ledger.BadRequest, "%v", err))
 		return
 	}
 	if e.V != Version {
-		writeError(w, apiError("bad_request", "unsupported envelope version %d (want %d)", e.V, Version))
+		writeError(w, apiError(ledger.BadRequest, "unsupported envelope version %d (want %d)", e.V, Version))
 		return
 	}
 	if !p.Allow["reply"] {
-		writeError(w, apiError("op_denied", "reply operation not allowed for peer"))
+		writeError(w, apiError(ledger.OpDenied, "reply operation not allowed for peer"))
 		return
 	}
 	if !validID(e.ID) || !validRef(e.InReplyTo) || e.Text == "" || !principal.Harness(e.Replier.Harness) ||
 		e.Replier.SessionID == "" || len(e.Replier.SessionID) > 256 || !principal.Printable(e.Replier.SessionID) {
-		writeError(w, apiError("bad_request", "id, in_reply_to, replier and text are required"))
+		writeError(w, apiError(ledger.BadRequest, "id, in_reply_to, replier and text are required"))
 		return
 	}
 	if !s.rate("peer:"+p.Name, "principal:"+p.Name+"\x00"+e.Replier.Harness+":"+e.Replier.SessionID) {
@@ -416,7 +414,9 @@ func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 	} else {
 		writeJSON(w, http.StatusOK, map[string]string{"push_outcome": outcome, "message_id": id})
 	}
-	s.audit.Record("fed", "fed:"+p.Name, "reply", e.InReplyTo, id, err)
+	o, _ := ledger.ParseOutcome(outcome)
+	s.bus.Events().Request(ledger.Via{Transport: ledger.Fed, Actor: "fed:" + p.Name, Peer: p.Name}, ledger.Replied, "reply", e.InReplyTo,
+		ledger.Result{MessageID: id, InReplyTo: e.InReplyTo, Outcome: o, Bytes: len(e.Text)}, err)
 }
 
 // poll is GET /fed/v2/messages/{id}/replies: only the message's return host may read it.
@@ -435,13 +435,13 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if v := q.Get("after"); v != "" {
 		if after, err = strconv.ParseUint(v, 10, 64); err != nil {
-			writeError(w, apiError("bad_request", "after must be a non-negative integer"))
+			writeError(w, apiError(ledger.BadRequest, "after must be a non-negative integer"))
 			return
 		}
 	}
 	if v := q.Get("wait"); v != "" {
 		if wait, err = strconv.Atoi(v); err != nil || wait < 0 {
-			writeError(w, apiError("bad_request", "wait must be a non-negative integer (seconds)"))
+			writeError(w, apiError(ledger.BadRequest, "wait must be a non-negative integer (seconds)"))
 			return
 		}
 	}
@@ -469,7 +469,7 @@ func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !p.Allow["list"] {
-		writeError(w, apiError("op_denied", "list operation not allowed for peer"))
+		writeError(w, apiError(ledger.OpDenied, "list operation not allowed for peer"))
 		return
 	}
 	if !s.rate("list:" + p.Name) {

@@ -22,6 +22,7 @@ import (
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/fed/fedtest"
 	inbox "github.com/xmsg/xmsg/internal/hub"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -171,7 +172,7 @@ func TestSendAndReplyAcrossNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Outcome != "delivered" || d.SessionID != "svc:bot" {
+	if d.Outcome.String() != "delivered" || d.SessionID != "svc:bot" {
 		t.Errorf("delivery = %+v", d)
 	}
 	if got := b.queued("svc:bot"); got != 1 {
@@ -204,10 +205,10 @@ func TestSendAndReplyAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = list
-	if _, err := a.bus.RemoteSessions(ctx, "nobody"); bus.AsError(err).Code != "not_found" {
+	if _, err := a.bus.RemoteSessions(ctx, "nobody"); bus.AsError(err).Code != ledger.NotFound {
 		t.Errorf("unknown peer list: %v", err)
 	}
-	if _, err := a.bus.Send(ctx, bus.Send{Ref: "x@nobody", Text: "t", Principal: "p"}); bus.AsError(err).Code != "unknown_peer" {
+	if _, err := a.bus.Send(ctx, bus.Send{Ref: "x@nobody", Text: "t", Principal: "p"}); bus.AsError(err).Code != ledger.UnknownPeer {
 		t.Errorf("unknown peer send: %v", err)
 	}
 }
@@ -373,7 +374,7 @@ func TestSourceCheckEveryRequest(t *testing.T) {
 	}
 	// The same refusal reaches a sender on a as its own error code.
 	_, err := a.bus.Send(context.Background(), bus.Send{Ref: "svc:bot@b", Text: "x", Principal: "p", From: "x"})
-	if e := bus.AsError(err); e.Code != "peer_rejected" {
+	if e := bus.AsError(err); e.Code != ledger.PeerRejected {
 		t.Errorf("send from a: %v", err)
 	}
 	if got := b.messages(); got != 0 {
@@ -416,7 +417,7 @@ func TestRotatedCertificate(t *testing.T) {
 		t.Fatalf("reload a: %v %v", changed, err)
 	}
 	// b still pins the old certificate: the new one is refused at the handshake.
-	if err := send(); bus.AsError(err).Code != "peer_rejected" {
+	if err := send(); bus.AsError(err).Code != ledger.PeerRejected {
 		t.Fatalf("new cert before b knows it: %v, want peer_rejected", err)
 	}
 	b.write("peers.json", []byte("{"+peerEntry("a", a.addr(), a.cert.Pin, `, "allow": ["send", "reply", "list"]`)+"}"))
@@ -455,10 +456,10 @@ func TestLeafMailbox(t *testing.T) {
 		peerEntry("other", other.addr(), other.cert.Pin, `, "leaf": true`) + "}")
 	ctx := context.Background()
 	d, err := hub.bus.Send(ctx, bus.Send{Ref: "matrix@leaf", Text: "for the leaf", Bytes: 12, FromName: "xmsg@hub · carol", Principal: "http:c", From: "carol"})
-	if err != nil || d.Outcome != "queued" || d.SessionID != "matrix" {
+	if err != nil || d.Outcome.String() != "queued" || d.SessionID != "matrix" {
 		t.Fatalf("send to leaf: %+v %v", d, err)
 	}
-	if _, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:bot@leaf", Text: "x", Principal: "p", From: "c"}); bus.AsError(err).Code != "op_denied" {
+	if _, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:bot@leaf", Text: "x", Principal: "p", From: "c"}); bus.AsError(err).Code != ledger.OpDenied {
 		t.Errorf("target outside the leaf's targets: %v", err)
 	}
 	c := rawClient(leaf.cert)

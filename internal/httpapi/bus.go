@@ -5,11 +5,14 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // Bus is what the HTTP API asks of the bus: sends, the session list and lookups, messages
 // and their replies, a peer's sessions, and the facts /healthz reports. *bus.Bus is one.
 type Bus interface {
+	// Events is the stream each answered request is announced on (ledger.Stream.Request).
+	Events() *ledger.Stream
 	Host() string
 	Send(ctx context.Context, s bus.Send) (bus.Delivery, error)
 	Resolve(ref string) (bus.Target, error)

@@ -65,10 +65,10 @@ func decodeSendFast(body []byte) (req SendRequest, ok bool) {
 
 // encodeDelivery is jsonline.Encode(d): by hand when no string needs escaping.
 func encodeDelivery(d bus.Delivery) ([]byte, error) {
-	if !plainJSON(d.SessionID) || !plainJSON(d.FromName) || !plainJSON(d.MessageID) || !plainJSON(d.Outcome) {
+	if !plainJSON(d.SessionID) || !plainJSON(d.FromName) || !plainJSON(d.MessageID) || !plainJSON(d.Outcome.String()) {
 		return jsonline.Encode(d)
 	}
-	b := make([]byte, 0, 96+len(d.SessionID)+len(d.FromName)+len(d.MessageID)+len(d.Outcome))
+	b := make([]byte, 0, 96+len(d.SessionID)+len(d.FromName)+len(d.MessageID)+len(d.Outcome.String()))
 	b = append(b, `{"sessionId":"`...)
 	b = append(b, d.SessionID...)
 	b = append(b, `","fromName":"`...)
@@ -78,7 +78,7 @@ func encodeDelivery(d bus.Delivery) ([]byte, error) {
 	b = append(b, `,"messageId":"`...)
 	b = append(b, d.MessageID...)
 	b = append(b, `","outcome":"`...)
-	b = append(b, d.Outcome...)
+	b = append(b, d.Outcome.String()...)
 	b = append(b, "\"}\n"...)
 	return b, nil
 }

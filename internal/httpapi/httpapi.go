@@ -22,6 +22,7 @@ import (
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/leaf"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
@@ -40,7 +41,7 @@ type Config struct {
 // Handler returns the API router.
 func Handler(cfg Config) http.Handler {
 	cfg.Limits = cfg.Limits.withDefaults()
-	h := &handler{cfg: cfg, waiters: &waiters{max: cfg.Limits.MaxWaitersPerPID}, audit: bus.NewAudit(cfg.Log)}
+	h := &handler{cfg: cfg, waiters: &waiters{max: cfg.Limits.MaxWaitersPerPID}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /v1/sessions", h.sessions)
@@ -54,10 +55,10 @@ func Handler(cfg Config) http.Handler {
 	// Replying is attested (agent.sock / register.sock); HTTP callers are anonymous.
 	mux.HandleFunc("/v1/messages/{id}/replies", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, &bus.Error{Code: "method_not_allowed", Detail: "replies are sent over agent.sock"})
+		writeError(w, &bus.Error{Code: ledger.MethodNotAllowed, Detail: "replies are sent over agent.sock"})
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &bus.Error{Code: "not_found", Detail: "no route " + r.Method + " " + r.URL.Path})
+		writeError(w, &bus.Error{Code: ledger.NotFound, Detail: "no route " + r.Method + " " + r.URL.Path})
 	})
 	var root http.Handler = bodyDeadline(logReads(mux, cfg.Log, cfg.Socket), cfg.Limits.BodyTimeout)
 	if cfg.Socket == "tcp" {
@@ -78,11 +79,11 @@ func refuseBrowsers(next http.Handler) http.Handler {
 		}
 		switch {
 		case r.Header.Get("Origin") != "":
-			writeRefusal(w, http.StatusForbidden, &bus.Error{Code: "bad_request", Detail: "requests from web pages are refused"})
+			writeRefusal(w, http.StatusForbidden, &bus.Error{Code: ledger.BadRequest, Detail: "requests from web pages are refused"})
 		case host != "localhost" && net.ParseIP(strings.Trim(host, "[]")) == nil:
-			writeRefusal(w, http.StatusForbidden, &bus.Error{Code: "bad_request", Detail: "Host must be an IP address or localhost"})
+			writeRefusal(w, http.StatusForbidden, &bus.Error{Code: ledger.BadRequest, Detail: "Host must be an IP address or localhost"})
 		case r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")):
-			writeRefusal(w, http.StatusUnsupportedMediaType, &bus.Error{Code: "bad_request", Detail: "Content-Type must be application/json"})
+			writeRefusal(w, http.StatusUnsupportedMediaType, &bus.Error{Code: ledger.BadRequest, Detail: "Content-Type must be application/json"})
 		default:
 			next.ServeHTTP(w, r)
 		}
@@ -141,7 +142,15 @@ type handler struct {
 	cfg     Config
 	waiters *waiters
 	lim     ratelog.Limiter
-	audit   *bus.Audit // the audit lines of its sends
+}
+
+// via is where a request on this server came from, for its event.
+func (h *handler) via(actor string) ledger.Via {
+	t := ledger.HTTP
+	if h.cfg.Socket == "tcp" {
+		t = ledger.TCP
+	}
+	return ledger.Via{Transport: t, Actor: actor}
 }
 
 // sendAudited runs s on the bus and writes its audit line once the answer is out, where the work
@@ -149,7 +158,7 @@ type handler struct {
 func (h *handler) sendAudited(ctx context.Context, w http.ResponseWriter, actor string, s bus.Send) (bus.Delivery, error) {
 	after := afterAnswer(w)
 	d, err := h.cfg.Bus.Send(bus.WithAfter(ctx, after), s)
-	after(func() { h.audit.Record(h.cfg.Socket, actor, "send", s.Ref, d.MessageID, err) })
+	after(func() { h.cfg.Bus.Events().Request(h.via(actor), ledger.Sent, "send", s.Ref, d.Result(), err) })
 	return d, err
 }
 
@@ -174,13 +183,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, err error) {
 	e := bus.AsError(err)
-	writeJSON(w, Status(e.Code), map[string]string{"error": e.Code, "detail": e.Detail})
+	writeJSON(w, e.Code.Status(), map[string]string{"error": e.Code.String(), "detail": e.Detail})
 }
 
 // writeRefusal writes e with a status of its own: the TCP listener's refusals of what a
 // browser could send are bad_request with 403 or 415 (docs/protocol.md §2.3, §3.1).
 func writeRefusal(w http.ResponseWriter, status int, e *bus.Error) {
-	writeJSON(w, status, map[string]string{"error": e.Code, "detail": e.Detail})
+	writeJSON(w, status, map[string]string{"error": e.Code.String(), "detail": e.Detail})
 }
 
 func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
@@ -230,7 +239,7 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) {
 	t, err := h.cfg.Bus.Resolve(ref)
 	if err == nil && t.Offline {
 		// A configured service that is not connected can be sent to, but it is no session.
-		err = &bus.Error{Code: "not_found", Detail: "no live session matches '" + ref + "'"}
+		err = &bus.Error{Code: ledger.NotFound, Detail: "no live session matches '" + ref + "'"}
 	}
 	if err != nil {
 		writeError(w, err)
@@ -285,27 +294,27 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 	max := h.cfg.MaxBody
 	// The size limit applies to the raw body, before any parsing (docs/protocol.md §3.5 step 1).
 	if r.ContentLength > int64(max) {
-		writeError(w, &bus.Error{Code: "payload_too_large", Detail: fmt.Sprintf("body %d exceeds limit %d", r.ContentLength, max)})
+		writeError(w, &bus.Error{Code: ledger.PayloadTooLarge, Detail: fmt.Sprintf("body %d exceeds limit %d", r.ContentLength, max)})
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
 	if err != nil {
-		writeError(w, &bus.Error{Code: "bad_request", Detail: "could not read body"})
+		writeError(w, &bus.Error{Code: ledger.BadRequest, Detail: "could not read body"})
 		return
 	}
 	// The body is in: the rest of the request is the daemon's time, not the client's.
 	http.NewResponseController(w).SetReadDeadline(time.Time{})
 	if len(body) > max {
-		writeError(w, &bus.Error{Code: "payload_too_large", Detail: fmt.Sprintf("body %d exceeds limit %d", len(body), max)})
+		writeError(w, &bus.Error{Code: ledger.PayloadTooLarge, Detail: fmt.Sprintf("body %d exceeds limit %d", len(body), max)})
 		return
 	}
 	req, err := DecodeSend(body)
 	if err != nil {
-		writeError(w, &bus.Error{Code: "bad_request", Detail: err.Error()})
+		writeError(w, &bus.Error{Code: ledger.BadRequest, Detail: err.Error()})
 		return
 	}
 	if req.Text == "" {
-		writeError(w, &bus.Error{Code: "bad_request", Detail: "text must not be empty"})
+		writeError(w, &bus.Error{Code: ledger.BadRequest, Detail: "text must not be empty"})
 		return
 	}
 	if l := h.cfg.Leaf; l != nil {
@@ -325,7 +334,7 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 	clean, err := envelope.Anonymous(req.From)
 	if err != nil {
 		h.lim.Log(h.cfg.Log, slog.LevelWarn, "send bad_sender", "refused", "socket", h.cfg.Socket, "actor", "anon", "request", "send", "code", "bad_sender")
-		writeError(w, &bus.Error{Code: "bad_sender", Detail: err.Error()})
+		writeError(w, &bus.Error{Code: ledger.BadSender, Detail: err.Error()})
 		return
 	}
 	from := envelope.AnonymousBadge(h.cfg.Bus.Host(), clean)
@@ -361,13 +370,13 @@ func (h *handler) replies(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if s := q.Get("after"); s != "" {
 		if after, err = strconv.ParseUint(s, 10, 64); err != nil {
-			writeError(w, &bus.Error{Code: "bad_request", Detail: "after must be a non-negative integer"})
+			writeError(w, &bus.Error{Code: ledger.BadRequest, Detail: "after must be a non-negative integer"})
 			return
 		}
 	}
 	if s := q.Get("wait"); s != "" {
 		if wait, err = strconv.Atoi(s); err != nil || wait < 0 {
-			writeError(w, &bus.Error{Code: "bad_request", Detail: "wait must be a non-negative integer (seconds)"})
+			writeError(w, &bus.Error{Code: ledger.BadRequest, Detail: "wait must be a non-negative integer (seconds)"})
 			return
 		}
 	}

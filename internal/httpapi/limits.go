@@ -16,6 +16,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/gate"
 	"github.com/xmsg/xmsg/internal/inq"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
@@ -413,5 +414,5 @@ func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
 }
 
 func tooManyWaiters() error {
-	return &bus.Error{Code: "service_unavailable", Detail: "too many waiting reply polls from this process"}
+	return &bus.Error{Code: ledger.ServiceUnavailable, Detail: "too many waiting reply polls from this process"}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/harness/svc"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/store"
 	"github.com/xmsg/xmsg/internal/wake"
@@ -33,6 +34,8 @@ type Mailboxes struct {
 	log           *slog.Logger
 	max, maxBytes int
 	wake          wake.Set // keyed by peer
+	// Events is where a leaf's acks and rejects are announced (nil: nowhere); set before use.
+	Events *ledger.Stream
 }
 
 // New returns the mailboxes kept in st, each bounded to max messages and maxBytes of stored
@@ -80,7 +83,7 @@ func (m *Mailboxes) full(peer string) *bus.Error {
 	if m.maxBytes > 0 {
 		bounds = append(bounds, fmt.Sprintf("%d bytes", m.maxBytes))
 	}
-	return &bus.Error{Code: "service_unavailable", Detail: fmt.Sprintf("mailbox of leaf '%s' is full (%s)", peer, strings.Join(bounds, " or "))}
+	return &bus.Error{Code: ledger.ServiceUnavailable, Detail: fmt.Sprintf("mailbox of leaf '%s' is full (%s)", peer, strings.Join(bounds, " or "))}
 }
 
 // Batch returns the oldest mail of leaf peer without removing it: at most maxN rows and,
@@ -102,17 +105,21 @@ func (m *Mailboxes) Batch(ctx context.Context, peer string, wait time.Duration, 
 // the leaf acks only after its service acknowledged the message. Only that peer's mailbox is
 // searched; ids not there (acked before) are skipped. It returns how many it removed.
 func (m *Mailboxes) Ack(peer string, ids []string) (int, error) {
-	return m.settle(peer, ids, "delivered", "inbox_ack")
+	return m.settle(peer, ids, ledger.Acked, "inbox_ack")
 }
 
 // Reject is Ack for rows the leaf can never deliver (a `to` naming another service than its
 // own): they are removed, and their messages read not_found, which is what they found there.
 func (m *Mailboxes) Reject(peer string, ids []string) (int, error) {
-	return m.settle(peer, ids, "not_found", "inbox_reject")
+	return m.settle(peer, ids, ledger.Failed, "inbox_reject")
 }
 
 // settle removes ids from peer's mailbox and records outcome for each one removed.
-func (m *Mailboxes) settle(peer string, ids []string, outcome, request string) (int, error) {
+func (m *Mailboxes) settle(peer string, ids []string, kind ledger.Kind, request string) (int, error) {
+	outcome := ledger.Delivered.String()
+	if kind == ledger.Failed {
+		outcome = ledger.NotFound.String() // what the leaf found for it: no such service
+	}
 	var done []string
 	err := m.store.Update(func(tx *store.Tx) error {
 		done = done[:0]
@@ -135,7 +142,11 @@ func (m *Mailboxes) settle(peer string, ids []string, outcome, request string) (
 		return 0, err
 	}
 	for _, id := range done {
-		m.log.Info("accepted", "socket", "fed", "actor", "fed:"+peer, "request", request, "message_id", id)
+		e := ledger.Event{Kind: kind, Request: request, Transport: ledger.Fed, From: "fed:" + peer, Peer: peer, MessageID: id, Outcome: ledger.Delivered}
+		if kind == ledger.Failed {
+			e.Outcome, e.Code = ledger.NoOutcome, new(ledger.NotFound)
+		}
+		m.Events.Emit(e)
 	}
 	return len(done), nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -58,7 +59,7 @@ func TestBound(t *testing.T) {
 		}
 	}
 	_, err := put(t, m, "l1")
-	if e := bus.AsError(err); e.Code != "service_unavailable" || !strings.Contains(e.Detail, "leaf 'l1'") || !strings.Contains(e.Detail, "3 messages") {
+	if e := bus.AsError(err); e.Code != ledger.ServiceUnavailable || !strings.Contains(e.Detail, "leaf 'l1'") || !strings.Contains(e.Detail, "3 messages") {
 		t.Fatalf("put past the bound = %v, want service_unavailable naming leaf 'l1' and 3 messages", err)
 	}
 	if _, err := put(t, m, "l2"); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/hub"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
@@ -57,8 +58,8 @@ type Puller struct {
 	Hub     Hub
 	Peer    string // the hub's name in the peers file
 	Service string // the leaf's one service, the recipient of every row
-	// Audit, when set, gets the audit line of each row queued for the service.
-	Audit   *bus.Audit
+	// Events, when set, gets the event of each row queued for the service.
+	Events  *ledger.Stream
 	MaxBody int
 	Log     *slog.Logger
 	// Wait overrides PollWait (tests); MinBackoff/MaxBackoff, Batch and BatchBytes likewise
@@ -78,7 +79,8 @@ type Puller struct {
 // its longest (a hub down, or refusing us, for a while) one line a minute per message and
 // code is, with the count of those left out since, so a leaf that cannot reach its hub for
 // hours does not fill its log with a line every 5 s.
-func (p *Puller) retryWarn(b *backoff, msg, code string, args ...any) {
+func (p *Puller) retryWarn(b *backoff, msg string, c ledger.Code, args ...any) {
+	code := c.String()
 	args = append(args, "peer", p.Peer, "code", code, "retry_in", b.cur.String())
 	if b.cur >= b.max {
 		p.quiet.Every = time.Minute
@@ -153,7 +155,7 @@ func (p *Puller) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if e := bus.AsError(err); e.Code == "not_found" && strings.Contains(e.Detail, "no route") {
+			if e := bus.AsError(err); e.Code == ledger.NotFound && strings.Contains(e.Detail, "no route") {
 				// A hub without the batched route: the protocol's own, one row at a time.
 				p.Log.Info("leaf: hub has no batched inbox; pulling one row at a time", "peer", p.Peer)
 				// Its protocol has no reject: a row rejected is acked, so it cannot block.
@@ -166,7 +168,7 @@ func (p *Puller) Run(ctx context.Context) {
 				p.runOne(ctx, wait, &b)
 				return
 			}
-			p.set("pull failed: %s", bus.AsError(err).Code)
+			p.set("pull failed: %s", bus.AsError(err).Code.String())
 			p.retryWarn(&b, "leaf pull failed", bus.AsError(err).Code, "acks_pending", len(ack)+len(reject))
 			b.wait(ctx)
 			continue
@@ -235,7 +237,7 @@ func (p *Puller) runOne(ctx context.Context, wait time.Duration, b *backoff) {
 			if ctx.Err() != nil {
 				return
 			}
-			p.set("poll failed: %s", bus.AsError(err).Code)
+			p.set("poll failed: %s", bus.AsError(err).Code.String())
 			p.retryWarn(b, "leaf poll failed", bus.AsError(err).Code)
 			b.wait(ctx)
 			continue
@@ -302,13 +304,13 @@ func (p *Puller) take(ctx context.Context, row *hub.Row, b *backoff) error {
 func (p *Puller) ackHub(ctx context.Context, id string, b *backoff) error {
 	for {
 		err := p.Hub.AckInbox(ctx, p.Peer, id)
-		if err == nil || bus.AsError(err).Code == "not_found" {
+		if err == nil || bus.AsError(err).Code == ledger.NotFound {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		p.set("ack of %s failed: %s", id, bus.AsError(err).Code)
+		p.set("ack of %s failed: %s", id, bus.AsError(err).Code.String())
 		p.retryWarn(b, "leaf hub ack failed", bus.AsError(err).Code, "message_id", id)
 		if !b.wait(ctx) {
 			return ctx.Err()
@@ -357,12 +359,15 @@ func (p *Puller) check(row *hub.Row) (bus.Inbound, error) {
 	return bus.InboundFrom(sender, bus.Inbound{ID: row.ID, Peer: p.Peer, Body: row.Body, PushReplies: row.PushReplies, ThreadID: row.ThreadID}), nil
 }
 
-// audited writes the audit line of a row queued for session.
+// audited announces a row queued for session.
 func (p *Puller) audited(session bus.Target) func(bus.Inbound) {
-	if p.Audit == nil {
+	if p.Events == nil {
 		return nil
 	}
-	return func(in bus.Inbound) { p.Audit.Record("leaf", "fed:"+in.Peer, "pull", session.SessionID, in.ID, nil) }
+	return func(in bus.Inbound) {
+		p.Events.Request(ledger.Via{Transport: ledger.Leaf, Actor: "fed:" + in.Peer, Peer: in.Peer}, ledger.Pulled, "pull", session.SessionID,
+			ledger.Result{MessageID: in.ID, Harness: session.Harness, Outcome: ledger.Queued, Bytes: len(in.Body)}, nil)
+	}
 }
 
 // service is the leaf's one service, the recipient of everything it pulls (offline or not:

@@ -15,6 +15,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/claude"
 	inbox "github.com/xmsg/xmsg/internal/hub"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -44,7 +45,7 @@ func (h *fakeHub) Inbox(ctx context.Context, peer string, wait time.Duration) (*
 	if h.failPolls > 0 {
 		h.failPolls--
 		h.mu.Unlock()
-		return nil, &bus.Error{Code: "peer_unreachable"}
+		return nil, &bus.Error{Code: ledger.PeerUnreachable}
 	}
 	if len(h.rows) > 0 {
 		r := h.rows[0]
@@ -65,7 +66,7 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 	defer h.mu.Unlock()
 	if h.failAcks > 0 {
 		h.failAcks--
-		return &bus.Error{Code: "peer_unreachable"}
+		return &bus.Error{Code: ledger.PeerUnreachable}
 	}
 	return h.ack(id)
 }
@@ -76,7 +77,7 @@ func (h *fakeHub) Pull(ctx context.Context, peer string, ack, reject []string, m
 	if h.noPull {
 		h.pulls++
 		h.mu.Unlock()
-		return nil, &bus.Error{Code: "not_found", Detail: "peer hub: no route POST /fed/v2/inbox"}
+		return nil, &bus.Error{Code: ledger.NotFound, Detail: "peer hub: no route POST /fed/v2/inbox"}
 	}
 	h.polls++
 	if h.failPolls > 0 || (len(ack) > 0 && h.failAcks > 0) {
@@ -86,7 +87,7 @@ func (h *fakeHub) Pull(ctx context.Context, peer string, ack, reject []string, m
 			h.failAcks--
 		}
 		h.mu.Unlock()
-		return nil, &bus.Error{Code: "peer_unreachable"}
+		return nil, &bus.Error{Code: ledger.PeerUnreachable}
 	}
 	for _, id := range ack {
 		h.ack(id)
@@ -129,7 +130,7 @@ func (h *fakeHub) ack(id string) error {
 			return nil
 		}
 	}
-	return &bus.Error{Code: "not_found"}
+	return &bus.Error{Code: ledger.NotFound}
 }
 
 // Every way of pulling: batches (the default), one row at a time (Batch 1, the protocol's

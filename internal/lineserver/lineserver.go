@@ -44,6 +44,7 @@ import (
 	"github.com/xmsg/xmsg/internal/gate"
 	"github.com/xmsg/xmsg/internal/inq"
 	"github.com/xmsg/xmsg/internal/jsonline"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
@@ -167,7 +168,7 @@ func (s *Server) AttestErr(c net.Conn) error {
 	defer s.mu.Unlock()
 	sl := s.conns[c]
 	if sl == nil || sl.evicted {
-		return &FrameError{Code: "service_unavailable", Reason: "evicted to make room", Detail: "connection closed to make room; retry"}
+		return &FrameError{Code: ledger.ServiceUnavailable, Reason: "evicted to make room", Detail: "connection closed to make room; retry"}
 	}
 	if sl.attested {
 		return nil
@@ -175,14 +176,14 @@ func (s *Server) AttestErr(c net.Conn) error {
 	if s.attested >= s.cfg.MaxConns {
 		reason := "too many " + s.cfg.AttestedName
 		s.refuseLocked(c, "attest", reason, s.cfg.MaxConns)
-		return &FrameError{Code: "service_unavailable", Reason: reason, Detail: fmt.Sprintf("%s (limit %d); retry later", reason, s.cfg.MaxConns)}
+		return &FrameError{Code: ledger.ServiceUnavailable, Reason: reason, Detail: fmt.Sprintf("%s (limit %d); retry later", reason, s.cfg.MaxConns)}
 	}
 	// Attested connections cannot be evicted (their peer proved who it is and may be in the
 	// middle of a poll), so this is the bound that keeps one process from taking them all.
 	if s.perPID[sl.pid] >= s.cfg.MaxPerPID {
 		reason := "too many " + s.cfg.AttestedName + " from one process"
 		s.refuseLocked(c, "attest", reason, s.cfg.MaxPerPID)
-		return &FrameError{Code: "service_unavailable", Reason: reason, Detail: fmt.Sprintf("%s (limit %d); retry later", reason, s.cfg.MaxPerPID)}
+		return &FrameError{Code: ledger.ServiceUnavailable, Reason: reason, Detail: fmt.Sprintf("%s (limit %d); retry later", reason, s.cfg.MaxPerPID)}
 	}
 	s.attested++
 	s.perPID[sl.pid]++
@@ -275,7 +276,7 @@ func (s *Server) Serve(l net.Listener) error {
 				if s.cfg.NoEvict {
 					why = ""
 				}
-				c.Write(ErrorLine("service_unavailable", fmt.Sprintf("more than %d connections waiting to be attested%s; retry later", s.cfg.MaxPending, why)))
+				c.Write(ErrorLine(ledger.ServiceUnavailable, fmt.Sprintf("more than %d connections waiting to be attested%s; retry later", s.cfg.MaxPending, why)))
 				c.Close()
 				continue
 			}
@@ -493,9 +494,9 @@ func (s *Server) serveConn(c net.Conn) {
 // FrameError is a frame the protocol must refuse and then end the connection: it is answered
 // with the error frame {"status":"error","error":Code,"detail":Detail} (Answer).
 type FrameError struct {
-	Code   string // the protocol's error code: payload_too_large, bad_request, service_unavailable
-	Detail string // what the client is told
-	Reason string // what the log says (request=frame reason=...)
+	Code   ledger.Code // the protocol's error code: payload_too_large, bad_request, service_unavailable
+	Detail string      // what the client is told
+	Reason string      // what the log says (request=frame reason=...)
 }
 
 func (e *FrameError) Error() string { return "lineserver: " + e.Reason }
@@ -540,13 +541,13 @@ func (r *Reader) Next() (line []byte, last bool, err error) {
 		r.s.setIdle(r.c, true, false)
 		line, err = jsonline.ReadLine(r.r, r.Max)
 		if r.s.setIdle(r.c, false, err == nil && !jsonline.IsBlank(line)) {
-			return nil, false, &FrameError{Code: "service_unavailable", Reason: "evicted to make room",
+			return nil, false, &FrameError{Code: ledger.ServiceUnavailable, Reason: "evicted to make room",
 				Detail: fmt.Sprintf("closed to make room for a new connection: more than %d connections waiting to be attested, this one idle longest", r.s.cfg.MaxPending)}
 		}
 		if errors.Is(err, jsonline.ErrTooLong) {
 			// The rest of the line is not read: the connection ends here, so the frame
 			// boundary is lost anyway.
-			return nil, false, &FrameError{Code: "payload_too_large", Reason: r.What + " too long",
+			return nil, false, &FrameError{Code: ledger.PayloadTooLarge, Reason: r.What + " too long",
 				Detail: fmt.Sprintf("%s exceeds %d bytes", r.What, r.Max)}
 		}
 		last = errors.Is(err, io.ErrUnexpectedEOF)
@@ -563,7 +564,7 @@ func (r *Reader) Next() (line []byte, last bool, err error) {
 			return nil, false, ErrGone
 		}
 		if !utf8.Valid(line) {
-			return nil, false, &FrameError{Code: "bad_request", Reason: "invalid UTF-8", Detail: "frame is not valid UTF-8"}
+			return nil, false, &FrameError{Code: ledger.BadRequest, Reason: "invalid UTF-8", Detail: "frame is not valid UTF-8"}
 		}
 		return line, last, nil
 	}
@@ -612,8 +613,8 @@ type errorResp struct {
 }
 
 // ErrorLine renders an error frame, with its newline.
-func ErrorLine(code, detail string) []byte {
-	line, err := jsonline.Encode(errorResp{Status: "error", Error: code, Detail: detail})
+func ErrorLine(code ledger.Code, detail string) []byte {
+	line, err := jsonline.Encode(errorResp{Status: "error", Error: code.String(), Detail: detail})
 	if err != nil {
 		// Three strings always encode; fail closed with a fixed frame all the same.
 		return []byte(`{"status":"error","error":"internal","detail":"encoding failed"}` + "\n")

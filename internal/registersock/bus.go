@@ -7,6 +7,7 @@ import (
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/harness"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
@@ -14,6 +15,8 @@ import (
 // conversations (and their liveness), a registration's queue, replies, and agy's credential
 // check and flush. *bus.Bus is one.
 type Bus interface {
+	// Events is the stream each answered request is announced on (ledger.Stream.Request).
+	Events() *ledger.Stream
 	Harnesses() *harness.Registry
 	RegisterSession(kind, name, cwd string, cred peercred.Cred, connectStart string) (*bus.Registration, error)
 	RegisterService(name, cwd string, cred peercred.Cred, connectStart string) (*bus.Registration, error)

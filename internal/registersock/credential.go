@@ -8,6 +8,7 @@ import (
 	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/jsonline"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // credential answers a registered service's `{"action":"credential","name":N}` (this daemon's
@@ -20,7 +21,7 @@ func (s *Server) credential(c net.Conn, reg *bus.Registration, line []byte) (res
 	name, err := credentialName(line)
 	if err != nil {
 		s.refuse(reg.Caller().Actor(), "credential", "bad request")
-		return errorLine("bad_request", err.Error()), true
+		return errorLine(ledger.BadRequest, err.Error()), true
 	}
 	p := custody.Principal{Actor: reg.Caller().Actor(), PID: reg.PID, Alive: func() bool { return s.cfg.Bus.Alive(reg) }}
 	// Only a service attested by its executable (svc) is a principal custody can name; a
@@ -34,7 +35,7 @@ func (s *Server) credential(c net.Conn, reg *bus.Registration, line []byte) (res
 		if errors.As(err, &ce) {
 			return errorLine(ce.Code, ce.Detail), true
 		}
-		return errorLine("internal", "credential unavailable"), true
+		return errorLine(ledger.Internal, "credential unavailable"), true
 	}
 	defer f.Close() // the daemon's copy of the descriptor: the service has its own now
 	if err := custody.WriteFD(c, encode(credentialResp{Status: "ok", Credential: grant}), f, writeTimeout); err != nil {

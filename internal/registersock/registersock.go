@@ -39,6 +39,7 @@ import (
 	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/jsonline"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lineserver"
 	"github.com/xmsg/xmsg/internal/peercred"
@@ -96,7 +97,6 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	lim    ratelog.Limiter
-	audit  *bus.Audit // the audit lines of its bus calls
 
 	mu      sync.Mutex
 	uidOnly map[string]int // uid-only registrations now, by process (pid and start time)
@@ -126,7 +126,7 @@ func New(cfg Config) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, audit: bus.NewAudit(cfg.Log)}
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
 	s.srv = lineserver.New(lineserver.Config{Socket: "register", Proc: cfg.Proc, Log: cfg.Log,
 		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.FirstFrameTimeout, NoEvict: cfg.NoEvict, AttestedName: "registrations",
 		WriteTimeout: writeTimeout, Handle: s.serveConn})
@@ -235,7 +235,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	first, err := decodeFirst(line, s.cfg.Bus.Harnesses())
 	if err != nil {
 		s.refuse(actor, "register", "invalid json")
-		s.srv.Write(c, errorLine("bad_request", err.Error()))
+		s.srv.Write(c, errorLine(ledger.BadRequest, err.Error()))
 		return
 	}
 	var reg *bus.Registration
@@ -257,7 +257,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		proc := strconv.Itoa(cred.PID) + ":" + start
 		if !s.takeUIDOnly(proc) {
 			s.refuse(actor, "register", "too many uid-only registrations")
-			s.srv.Write(c, errorLine("service_unavailable", fmt.Sprintf("too many %s registrations (limit %d); retry later", first.Harness, s.cfg.MaxUIDOnly)))
+			s.srv.Write(c, errorLine(ledger.ServiceUnavailable, fmt.Sprintf("too many %s registrations (limit %d); retry later", first.Harness, s.cfg.MaxUIDOnly)))
 			return
 		}
 		defer s.releaseUIDOnly(proc)
@@ -270,7 +270,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 		// The bus read the start time again: a different one means the pid was reused since
 		// the connect, and the registration would belong to the wrong process.
 		s.cfg.Bus.Unregister(reg)
-		err = &bus.Error{Code: "not_recipient", Detail: fmt.Sprintf("peer process %d is gone", cred.PID)}
+		err = &bus.Error{Code: ledger.NotRecipient, Detail: fmt.Sprintf("peer process %d is gone", cred.PID)}
 	}
 	if err != nil {
 		e := bus.AsError(err)
@@ -292,7 +292,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 func (s *Server) registerAgy(c net.Conn, f first, cred peercred.Cred, start, actor string) {
 	if f.AgyErr != nil {
 		s.refuse(actor, "register", f.AgyErr.Error())
-		s.srv.Write(c, errorLine("bad_request", f.AgyErr.Error()))
+		s.srv.Write(c, errorLine(ledger.BadRequest, f.AgyErr.Error()))
 		return
 	}
 	reg, err := s.cfg.Bus.RegisterAgy(f.Agy, cred, start)
@@ -427,7 +427,7 @@ func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 			}
 		}
 		if errors.Is(f.err, errPipelined) {
-			s.srv.Write(c, errorLine("bad_request", fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
+			s.srv.Write(c, errorLine(ledger.BadRequest, fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
 			return
 		}
 		if f.err != nil {
@@ -476,7 +476,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 	}
 	if derr != nil {
 		s.refuse(actor, "frame", "invalid json")
-		return errorLine("bad_request", derr.Error()), nil, true
+		return errorLine(ledger.BadRequest, derr.Error()), nil, true
 	}
 	switch {
 	case req.Action == "poll":
@@ -494,7 +494,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 				return nil, nil, false
 			}
 			s.lim.Log(s.cfg.Log, slog.LevelError, "poll failed", "poll failed", "socket", "register", "actor", actor, "err", err)
-			return errorLine("internal", "poll failed"), nil, true
+			return errorLine(ledger.Internal, "poll failed"), nil, true
 		}
 		if p == nil {
 			return encode(timeoutResp{Action: "timeout"}), nil, true
@@ -523,16 +523,18 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 	case req.Action == "reply" && s.cfg.Bus.Harnesses().Is(reg.Harness, harness.Exe):
 		if req.MessageID == "" || req.Text == "" {
 			s.refuse(actor, "reply", "messageId and text are required")
-			return errorLine("bad_request", "messageId and text are required"), nil, true
+			return errorLine(ledger.BadRequest, "messageId and text are required"), nil, true
 		}
 		// Unlike the original xmsg (which recorded `pushed` without pushing), a local reply
 		// here is pushed like an agent.sock reply (docs/protocol.md §7.4).
 		res, err := s.cfg.Bus.Reply(context.WithoutCancel(ctx), reg.Caller(), req.MessageID, req.Text)
-		audit = func() { s.audit.Record("register", actor, "reply", req.MessageID, res.MessageID, err) }
+		audit = func() {
+			s.cfg.Bus.Events().Request(ledger.Via{Transport: ledger.Register, Actor: actor}, ledger.Replied, "reply", req.MessageID, res.Result(req.MessageID), err)
+		}
 		if err != nil {
 			e := bus.AsError(err)
 			detail := e.Detail
-			if e.Code == "not_found" {
+			if e.Code == ledger.NotFound {
 				// The original's wording on this socket (docs/protocol.md §4.2).
 				detail = "message '" + req.MessageID + "' not found"
 			}
@@ -550,7 +552,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		return resp, nil, ok
 	default:
 		s.refuse(actor, "frame", "unknown action")
-		return errorLine("bad_request", "unknown action: "+req.Action), nil, true
+		return errorLine(ledger.BadRequest, "unknown action: "+req.Action), nil, true
 	}
 }
 
@@ -618,7 +620,7 @@ type (
 // §4.2); this one carries the protocol's code next to the detail, as agent.sock does, so that
 // clients can branch on it. Clients that read only `detail` ignore the extra field.
 // errorLine is the error frame (shared with agent.sock: lineserver.ErrorLine).
-func errorLine(code, detail string) []byte { return lineserver.ErrorLine(code, detail) }
+func errorLine(code ledger.Code, detail string) []byte { return lineserver.ErrorLine(code, detail) }
 
 // encode renders one response line (jsonline: no HTML escaping, as the original xmsg).
 func encode(v any) []byte {

@@ -1,0 +1,32 @@
+package daemon
+
+import (
+	"github.com/xmsg/xmsg/internal/ledger"
+)
+
+// Bounds of the monitors a tier serves at once, and of the events each may leave unread
+// before it loses the oldest (docs/operations.md, "Watching a tier").
+const (
+	maxMonitors  = 8
+	monitorQueue = 4096
+)
+
+// events is the daemon's one event stream (ledger.Stream) and its sinks: the audit log,
+// the counters behind /metrics, and the monitors. Built once, before the bus.
+type events struct {
+	stream   *ledger.Stream
+	counts   *ledger.Counter
+	watchers *ledger.Watchers
+}
+
+// buildEvents builds the stream. Harness labels are bounded by the bus's registry and peer
+// labels by the peers file, so no sender can grow the counters' series.
+func (d *Daemon) buildEvents(harnessOK, peerOK func(string) bool) *events {
+	e := &events{
+		counts:   ledger.NewCounter(harnessOK, peerOK),
+		watchers: ledger.NewWatchers(maxMonitors, monitorQueue),
+	}
+	e.stream = ledger.NewStream(ledger.NewAudit(d.log), e.counts, e.watchers)
+	d.events = e
+	return e
+}
