@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/inq"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
 
@@ -232,7 +233,7 @@ func (p *pending) quiet() bool { return !p.raw.spoke.Load() }
 
 // heard reports (and remembers) bytes from the client waiting in p's receive buffer.
 func (p *pending) heard() bool {
-	if unread(p.raw.Conn) {
+	if inq.Pending(p.raw.Conn) {
 		p.raw.spoke.Store(true)
 		return true
 	}

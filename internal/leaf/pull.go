@@ -17,6 +17,7 @@ import (
 	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/ratelog"
 )
@@ -140,10 +141,10 @@ func (b *backoff) wait(ctx context.Context) bool {
 // pulled one row at a time (runOne). Every failure of the hub (unreachable, restarting,
 // rate limit) is retried with backoff; the acks not yet taken are sent again.
 func (p *Puller) Run(ctx context.Context) {
-	wait := or(p.Wait, PollWait)
-	b := backoff{min: or(p.MinBackoff, MinBackoff), max: or(p.MaxBackoff, MaxBackoff)}
+	wait := limits.Or(p.Wait, PollWait)
+	b := backoff{min: limits.Or(p.MinBackoff, MinBackoff), max: limits.Or(p.MaxBackoff, MaxBackoff)}
 	b.reset()
-	batch, batchBytes := orN(p.Batch, Batch), orN(p.BatchBytes, BatchBytes)
+	batch, batchBytes := limits.Or(p.Batch, Batch), limits.Or(p.BatchBytes, BatchBytes)
 	if batch == 1 {
 		p.runOne(ctx, wait, &b)
 		return
@@ -259,20 +260,6 @@ func (p *Puller) runOne(ctx context.Context, wait time.Duration, b *backoff) {
 	}
 }
 
-func orN(n, def int) int {
-	if n > 0 {
-		return n
-	}
-	return def
-}
-
-func or(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
 // take handles one row: queue it, wait for the local ack, ack the hub. A row the leaf can
 // never deliver (malformed, or for a target it does not serve) is logged and acked, so it
 // does not block the mailbox forever.
@@ -374,11 +361,4 @@ func (p *Puller) audited(session bus.Target) func(bus.Inbound) {
 // its queue is durable).
 func (p *Puller) service() bus.Target {
 	return bus.Target{Harness: svc.Name, SessionID: svc.SessionID(p.Service)}
-}
-
-func or2(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

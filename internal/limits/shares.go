@@ -14,8 +14,9 @@ const (
 )
 
 // Or is bound v with def for 0: a configured bound of 0 means the default (so that a config
-// without bounds is bounded), one below 0 no bound, which the store spells 0.
-func Or(v, def int) int {
+// without bounds is bounded), one below 0 no bound, which the store spells 0. It is the one
+// 0-means-default rule of every bound, count and duration alike.
+func Or[T ~int | ~int64](v, def T) T {
 	switch {
 	case v == 0:
 		return def
