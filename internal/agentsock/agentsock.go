@@ -296,7 +296,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	case "mcp_start":
 		// agy attestation without credentials: the chain above the peer must hold a
 		// conversation's presence lock from a trusted agy executable.
-		id, err := s.cfg.Bus.MCPStart(cred.PID)
+		id, err := s.cfg.Bus.Agy().MCPStart(cred.PID)
 		if err == nil && !peer.Alive() {
 			err = &bus.Error{Code: ledger.Unattested, Detail: fmt.Sprintf("peer PID %d exited", cred.PID)}
 		}

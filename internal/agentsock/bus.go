@@ -20,12 +20,12 @@ type Bus interface {
 	Harnesses() *harness.Registry
 	Attest(pid int, meta json.RawMessage) (bus.Attested, error)
 	Recheck(a bus.Attested) bool
-	MCPStart(pid int) (string, error)
+	Agy() bus.Agy
 	Send(ctx context.Context, s bus.Send) (bus.Delivery, error)
 	Reply(ctx context.Context, caller bus.Caller, messageID, text string) (bus.ReplyResult, error)
 	Poll(ctx context.Context, r *bus.Registration, wait time.Duration) (*bus.Queued, error)
 	Peek(r *bus.Registration, limit, maxBytes int) ([]bus.Queued, int, error)
-	Ack(r *bus.Registration, messageID string) error
+	Ack(ctx context.Context, r *bus.Registration, messageID string) error
 }
 
 var _ Bus = (*bus.Bus)(nil)

@@ -31,7 +31,7 @@ func (s *Server) queue(caller bus.Caller, req request) []byte {
 		return s.peek(reg, req)
 	}
 	if req.Action == "ack" {
-		if err := s.cfg.Bus.Ack(reg, req.MessageID); err != nil {
+		if err := s.cfg.Bus.Ack(s.ctx, reg, req.MessageID); err != nil {
 			s.cfg.Log.Error("ack failed", "socket", "agent", "actor", caller.Actor(), "err", err)
 		}
 		return encode(map[string]string{"status": "ok"})

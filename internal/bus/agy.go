@@ -24,10 +24,18 @@ type agySession struct {
 // messages queued before a restart are flushed to the next one.
 func agyQueue(conversation string) string { return agy.Name + ":" + conversation }
 
+// Agy is the bus's Antigravity side: what only agy sessions ask of it (an MCP bridge's
+// start, a conversation's credentials, the flush of its queue once they are known).
+type Agy struct{ b *Bus }
+
+// Agy is the bus's Antigravity side.
+func (b *Bus) Agy() Agy { return Agy{b} }
+
 // MCPStart attests the agy session an MCP bridge runs under (docs/protocol.md §4.1 mcp_start): an
 // ancestor of pid runs a trusted agy executable and holds a conversation's presence lock.
 // The session is created unregistered (no credentials) and stays while the lock is held.
-func (b *Bus) MCPStart(pid int) (string, error) {
+func (a Agy) MCPStart(pid int) (string, error) {
+	b := a.b
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
 	if err == nil {
 		for _, st := range chain {
@@ -49,10 +57,11 @@ func (b *Bus) MCPStart(pid int) (string, error) {
 	return "", errorf(ledger.Unattested, "peer PID %d does not descend from a trusted agy process holding a presence lock", pid)
 }
 
-// RegisterAgy stores the credentials of a conversation (register.sock credential frame):
+// Register stores the credentials of a conversation (register.sock credential frame):
 // the peer must descend from the trusted agy process holding that conversation's presence
 // lock. connectStart is the peer's start time at connect.
-func (b *Bus) RegisterAgy(c agy.Credentials, cred peercred.Cred, connectStart string) (*Registration, error) {
+func (a Agy) Register(c agy.Credentials, cred peercred.Cred, connectStart string) (*Registration, error) {
+	b := a.b
 	if err := b.checkUID(cred); err != nil {
 		return nil, err
 	}
@@ -109,7 +118,8 @@ func (b *Bus) agyLease(st peercred.Stat, p agy.Presence, creds *agy.Credentials)
 
 // HasCredentials reports whether a live agy session of the conversation (or with that
 // session id) holds credentials that are not known to be stale.
-func (b *Bus) HasCredentials(ref string) bool {
+func (a Agy) HasCredentials(ref string) bool {
+	b := a.b
 	ref = strings.ToLower(strings.TrimSpace(ref))
 	for _, r := range b.liveRegistrations() {
 		if r.agy == nil || (r.agy.presence.Conversation != ref && r.SessionID != ref && r.SessionID != agy.Name+":"+ref) {
@@ -163,10 +173,11 @@ func (b *Bus) agyDeliver(r *Registration, c *agy.Credentials, title, env string)
 	return errorf(ledger.InboxUnavailable, "agentapi failed")
 }
 
-// FlushAgy delivers r's conversation queue in FIFO order now that it has credentials. Each
+// Flush delivers r's conversation queue in FIFO order now that it has credentials. Each
 // message is removed only after agentapi took it, so each is delivered exactly once unless
 // the daemon dies in between; the first failure stops the flush (the rest stay queued).
-func (b *Bus) FlushAgy(r *Registration) int {
+func (a Agy) Flush(r *Registration) int {
+	b := a.b
 	n := 0
 	for {
 		c, ok := b.agyCredentials(r)

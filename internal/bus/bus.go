@@ -465,16 +465,13 @@ func (b *Bus) offlineService(h harness.Harness, bare string) (Target, bool) {
 	return Target{}, false
 }
 
-// Identify attributes a peer pid to a session by walking its ancestors (at most 32): a live
+// identify attributes a peer pid to a session by walking its ancestors (at most 32): a live
 // Claude session whose pid and procStart match, or a registration whose pid and start time
-// match (docs/protocol.md §4.1).
-func (b *Bus) Identify(pid int) (Caller, error) {
-	c, _, err := b.identify(pid, nil)
-	return c, err
-}
-
-// identify is IdentifyMeta that also returns the ancestry from pid up to and including the
-// process the caller was attributed to (Attest keeps it).
+// match (docs/protocol.md §4.1). A caller that descends from a trusted Codex process is a
+// Codex session only with a _meta (raw JSON, or nil) naming a thread that process writes;
+// without one it is refused, never attributed to whatever else its ancestry would match. The
+// _meta of any other caller is ignored. It also returns the ancestry from pid up to and
+// including the process the caller was attributed to (Attest keeps it).
 func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, []peercred.Stat, error) {
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
 	if err != nil && OutOfResources(err) {
@@ -531,7 +528,7 @@ type Attested struct {
 	closer []peercred.Stat
 }
 
-// Attest walks pid's ancestry once (IdentifyMeta) and remembers whom it found.
+// Attest walks pid's ancestry once (identify) and remembers whom it found.
 func (b *Bus) Attest(pid int, meta json.RawMessage) (Attested, error) {
 	c, chain, err := b.identify(pid, meta)
 	if err != nil {

@@ -47,7 +47,7 @@ func TestExpiredRowsInvisible(t *testing.T) {
 	if _, err := b.Reply(ctx, r.Caller(), d.MessageID, "r"); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Ack(r, d.MessageID); err != nil {
+	if err := b.Ack(context.Background(), r, d.MessageID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Send(ctx, Send{Ref: r.SessionID, Text: "stale", Bytes: 5, FromName: "a", Principal: "p"}); err != nil {

@@ -10,15 +10,6 @@ import (
 	"github.com/xmsg/xmsg/internal/peercred"
 )
 
-// IdentifyMeta is Identify for a frame that may carry an MCP params._meta (raw JSON, or
-// nil). A caller that descends from a trusted Codex process is a Codex session only with a
-// _meta naming a thread that process writes; without one it is refused, never attributed to
-// whatever else its ancestry would match. The _meta of any other caller is ignored.
-func (b *Bus) IdentifyMeta(pid int, meta json.RawMessage) (Caller, error) {
-	c, _, err := b.identify(pid, meta)
-	return c, err
-}
-
 // codexCaller attests st as the Codex process writing the thread named by meta, renews the
 // thread's lease (its registration, addressable until the lock goes away) and returns the
 // caller.

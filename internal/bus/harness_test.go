@@ -47,7 +47,7 @@ func TestOwnHarness(t *testing.T) {
 		if err != nil || p == nil || p.ID != d.MessageID || !strings.HasPrefix(p.Envelope, "[zed] ") {
 			t.Fatalf("poll after send to %s = %+v, %v", ref, p, err)
 		}
-		if err := b.Ack(r, p.ID); err != nil {
+		if err := b.Ack(context.Background(), r, p.ID); err != nil {
 			t.Fatal(err)
 		}
 		if p, _ := b.Poll(ctx, r, 0); p != nil {

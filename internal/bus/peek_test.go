@@ -51,7 +51,7 @@ func TestPeek(t *testing.T) {
 	}
 	msgs, _, _ := b.Peek(r, 2, 1<<20)
 	for _, m := range msgs {
-		if err := b.Ack(r, m.ID); err != nil {
+		if err := b.Ack(context.Background(), r, m.ID); err != nil {
 			t.Fatal(err)
 		}
 	}

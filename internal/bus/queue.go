@@ -361,16 +361,10 @@ func (b *Bus) head(session string) (*queuedMsg, []byte, error) {
 
 // Ack removes messageID from r's queue if it is there; acking anything else changes nothing.
 // It returns before the delete is committed (see queueState), unless committing acks is
-// failing: then the ack is committed first, and answered an error if that fails too.
-func (b *Bus) Ack(r *Registration, messageID string) error {
-	return b.AckAfter(r, messageID, nil)
-}
-
-// AckAfter is Ack whose audit line (of an ack that removed a message) is handed to after
-// instead of written before it returns: register.sock writes it once the answer is out, off
-// the consumer's wait, as the HTTP server does a send's (WithAfter). The line is the
-// same either way. nil: written before it returns.
-func (b *Bus) AckAfter(r *Registration, messageID string, after func(line func())) error {
+// failing: then the ack is committed first, and answered an error if that fails too. The
+// ack's event (and so its audit line) goes to ctx's WithAfter, as a send's does: register.sock
+// announces it once the answer is out, off the consumer's wait.
+func (b *Bus) Ack(ctx context.Context, r *Registration, messageID string) error {
 	q := &b.q
 	q.mu.Lock()
 	if _, ok := q.acked[r.SessionID][messageID]; ok {
@@ -441,25 +435,20 @@ func (b *Bus) AckAfter(r *Registration, messageID string, after func(line func()
 		q.failing = false // this commit worked: back to acks that ride the next commit
 		q.mu.Unlock()
 		b.acks.Fire(messageID)
-		b.auditAck(r, messageID, after)
+		b.auditAck(ctx, r, messageID)
 		return nil
 	}
-	b.auditAck(r, messageID, after)
+	b.auditAck(ctx, r, messageID)
 	return nil
 }
 
 // auditAck announces an ack that removed a message (its audit line is the stream's audit
-// sink's), now or (after not nil) through after.
-func (b *Bus) auditAck(r *Registration, messageID string, after func(line func())) {
-	line := func() {
+// sink's), now or through ctx's WithAfter.
+func (b *Bus) auditAck(ctx context.Context, r *Registration, messageID string) {
+	later(ctx, func() {
 		b.cfg.Events.Emit(ledger.Event{Kind: ledger.Acked, Request: "ack", Transport: ledger.Register, From: r.Caller().Actor(),
 			MessageID: messageID, Harness: r.Harness, Outcome: ledger.Delivered})
-	}
-	if after != nil {
-		after(line)
-		return
-	}
-	line()
+	})
 }
 
 // ackRide is how long acknowledged deletes wait for a commit that is made anyway (a send's)
@@ -627,16 +616,23 @@ func queueFull(harness string) *Error {
 	return errorf(ledger.ServiceUnavailable, "%s session message queue is full", harness)
 }
 
-// Counts summarizes the store for STATUS= and doctor.
-func (b *Bus) Counts() (store.Counts, error) {
-	var c store.Counts
-	err := b.cfg.Store.View(func(tx *store.Tx) error { c = tx.Counts(); return nil })
+// Counts is what the bus holds, for STATUS=, doctor and metrics: the store's rows and the
+// live registrations.
+type Counts struct {
+	store.Counts
+	Registrations int
+}
+
+// Counts summarizes the store and the registrations.
+func (b *Bus) Counts() (Counts, error) {
+	c := Counts{Registrations: len(b.liveRegistrations())}
+	err := b.cfg.Store.View(func(tx *store.Tx) error { c.Counts = tx.Counts(); return nil })
 	return c, err
 }
 
 // WaitAcked blocks until messageID no longer waits in sessionID's queue (its service acked
 // it, or retention dropped it), or ctx ends. An ack counts once it is answered, before its
-// delete is committed (AckAfter): until then the row is still in the store, and a crash
+// delete is committed (Ack): until then the row is still in the store, and a crash
 // delivers it again from there, so the hub may be acked at once.
 func (b *Bus) WaitAcked(ctx context.Context, sessionID, messageID string) error {
 	for {

@@ -47,11 +47,11 @@ func TestQueueBoundBeforeCommit(t *testing.T) {
 		t.Fatalf("poll = %+v, %v", p, err)
 	}
 	for range 2 { // the second ack of m0 changes nothing
-		if err := b.Ack(r, p.ID); err != nil {
+		if err := b.Ack(context.Background(), r, p.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := b.Ack(r, "not-queued"); err != nil {
+	if err := b.Ack(context.Background(), r, "not-queued"); err != nil {
 		t.Fatal(err)
 	}
 	if p2, _ := b.Poll(ctx, r, 0); p2 == nil || p2.Text != "m1" {
@@ -144,7 +144,7 @@ func TestDeadRegistrationWithoutPidfd(t *testing.T) {
 	if _, err := b.Resolve(r.SessionID); err == nil {
 		t.Fatal("a dead registration still resolves")
 	}
-	if n := b.Registrations(); n != 0 {
+	if n := len(b.liveRegistrations()); n != 0 {
 		t.Errorf("%d registrations listed, want 0", n)
 	}
 }
@@ -254,7 +254,7 @@ func TestQueueInMemory(t *testing.T) {
 		if err != nil || p == nil || p.Text != fmt.Sprint("m", i) {
 			t.Fatalf("poll %d = %+v, %v; want m%d", i, p, err, i)
 		}
-		if err := b.Ack(r, p.ID); err != nil {
+		if err := b.Ack(context.Background(), r, p.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -293,7 +293,7 @@ func TestLoneAckIsCommitted(t *testing.T) {
 	if err != nil || p == nil {
 		t.Fatalf("poll = %+v, %v", p, err)
 	}
-	if err := b.Ack(r, p.ID); err != nil {
+	if err := b.Ack(context.Background(), r, p.ID); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; ; i++ {

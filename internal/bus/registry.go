@@ -393,9 +393,6 @@ func (b *Bus) liveRegistrations() []*Registration {
 	return out
 }
 
-// Registrations counts live registrations, for STATUS=.
-func (b *Bus) Registrations() int { return len(b.liveRegistrations()) }
-
 // LeafService is the one service a leaf's bus serves (docs/protocol.md §7.5).
 type LeafService struct {
 	Name      string // the service admitted, on uid alone

@@ -267,7 +267,7 @@ func (d *Daemon) buildServers() error {
 		for _, f := range conns {
 			n += f()
 		}
-		return fmt.Sprintf("serving: %d registrations, %d connections, %d messages, %d queued", b.Registrations(), n, c.Messages, c.Queued)
+		return fmt.Sprintf("serving: %d registrations, %d connections, %d messages, %d queued", c.Registrations, n, c.Messages, c.Queued)
 	}
 	d.serving = []any{"db", cfg.DBPath, "host_label", cfg.HostLabel, "services", cfg.SvcNames()}
 	return nil

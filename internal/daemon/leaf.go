@@ -232,7 +232,7 @@ func (l *leafMode) buildServers() error {
 	register := d.register
 	d.status = func() string {
 		c, _ := b.Counts()
-		return fmt.Sprintf("leaf serving: %d registrations, %d connections, %d messages, %d queued", b.Registrations(), register.Conns(), c.Messages, c.Queued)
+		return fmt.Sprintf("leaf serving: %d registrations, %d connections, %d messages, %d queued", c.Registrations, register.Conns(), c.Messages, c.Queued)
 	}
 	d.serving = []any{"mode", "leaf", "principal", l.id.Principal, "service", "svc:" + l.id.Service,
 		"hubs", l.hubs, "db", cfg.DBPath, "host_label", cfg.HostLabel}

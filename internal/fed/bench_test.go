@@ -33,7 +33,7 @@ func p50(d []time.Duration) float64 {
 func BenchmarkLoopback(b *testing.B) {
 	na, nb := benchPair(b)
 	ctx := context.Background()
-	ack := func(id string) { nb.bus.Ack(&bus.Registration{SessionID: "svc:bot"}, id) } // keep the queue below its limit
+	ack := func(id string) { nb.bus.Ack(context.Background(), &bus.Registration{SessionID: "svc:bot"}, id) } // keep the queue below its limit
 	b.Run("commit", func(b *testing.B) {
 		var lat []time.Duration
 		for i := 0; b.Loop(); i++ {

@@ -271,7 +271,7 @@ func TestPullLoop(t *testing.T) {
 	if got := l1.queued("svc:bot"); got != 1 {
 		t.Errorf("leaf queue after a restart = %d, want 1 (not queued twice)", got)
 	}
-	if err := l1.bus.Ack(svc, p.ID); err != nil {
+	if err := l1.bus.Ack(context.Background(), svc, p.ID); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "hub mailbox empty after the local ack", func() bool { return hub.mailbox("l1") == 0 })
@@ -304,7 +304,7 @@ func TestPullLoop(t *testing.T) {
 		[]bus.Inbound{{ID: d3.MessageID, Peer: "hub", FromName: "x", Body: "three", Badge: "anon:carol"}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := l1.bus.Ack(svc, d3.MessageID); err != nil {
+	if err := l1.bus.Ack(context.Background(), svc, d3.MessageID); err != nil {
 		t.Fatal(err)
 	}
 	if replies, err := hub.bus.Replies(ctx, d3.MessageID, 0, 0); err != nil || len(replies) != 0 {

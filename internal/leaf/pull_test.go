@@ -186,7 +186,7 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 		hub.mu.Lock()
 		hub.localAcked[m.ID] = true
 		hub.mu.Unlock()
-		if err := b.Ack(reg, m.ID); err != nil {
+		if err := b.Ack(context.Background(), reg, m.ID); err != nil {
 			t.Fatal(err)
 		}
 	}

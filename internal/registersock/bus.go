@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/ledger"
@@ -20,15 +19,13 @@ type Bus interface {
 	Harnesses() *harness.Registry
 	RegisterSession(kind, name, cwd string, cred peercred.Cred, connectStart string) (*bus.Registration, error)
 	RegisterService(name, cwd string, cred peercred.Cred, connectStart string) (*bus.Registration, error)
-	RegisterAgy(c agy.Credentials, cred peercred.Cred, connectStart string) (*bus.Registration, error)
+	Agy() bus.Agy
 	Unregister(r *bus.Registration)
 	Alive(r *bus.Registration) bool
 	Current(r *bus.Registration) bool
 	Poll(ctx context.Context, r *bus.Registration, wait time.Duration) (*bus.Queued, error)
-	AckAfter(r *bus.Registration, messageID string, after func(line func())) error
+	Ack(ctx context.Context, r *bus.Registration, messageID string) error
 	Reply(ctx context.Context, caller bus.Caller, messageID, text string) (bus.ReplyResult, error)
-	HasCredentials(ref string) bool
-	FlushAgy(r *bus.Registration) int
 }
 
 var _ Bus = (*bus.Bus)(nil)

@@ -241,7 +241,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	var reg *bus.Registration
 	switch first.Kind {
 	case kindCheck:
-		has := s.cfg.Bus.HasCredentials(first.Conversation)
+		has := s.cfg.Bus.Agy().HasCredentials(first.Conversation)
 		s.srv.Write(c, encode(checkResp{Status: "ok", HasCredentials: has, HasCredentialsSnake: has}))
 		return
 	case kindAgy:
@@ -295,7 +295,7 @@ func (s *Server) registerAgy(c net.Conn, f first, cred peercred.Cred, start, act
 		s.srv.Write(c, errorLine(ledger.BadRequest, f.AgyErr.Error()))
 		return
 	}
-	reg, err := s.cfg.Bus.RegisterAgy(f.Agy, cred, start)
+	reg, err := s.cfg.Bus.Agy().Register(f.Agy, cred, start)
 	if err != nil {
 		e := bus.AsError(err)
 		s.refuse(actor, "register", e.Detail)
@@ -304,7 +304,7 @@ func (s *Server) registerAgy(c net.Conn, f first, cred peercred.Cred, start, act
 	}
 	s.cfg.Log.Info("registered", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID, "peer_pid", cred.PID)
 	s.srv.Write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID}))
-	s.cfg.Bus.FlushAgy(reg)
+	s.cfg.Bus.Agy().Flush(reg)
 }
 
 type frame struct {
@@ -451,7 +451,7 @@ func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 			return
 		}
 		if audit != nil {
-			audit() // after the answer, off the client's wait (bus.AckAfter, Audit)
+			audit() // after the answer, off the client's wait (bus.Ack, WithAfter)
 		}
 	}
 }
@@ -514,7 +514,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		// changes nothing (the bus scopes it to reg) and says nothing about it. But an ack
 		// that could not be stored is an error: the message stays queued and comes again,
 		// and the client must not believe otherwise.
-		if err := s.cfg.Bus.AckAfter(reg, req.MessageID, func(line func()) { audit = line }); err != nil {
+		if err := s.cfg.Bus.Ack(bus.WithAfter(ctx, func(line func()) { audit = line }), reg, req.MessageID); err != nil {
 			s.lim.Log(s.cfg.Log, slog.LevelError, "ack failed", "ack failed", "socket", "register", "actor", actor, "err", err)
 			e := bus.AsError(err)
 			return errorLine(e.Code, e.Detail), nil, true

@@ -44,7 +44,7 @@ func TestSessionTakeover(t *testing.T) {
 	if tg, err := e.Bus.Resolve("bridge"); err != nil || tg.SessionID != id {
 		t.Fatalf("Resolve(bridge) = %v, %v; want %s (one session, not ambiguous)", tg.SessionID, err, id)
 	}
-	if n := e.Bus.Registrations(); n != 1 {
+	if n := registrations(e.Bus); n != 1 {
 		t.Fatalf("registrations: %d, want 1", n)
 	}
 	// Reply rights follow the id: the process replies over agent.sock to m1.
