@@ -383,7 +383,7 @@ func (s *Server) send(caller bus.Caller, req request, after func(func())) []byte
 	// Every identity field comes from attestation: the badge, the idempotency principal and
 	// the return address (Caller). Nothing in req can name another sender.
 	d, err := s.cfg.Bus.Send(bus.WithAfter(s.ctx, after), bus.Send{
-		Ref: ref, Text: text, Bytes: len(text),
+		To: envelope.ParseRef(ref), Text: text, Bytes: len(text),
 		FromName:    envelope.AttestedBadge(s.cfg.Host, caller.Harness, caller.Name),
 		Principal:   "session:" + caller.SessionID,
 		Caller:      &caller,

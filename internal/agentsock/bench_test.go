@@ -14,6 +14,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/daemontest"
+	"github.com/xmsg/xmsg/internal/envelope"
 )
 
 // The two baselines put the socket benchmarks in proportion: every xmsg exchange is at least
@@ -102,7 +103,7 @@ func BenchmarkServicePollDeliverAck(b *testing.B) {
 		if i%100 == 0 { // the queue holds at most 100 per session
 			b.StopTimer()
 			for j := 0; j < min(100, b.N-i); j++ {
-				_, err := e.Bus.Send(context.Background(), bus.Send{Ref: "svc:bench", Text: "benchmark message", Bytes: 17,
+				_, err := e.Bus.Send(context.Background(), bus.Send{To: envelope.ParseRef("svc:bench"), Text: "benchmark message", Bytes: 17,
 					FromName: "xmsg@testhost · bench", Principal: "http:bench"})
 				if err != nil {
 					b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
@@ -92,12 +93,12 @@ func TestSendRefusalsChangeNothing(t *testing.T) {
 	b, _ := newBus(t)
 	ctx := context.Background()
 	for _, s := range []Send{
-		{Ref: "alice", Text: ""},
-		{Ref: "alice", Text: strings.Repeat("x", 101)},
-		{Ref: "alice", Text: "x", Key: "bad\x00key"},
-		{Ref: "x@elsewhere", Text: "x"},
-		{Ref: "nobody", Text: "x"},
-		{Ref: "alice", Text: "x"}, // the inbox socket does not exist: 502
+		{To: envelope.ParseRef("alice"), Text: ""},
+		{To: envelope.ParseRef("alice"), Text: strings.Repeat("x", 101)},
+		{To: envelope.ParseRef("alice"), Text: "x", Key: "bad\x00key"},
+		{To: envelope.ParseRef("x@elsewhere"), Text: "x"},
+		{To: envelope.ParseRef("nobody"), Text: "x"},
+		{To: envelope.ParseRef("alice"), Text: "x"}, // the inbox socket does not exist: 502
 	} {
 		if _, err := b.Send(ctx, s); err == nil {
 			t.Errorf("Send(%+v) succeeded", s)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/ledger"
 )
 
@@ -40,7 +41,7 @@ func TestExpiredRowsInvisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := b.Send(ctx, Send{Ref: r.SessionID, Text: "old", Bytes: 3, FromName: "a", Principal: "p"})
+	d, err := b.Send(ctx, Send{To: envelope.ParseRef(r.SessionID), Text: "old", Bytes: 3, FromName: "a", Principal: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestExpiredRowsInvisible(t *testing.T) {
 	if err := b.Ack(context.Background(), r, d.MessageID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Send(ctx, Send{Ref: r.SessionID, Text: "stale", Bytes: 5, FromName: "a", Principal: "p"}); err != nil {
+	if _, err := b.Send(ctx, Send{To: envelope.ParseRef(r.SessionID), Text: "stale", Bytes: 5, FromName: "a", Principal: "p"}); err != nil {
 		t.Fatal(err)
 	}
 	if rs, err := b.Replies(ctx, d.MessageID, 0, 0); err != nil || len(rs) != 1 {
@@ -67,7 +68,7 @@ func TestExpiredRowsInvisible(t *testing.T) {
 		t.Errorf("an expired queued message was delivered: %+v, %v", p, err)
 	}
 
-	k := Send{Ref: r.SessionID, Text: "one", Bytes: 3, FromName: "a", Principal: "p", Key: "k-1"}
+	k := Send{To: envelope.ParseRef(r.SessionID), Text: "one", Bytes: 3, FromName: "a", Principal: "p", Key: "k-1"}
 	if _, err := b.Send(ctx, k); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/ledger"
 )
@@ -39,7 +40,7 @@ func TestOwnHarness(t *testing.T) {
 		t.Fatalf("zed session not listed: %+v", b.Sessions("", ""))
 	}
 	for _, ref := range []string{"z:zz", "zed:zz", r.SessionID} {
-		d, err := b.Send(ctx, Send{Ref: ref, Text: "hello " + ref, Bytes: 1, FromName: "a", Principal: "p"})
+		d, err := b.Send(ctx, Send{To: envelope.ParseRef(ref), Text: "hello " + ref, Bytes: 1, FromName: "a", Principal: "p"})
 		if err != nil || d.Outcome.String() != "delivered" || d.SessionID != r.SessionID {
 			t.Fatalf("send to %s = %+v, %v", ref, d, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -67,7 +68,7 @@ func TestInboxAfterCommit(t *testing.T) {
 	lines, closed := listenInbox(t, filepath.Join(dir, "nobody.sock"), b.cfg.Store)
 	var later []func()
 	ctx := WithAfter(context.Background(), func(fn func()) { later = append(later, fn) })
-	d, err := b.Send(ctx, Send{Ref: "alice", Text: "hello", FromName: "f", Principal: "p"})
+	d, err := b.Send(ctx, Send{To: envelope.ParseRef("alice"), Text: "hello", FromName: "f", Principal: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestInboxAfterCommit(t *testing.T) {
 
 	// A commit that fails: the store is closed under the send.
 	b.cfg.Store.Close()
-	if _, err := b.Send(context.Background(), Send{Ref: "alice", Text: "lost", FromName: "f", Principal: "p"}); err == nil {
+	if _, err := b.Send(context.Background(), Send{To: envelope.ParseRef("alice"), Text: "lost", FromName: "f", Principal: "p"}); err == nil {
 		t.Fatal("a send on a closed store was accepted")
 	}
 	select {

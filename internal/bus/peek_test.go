@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/xmsg/xmsg/internal/envelope"
 )
 
 // TestPeek: a peek returns the oldest queued messages in order, bounded in count and in bytes
@@ -19,7 +21,7 @@ func TestPeek(t *testing.T) {
 	}
 	texts := []string{strings.Repeat("a", 90), "m1", "m2", "m3", "m4"}
 	for _, tx := range texts {
-		if _, err := b.Send(ctx, Send{Ref: r.SessionID, Text: tx, Bytes: len(tx), FromName: "a", Principal: "p"}); err != nil {
+		if _, err := b.Send(ctx, Send{To: envelope.ParseRef(r.SessionID), Text: tx, Bytes: len(tx), FromName: "a", Principal: "p"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
@@ -27,7 +28,7 @@ func TestQueueBoundBeforeCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	send := func(i int) error {
-		_, err := b.Send(ctx, Send{Ref: r.SessionID, Text: fmt.Sprint("m", i), Bytes: 2, FromName: "a", Principal: "p"})
+		_, err := b.Send(ctx, Send{To: envelope.ParseRef(r.SessionID), Text: fmt.Sprint("m", i), Bytes: 2, FromName: "a", Principal: "p"})
 		return err
 	}
 	for i := range store.MaxQueue {
@@ -188,7 +189,7 @@ func BenchmarkRefusedSend(b *testing.B) {
 	}
 	text := "a message of the storm"
 	send := func() error {
-		_, err := bus.Send(ctx, Send{Ref: r.SessionID, Text: text, Bytes: len(text), FromName: "a", Principal: "p"})
+		_, err := bus.Send(ctx, Send{To: envelope.ParseRef(r.SessionID), Text: text, Bytes: len(text), FromName: "a", Principal: "p"})
 		return err
 	}
 	for range store.MaxQueue {
@@ -224,7 +225,7 @@ func TestQueueInMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 6 {
-		if _, err := b.Send(ctx, Send{Ref: r.SessionID, Text: fmt.Sprint("m", i), Bytes: 2, FromName: "a", Principal: "p"}); err != nil {
+		if _, err := b.Send(ctx, Send{To: envelope.ParseRef(r.SessionID), Text: fmt.Sprint("m", i), Bytes: 2, FromName: "a", Principal: "p"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -268,7 +269,7 @@ func TestQueueInMemory(t *testing.T) {
 	defer func(old int) { totalBudget = old }(totalBudget)
 	cacheBudget, totalBudget = 1<<20, 400 // one or two of the four
 	for i := range 4 {
-		if _, err := b.Send(ctx, Send{Ref: r.SessionID, Text: fmt.Sprint("n", i), Bytes: 2, FromName: "a", Principal: "p"}); err != nil {
+		if _, err := b.Send(ctx, Send{To: envelope.ParseRef(r.SessionID), Text: fmt.Sprint("n", i), Bytes: 2, FromName: "a", Principal: "p"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -286,7 +287,7 @@ func TestLoneAckIsCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Send(ctx, Send{Ref: r.SessionID, Text: "m", Bytes: 1, FromName: "a", Principal: "p"}); err != nil {
+	if _, err := b.Send(ctx, Send{To: envelope.ParseRef(r.SessionID), Text: "m", Bytes: 1, FromName: "a", Principal: "p"}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := b.Poll(ctx, r, 0)

@@ -20,7 +20,7 @@ import (
 // the request came from (its audit line) and when the work that can wait runs are the
 // transport's decoration (Audit, WithAfter), not the message's.
 type Send struct {
-	Ref         string
+	To          envelope.Ref
 	Text        string
 	Bytes       int     // the protocol's `bytes` (docs/protocol.md §3.4): as the transport counts them
 	FromName    string  // sender badge
@@ -129,14 +129,10 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 			return Delivery{SessionID: rec.SessionID, FromName: rec.FromName, Bytes: rec.Bytes, MessageID: rec.MessageID, Outcome: parseOutcome(rec.Outcome)}, nil
 		}
 	}
-	ref := s.Ref
-	if target, host, ok := envelope.SplitRemote(ref); ok {
-		if host != b.cfg.Host {
-			return b.sendRemote(ctx, s, target, host)
-		}
-		ref = target
+	if s.To.Remote() && s.To.Host() != b.cfg.Host {
+		return b.sendRemote(ctx, s, s.To.Target(), s.To.Host())
 	}
-	t, err := b.Resolve(ref)
+	t, err := b.Resolve(s.To.Target())
 	if err != nil {
 		return d, err
 	}

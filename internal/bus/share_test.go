@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -20,7 +21,7 @@ func TestQueueSharePerLocalSession(t *testing.T) {
 			}
 		})
 		send := func(c *Caller) error {
-			_, err := b.Send(context.Background(), Send{Ref: "svc:known", Text: "x", FromName: "f", Principal: "p", Caller: c})
+			_, err := b.Send(context.Background(), Send{To: envelope.ParseRef("svc:known"), Text: "x", FromName: "f", Principal: "p", Caller: c})
 			return err
 		}
 		alice := &Caller{Harness: "claude", SessionID: "alice-1", Name: "alice"}

@@ -286,6 +286,40 @@ func ValidIdempotencyKey(k string) error {
 	return nil
 }
 
+// Ref is a recipient ref as the protocol spells it (docs/protocol.md §1), parsed once where
+// it enters the daemon and carried as it is through every layer: local ("svc:x",
+// "claude:alice", a pid, a session id) or remote ("<target>@<host>", split at the last '@').
+type Ref struct {
+	raw    string
+	target string // the ref without "@host"; the whole ref when local
+	host   string // "" when local
+}
+
+// ParseRef parses a ref. Any string is a ref: whether it names anyone is the bus's question.
+func ParseRef(raw string) Ref {
+	if target, host, ok := SplitRemote(raw); ok {
+		return Ref{raw: raw, target: target, host: host}
+	}
+	return Ref{raw: raw, target: raw}
+}
+
+// String is the ref as it was written.
+func (r Ref) String() string { return r.raw }
+
+// Target is the ref without its host: the whole ref when it is local.
+func (r Ref) Target() string { return r.target }
+
+// Host is the node a remote ref names ("" for a local ref).
+func (r Ref) Host() string { return r.host }
+
+// Remote reports whether the ref names a node ("<target>@<host>").
+func (r Ref) Remote() bool { return r.host != "" }
+
+// NamesHost reports whether the ref has an '@' anywhere: an inbound envelope's target must
+// not, whether or not the '@' splits into a valid remote ref (no multi-hop forwarding,
+// docs/protocol.md §8.3).
+func (r Ref) NamesHost() bool { return strings.IndexByte(r.raw, '@') >= 0 }
+
 // SplitRemote splits a remote ref "<target>@<host>" at its last '@'
 // (docs/protocol.md §1). ok is false when there is no '@' or either part is
 // empty; the ref is then local.

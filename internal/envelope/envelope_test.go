@@ -484,3 +484,26 @@ func TestOneNameRule(t *testing.T) {
 		}
 	}
 }
+
+// TestParseRef: a ref is parsed once into what every layer asks of it; a remote ref splits at
+// its last '@', and an '@' that splits into nothing still names a host for the no-forwarding
+// rule.
+func TestParseRef(t *testing.T) {
+	cases := []struct {
+		raw, target, host string
+		remote, namesHost bool
+	}{
+		{"svc:matrix", "svc:matrix", "", false, false},
+		{"alice@box", "alice", "box", true, true},
+		{"a@b@box", "a@b", "box", true, true},
+		{"alice@", "alice@", "", false, true},
+		{"@box", "@box", "", false, true},
+		{"", "", "", false, false},
+	}
+	for _, c := range cases {
+		r := ParseRef(c.raw)
+		if r.String() != c.raw || r.Target() != c.target || r.Host() != c.host || r.Remote() != c.remote || r.NamesHost() != c.namesHost {
+			t.Errorf("ParseRef(%q) = %q %q %v %v; want %q %q %v %v", c.raw, r.Target(), r.Host(), r.Remote(), r.NamesHost(), c.target, c.host, c.remote, c.namesHost)
+		}
+	}
+}

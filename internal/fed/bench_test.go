@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -65,7 +66,7 @@ func BenchmarkLoopback(b *testing.B) {
 		var lat []time.Duration
 		for b.Loop() {
 			t0 := time.Now()
-			d, err := na.bus.Send(ctx, bus.Send{Ref: "svc:bot@b", Text: "ping", Bytes: 4, FromName: "xmsg@a · svc:bot", Principal: "p", Caller: &caller})
+			d, err := na.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@b"), Text: "ping", Bytes: 4, FromName: "xmsg@a · svc:bot", Principal: "p", Caller: &caller})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/envelope"
 	inbox "github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/leaf"
 	"github.com/xmsg/xmsg/internal/ledger"
@@ -92,7 +93,7 @@ func hubWithLeaves(t *testing.T, l1Extra string) (hub, l1, l2, plain *node) {
 func TestLeafMailboxRoutes(t *testing.T) {
 	hub, l1, l2, plain := hubWithLeaves(t, "")
 	ctx := context.Background()
-	d, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:bot@l1", Text: "for l1", Bytes: 6, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
+	d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: "for l1", Bytes: 6, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestLeafMailboxRoutes(t *testing.T) {
 		ch <- res{s, b}
 	}()
 	time.Sleep(100 * time.Millisecond) // lets the poll start waiting first; either order must work
-	d2, err := hub.bus.Send(ctx, bus.Send{Ref: "bot@l1", Text: "second", Bytes: 6, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
+	d2, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("bot@l1"), Text: "second", Bytes: 6, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,14 +185,14 @@ func TestLeafMailboxRoutes(t *testing.T) {
 func TestLeafTargetsApplyBeforeStoring(t *testing.T) {
 	hub, _, _, _ := hubWithLeaves(t, `, "targets": ["svc:bot"]`)
 	ctx := context.Background()
-	_, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:other@l1", Text: "no", Bytes: 2, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
+	_, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:other@l1"), Text: "no", Bytes: 2, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
 	if e := bus.AsError(err); e.Code != ledger.OpDenied {
 		t.Errorf("send to a target outside l1's targets = %v, want 403 op_denied", err)
 	}
 	if got, n := hub.mailbox("l1"), hub.messages(); got != 0 || n != 0 {
 		t.Errorf("refused send stored %d mailbox rows, %d messages", got, n)
 	}
-	if _, err := hub.bus.Send(ctx, bus.Send{Ref: "bot@l1", Text: "yes", Bytes: 3, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"}); err != nil {
+	if _, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("bot@l1"), Text: "yes", Bytes: 3, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"}); err != nil {
 		t.Errorf("send to an allowed target: %v", err)
 	}
 }
@@ -206,7 +207,7 @@ func TestLeafMailOnlyForItsService(t *testing.T) {
 	l1.startLeaf("{" + peerEntry("hub", hub.addr(), hub.cert.Pin, "") + "}")
 	ctx := context.Background()
 	send := func(ref string) (bus.Delivery, error) {
-		return hub.bus.Send(ctx, bus.Send{Ref: ref, Text: "hi", Bytes: 2, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
+		return hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef(ref), Text: "hi", Bytes: 2, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
 	}
 	for _, ref := range []string{"claude:s-1@l1", "session:svc:bot@l1", "pi:x@l1", "codex:t@l1"} {
 		if _, err := send(ref); bus.AsError(err).Code != ledger.NotFound || !strings.Contains(bus.AsError(err).Detail, "serves one service") {
@@ -244,7 +245,7 @@ func TestPullLoop(t *testing.T) {
 	svc := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
 	sender := bus.Caller{Harness: "svc", SessionID: "svc:asker", Name: "asker"}
 
-	d, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:bot@l1", Text: "ping", Bytes: 4, FromName: "xmsg@hub · svc:asker",
+	d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: "ping", Bytes: 4, FromName: "xmsg@hub · svc:asker",
 		Principal: "session:svc:asker", Caller: &sender, PushReplies: true})
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +297,7 @@ func TestPullLoop(t *testing.T) {
 	// Locally acked, hub ack lost: a fresh loop finds the row on the hub again and acks it
 	// without a second local delivery.
 	stop()
-	d3, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:bot@l1", Text: "three", Bytes: 5, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
+	d3, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: "three", Bytes: 5, FromName: "xmsg@hub · carol", Principal: "http:x", From: "carol"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestPullLoop(t *testing.T) {
 	// is not pushed (the leaf pulls it), and the leaf's reply poll fetches it from the hub.
 	hubSvc := bus.Caller{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
 	id, _ := leaf.ParsePrincipal("svc:bot")
-	d4, err := l1.bus.Send(ctx, bus.Send{Ref: "svc:bot@hub", Text: "from the leaf", Bytes: 13, FromName: "xmsg@l1 · svc:bot", Principal: id.Principal, FedPrincipal: &id.Fed})
+	d4, err := l1.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@hub"), Text: "from the leaf", Bytes: 13, FromName: "xmsg@l1 · svc:bot", Principal: id.Principal, FedPrincipal: &id.Fed})
 	if err != nil || d4.Outcome.String() != "delivered" {
 		t.Fatalf("leaf send = %+v %v", d4, err)
 	}
@@ -342,7 +343,7 @@ func TestPullLoop(t *testing.T) {
 func TestLeafInboxRateBuckets(t *testing.T) {
 	hub, l1 := newNode(t, "hub"), newNode(t, "l1")
 	hub.start("{"+peerEntry("l1", "192.0.2.201:1", l1.cert.Pin, `, "leaf": true`)+"}", 2, 2)
-	d, err := hub.bus.Send(context.Background(), bus.Send{Ref: "bot@l1", Text: "x", Bytes: 1, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+	d, err := hub.bus.Send(context.Background(), bus.Send{To: envelope.ParseRef("bot@l1"), Text: "x", Bytes: 1, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/envelope"
 	inbox "github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/limits"
@@ -39,7 +40,7 @@ func TestLeafPullBatch(t *testing.T) {
 	const n = 300
 	var ids []string
 	for i := range n {
-		d, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:bot@l1", Text: fmt.Sprintf("m%d", i), Bytes: 4, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+		d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: fmt.Sprintf("m%d", i), Bytes: 4, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +88,7 @@ func TestLeafPullBatch(t *testing.T) {
 
 	// One row at a time (the protocol's routes), at the default rate too.
 	for i := range 100 {
-		if _, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:bot@l1", Text: fmt.Sprintf("o%d", i), Bytes: 4, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"}); err != nil {
+		if _, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: fmt.Sprintf("o%d", i), Bytes: 4, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,7 +169,7 @@ func TestLeafMailboxBound(t *testing.T) {
 	accepted := 0
 	var last error
 	for range 200 {
-		_, err := hub.bus.Send(context.Background(), bus.Send{Ref: "svc:bot@l1", Text: body, Bytes: len(body), FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+		_, err := hub.bus.Send(context.Background(), bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: body, Bytes: len(body), FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
 		if err != nil {
 			last = err
 			continue

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/fed/fedtest"
 	"github.com/xmsg/xmsg/internal/ledger"
 )
@@ -161,7 +162,7 @@ func TestPendingPoolEvictsIdle(t *testing.T) {
 	}
 	waitFor(t, "16 pending", func() bool { return b.pending() == 16 })
 	for i := range 3 {
-		if _, err := a.bus.Send(context.Background(), bus.Send{Ref: "svc:bot@b", Text: "x", Principal: "p", From: "c"}); err != nil {
+		if _, err := a.bus.Send(context.Background(), bus.Send{To: envelope.ParseRef("svc:bot@b"), Text: "x", Principal: "p", From: "c"}); err != nil {
 			t.Fatalf("send %d with the pending pool full of silent connections: %v", i, err)
 		}
 		a.n.transport.CloseIdleConnections() // each send a fresh connection
@@ -478,7 +479,7 @@ func TestHandshakeErrorKinds(t *testing.T) {
 	}()
 	a := newNode(t, "a")
 	a.start("{" + peerEntry("b", ln.Addr().String(), a.cert.Pin, `, "allow": ["send"]`) + "}")
-	_, err = a.bus.Send(context.Background(), bus.Send{Ref: "svc:bot@b", Text: "x", Principal: "p", From: "c"})
+	_, err = a.bus.Send(context.Background(), bus.Send{To: envelope.ParseRef("svc:bot@b"), Text: "x", Principal: "p", From: "c"})
 	if e := bus.AsError(err); e.Code != ledger.PeerUnreachable {
 		t.Errorf("send to a peer that closes in the handshake: %v, want peer_unreachable", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/principal"
 )
@@ -325,7 +326,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// 4. no multi-hop forwarding
-	if strings.Contains(e.To.Ref, "@") {
+	if envelope.ParseRef(e.To.Ref).NamesHost() {
 		writeError(w, apiError(ledger.NoForward, "federated ref '%s' names another host; forwarding is not allowed", e.To.Ref))
 		return
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/fed/fedtest"
 	inbox "github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/ledger"
@@ -167,7 +168,7 @@ func TestSendAndReplyAcrossNodes(t *testing.T) {
 	ctx := context.Background()
 	// An attested sender on a (a registered service, standing in for any caller).
 	caller := bus.Caller{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
-	d, err := a.bus.Send(ctx, bus.Send{Ref: "svc:bot@b", Text: "ping", Bytes: 4, FromName: "xmsg@a · svc:bot", Principal: "session:svc:bot",
+	d, err := a.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@b"), Text: "ping", Bytes: 4, FromName: "xmsg@a · svc:bot", Principal: "session:svc:bot",
 		Caller: &caller, PushReplies: true})
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +209,7 @@ func TestSendAndReplyAcrossNodes(t *testing.T) {
 	if _, err := a.bus.RemoteSessions(ctx, "nobody"); bus.AsError(err).Code != ledger.NotFound {
 		t.Errorf("unknown peer list: %v", err)
 	}
-	if _, err := a.bus.Send(ctx, bus.Send{Ref: "x@nobody", Text: "t", Principal: "p"}); bus.AsError(err).Code != ledger.UnknownPeer {
+	if _, err := a.bus.Send(ctx, bus.Send{To: envelope.ParseRef("x@nobody"), Text: "t", Principal: "p"}); bus.AsError(err).Code != ledger.UnknownPeer {
 		t.Errorf("unknown peer send: %v", err)
 	}
 }
@@ -216,7 +217,7 @@ func TestSendAndReplyAcrossNodes(t *testing.T) {
 func TestAnonymousRemoteSendPollsThePeer(t *testing.T) {
 	a, b := pair(t, "")
 	ctx := context.Background()
-	d, err := a.bus.Send(ctx, bus.Send{Ref: "svc:bot@b", Text: "ping", Bytes: 4, FromName: "xmsg@a · carol", Principal: "http:x", From: "carol"})
+	d, err := a.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@b"), Text: "ping", Bytes: 4, FromName: "xmsg@a · carol", Principal: "http:x", From: "carol"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +374,7 @@ func TestSourceCheckEveryRequest(t *testing.T) {
 		}
 	}
 	// The same refusal reaches a sender on a as its own error code.
-	_, err := a.bus.Send(context.Background(), bus.Send{Ref: "svc:bot@b", Text: "x", Principal: "p", From: "x"})
+	_, err := a.bus.Send(context.Background(), bus.Send{To: envelope.ParseRef("svc:bot@b"), Text: "x", Principal: "p", From: "x"})
 	if e := bus.AsError(err); e.Code != ledger.PeerRejected {
 		t.Errorf("send from a: %v", err)
 	}
@@ -389,7 +390,7 @@ func TestRotatedCertificate(t *testing.T) {
 	a, b := pair(t, "")
 	ctx := context.Background()
 	send := func() error {
-		_, err := a.bus.Send(ctx, bus.Send{Ref: "svc:bot@b", Text: "x", Principal: "p", From: "x"})
+		_, err := a.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@b"), Text: "x", Principal: "p", From: "x"})
 		return err
 	}
 	if err := send(); err != nil {
@@ -455,11 +456,11 @@ func TestLeafMailbox(t *testing.T) {
 	hub.start("{" + peerEntry("leaf", leaf.addr(), leaf.cert.Pin, `, "leaf": true, "targets": ["svc:matrix"]`) + "," +
 		peerEntry("other", other.addr(), other.cert.Pin, `, "leaf": true`) + "}")
 	ctx := context.Background()
-	d, err := hub.bus.Send(ctx, bus.Send{Ref: "matrix@leaf", Text: "for the leaf", Bytes: 12, FromName: "xmsg@hub · carol", Principal: "http:c", From: "carol"})
+	d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("matrix@leaf"), Text: "for the leaf", Bytes: 12, FromName: "xmsg@hub · carol", Principal: "http:c", From: "carol"})
 	if err != nil || d.Outcome.String() != "queued" || d.SessionID != "matrix" {
 		t.Fatalf("send to leaf: %+v %v", d, err)
 	}
-	if _, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:bot@leaf", Text: "x", Principal: "p", From: "c"}); bus.AsError(err).Code != ledger.OpDenied {
+	if _, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@leaf"), Text: "x", Principal: "p", From: "c"}); bus.AsError(err).Code != ledger.OpDenied {
 		t.Errorf("target outside the leaf's targets: %v", err)
 	}
 	c := rawClient(leaf.cert)
@@ -491,7 +492,7 @@ func TestLeafMailbox(t *testing.T) {
 	got := make(chan []byte, 1)
 	go func() { _, body := get(t, c, hub.addr(), "/fed/v2/inbox?wait=20"); got <- body }()
 	time.Sleep(50 * time.Millisecond)
-	d2, err := hub.bus.Send(ctx, bus.Send{Ref: "svc:matrix@leaf", Text: "second", Principal: "p", From: "c"})
+	d2, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:matrix@leaf"), Text: "second", Principal: "p", From: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/envelope"
 )
 
 func BenchmarkBreakdownBusSend(b *testing.B) {
@@ -16,7 +17,7 @@ func BenchmarkBreakdownBusSend(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		if _, err := e.b.Send(context.Background(), bus.Send{Ref: e.id, Text: "hello", FromName: "x", Principal: "p"}); err != nil {
+		if _, err := e.b.Send(context.Background(), bus.Send{To: envelope.ParseRef(e.id), Text: "hello", FromName: "x", Principal: "p"}); err != nil {
 			b.Fatal(err)
 		}
 		lat.add(time.Since(t0))

@@ -158,7 +158,7 @@ func (h *handler) via(actor string) ledger.Via {
 func (h *handler) sendAudited(ctx context.Context, w http.ResponseWriter, actor string, s bus.Send) (bus.Delivery, error) {
 	after := afterAnswer(w)
 	d, err := h.cfg.Bus.Send(bus.WithAfter(ctx, after), s)
-	after(func() { h.cfg.Bus.Events().Request(h.via(actor), ledger.Sent, "send", s.Ref, d.Result(), err) })
+	after(func() { h.cfg.Bus.Events().Request(h.via(actor), ledger.Sent, "send", s.To.String(), d.Result(), err) })
 	return d, err
 }
 
@@ -317,11 +317,12 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &bus.Error{Code: ledger.BadRequest, Detail: "text must not be empty"})
 		return
 	}
+	to := envelope.ParseRef(r.PathValue("ref")) // the one parse of the ref: every layer takes it as it is
 	if l := h.cfg.Leaf; l != nil {
 		// Leaf mode (docs/protocol.md §7.5): every send is the leaf principal's; `from` is ignored.
 		from := "xmsg@" + h.cfg.Bus.Host() + " \u00b7 " + l.Principal
 		d, err := h.sendAudited(hangupContext(w, r), w, l.Principal, bus.Send{
-			Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from, Principal: l.Principal,
+			To: to, Text: req.Text, Bytes: len(body), FromName: from, Principal: l.Principal,
 			Key: req.IdempotencyKey, FedPrincipal: &l.Fed, From: l.Fed.From,
 		})
 		if err != nil {
@@ -339,12 +340,12 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 	}
 	from := envelope.AnonymousBadge(h.cfg.Bus.Host(), clean)
 	ctx := r.Context()
-	if _, _, remote := envelope.SplitRemote(r.PathValue("ref")); remote {
+	if to.Remote() {
 		// A send to a peer waits on the network: a client that hangs up cancels it.
 		ctx = hangupContext(w, r)
 	}
 	d, err := h.sendAudited(ctx, w, "anon:"+clean, bus.Send{
-		Ref: r.PathValue("ref"), Text: req.Text, Bytes: len(body), FromName: from,
+		To: to, Text: req.Text, Bytes: len(body), FromName: from,
 		Principal: "http:" + from, Key: req.IdempotencyKey, From: clean,
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/daemontest"
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -25,7 +26,7 @@ func BenchmarkPollAck(b *testing.B) {
 	text := string(bytes.Repeat([]byte("x"), 200))
 	fill := func(n int) {
 		for range n {
-			if _, err := e.Bus.Send(context.Background(), bus.Send{Ref: "svc:bot", Text: text, Bytes: len(text), FromName: "bench",
+			if _, err := e.Bus.Send(context.Background(), bus.Send{To: envelope.ParseRef("svc:bot"), Text: text, Bytes: len(text), FromName: "bench",
 				Principal: "http:bench"}); err != nil {
 				b.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/daemontest"
+	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/registersock"
 )
 
@@ -32,7 +33,7 @@ func newEnv(t *testing.T, opt daemontest.Options) *daemontest.Env {
 // anonSend queues a message for ref as an anonymous HTTP sender would.
 func anonSend(t *testing.T, e *daemontest.Env, ref, text string) string {
 	t.Helper()
-	d, err := e.Bus.Send(context.Background(), bus.Send{Ref: ref, Text: text, Bytes: len(text), FromName: "xmsg@testhost · tester",
+	d, err := e.Bus.Send(context.Background(), bus.Send{To: envelope.ParseRef(ref), Text: text, Bytes: len(text), FromName: "xmsg@testhost · tester",
 		Principal: "http:tester"})
 	if err != nil {
 		t.Fatalf("send to %s: %v", ref, err)
