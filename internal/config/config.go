@@ -315,6 +315,25 @@ var options = []option{
 		}},
 }
 
+// Flag is one flag of the table, as the CLI's completion and man page show it.
+type Flag struct {
+	Name, Env, Default, Usage string
+	Boolean                   bool
+}
+
+// Flags is the table: every flag of `xmsg serve`, in its order.
+func Flags() []Flag {
+	out := make([]Flag, 0, len(options))
+	for _, o := range options {
+		def := o.def
+		if def == "" {
+			def = o.doc
+		}
+		out = append(out, Flag{Name: o.name, Env: o.env, Default: def, Usage: o.usage, Boolean: o.boolean})
+	}
+	return out
+}
+
 // Usage writes the help text: every flag with its environment variable and default.
 func Usage(w io.Writer) {
 	fmt.Fprint(w, "usage: xmsg serve [flags]\n\nRuns the bus. Every flag falls back to its environment variable, then its default.\n\n")
