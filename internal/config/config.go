@@ -160,7 +160,7 @@ var options = []option{
 	{name: "host-label", env: "XMSG_HOST_LABEL", doc: "the hostname", usage: "host label in sender badges and id@host refs",
 		set: str(func(c *Config) *string { return &c.HostLabel })},
 	{name: "sessions-dir", env: "XMSG_SESSIONS_DIR", def: "~/.claude/sessions", usage: "Claude session directory (repeatable, ':'-separated lists; XMSG_SESSIONS_DIRS is read too)", list: true},
-	{name: "max-body", env: "XMSG_MAX_BODY", def: strconv.Itoa(limits.MaxBody), usage: "maximum message body in bytes",
+	{name: "max-body", env: "XMSG_MAX_BODY", def: strconv.Itoa(limits.MaxBody), usage: "maximum message text in bytes (an HTTP request may be up to 6x this + 4096: the text JSON-escaped)",
 		set: integer("max-body", 1, func(c *Config) *int { return &c.MaxBody })},
 	{name: "db-path", env: "XMSG_DB_PATH", doc: "$STATE_DIRECTORY/xmsg.db, else $XDG_STATE_HOME/xmsg/xmsg.db, else ~/.local/state/xmsg/xmsg.db", usage: "bbolt database file",
 		set: str(func(c *Config) *string { return &c.DBPath })},
