@@ -94,6 +94,30 @@ func TestCommandTable(t *testing.T) {
 			}
 		})
 	}
+	// The scripts and the page work in the real programs, where they are installed.
+	if bashPath, err := exec.LookPath("bash"); err == nil {
+		script := bash.String() + `
+COMP_WORDS=(xmsg se); COMP_CWORD=1; _xmsg; echo "${COMPREPLY[*]}"
+COMP_WORDS=(xmsg send --idem); COMP_CWORD=2; _xmsg; echo "${COMPREPLY[*]}"
+COMP_WORDS=(xmsg help rep); COMP_CWORD=2; _xmsg; echo "${COMPREPLY[*]}"
+`
+		out, err := exec.Command(bashPath, "-c", script).CombinedOutput()
+		if want := "serve send\n--idempotency-key\nreply replies\n"; err != nil || string(out) != want {
+			t.Errorf("bash completion: %v %q, want %q", err, out, want)
+		}
+	}
+	if zshPath, err := exec.LookPath("zsh"); err == nil {
+		if out, err := exec.Command(zshPath, "-n", "-c", zsh.String()).CombinedOutput(); err != nil {
+			t.Errorf("zsh completion does not parse: %v %s", err, out)
+		}
+	}
+	if groff, err := exec.LookPath("groff"); err == nil {
+		cmd := exec.Command(groff, "-man", "-Tutf8", "-ww", "-z")
+		cmd.Stdin = &man
+		if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+			t.Errorf("groff warns about the man page: %v\n%s", err, out)
+		}
+	}
 	// Usage errors: exit 2, one line naming the fix.
 	for _, args := range [][]string{{"send", "--bogus"}, {"help", "nosuch"}, {"nosuch"}, {"completion", "fish"}, {"list", "extra"}} {
 		err := run(args, strings.NewReader(""), io.Discard, io.Discard)
@@ -178,9 +202,15 @@ func nextLine(t *testing.T, lines <-chan string) string {
 // when bob's socket sorts first), replies numbering by seq (red: "#2" on a second message).
 func TestListenSendReply(t *testing.T) {
 	d := newDaemon(t)
-	_, alice, aliceID := startListen(t, d, "alice", "--json")
-	startListen(t, d, "bob")
-	out, stderr, code := cliRun(t, d.env, "", "send", "alice", "build is green")
+	// The recipient is the listen whose reply socket sorts last, so that reply asks the other
+	// one first and must go on past its not_recipient.
+	_, aliceLines, aliceID := startListen(t, d, "alice", "--json")
+	_, bobLines, bobID := startListen(t, d, "bob", "--json")
+	name, alice, aliceID := "alice", aliceLines, aliceID
+	if bobID > aliceID {
+		name, alice, aliceID = "bob", bobLines, bobID
+	}
+	out, stderr, code := cliRun(t, d.env, "", "send", name, "build is green")
 	if code != 0 {
 		t.Fatalf("send: %d %s", code, stderr)
 	}
@@ -194,22 +224,22 @@ func TestListenSendReply(t *testing.T) {
 		t.Fatalf("reply: %d %q %q", code, out, stderr)
 	}
 	out, _, code = cliRun(t, d.env, "", "replies", id)
-	if want := "#1 alice (" + aliceID + "): on it\n"; code != 0 || out != want {
+	if want := "#1 " + name + " (" + aliceID + "): on it\n"; code != 0 || out != want {
 		t.Errorf("replies: %d %q, want %q", code, out, want)
 	}
 	// A second message: its first reply is #1 too.
-	out, _, _ = cliRun(t, d.env, "", "send", "alice", "second")
+	out, _, _ = cliRun(t, d.env, "", "send", name, "second")
 	id2 := strings.TrimSpace(out)
 	nextLine(t, alice)
 	cliRun(t, d.env, "", "reply", id2, "again")
-	if out, _, _ := cliRun(t, d.env, "", "replies", id2); !strings.HasPrefix(out, "#1 alice") {
+	if out, _, _ := cliRun(t, d.env, "", "replies", id2); !strings.HasPrefix(out, "#1 "+name) {
 		t.Errorf("replies to the second message: %q, want #1", out)
 	}
 	// Nobody received this id: refused, named.
 	if _, stderr, code := cliRun(t, d.env, "", "reply", "0190aaaa-0000-7000-8000-000000000000", "x"); code != exitRefused {
 		t.Errorf("reply to an unknown message: %d %q, want %d", code, stderr, exitRefused)
 	}
-	if out, _, _ := cliRun(t, d.env, "", "list"); !strings.Contains(out, "cli") || !strings.Contains(out, "alice") {
+	if out, _, _ := cliRun(t, d.env, "", "list"); !strings.Contains(out, "cli") || !strings.Contains(out, "alice") || !strings.Contains(out, "bob") {
 		t.Errorf("list does not show the listen session:\n%s", out)
 	}
 }
@@ -271,6 +301,10 @@ func TestSendChecks(t *testing.T) {
 	}
 	if _, stderr, _ := cliRun(t, d.env, "", "send", "a\x1b[31mred", "hi"); !strings.Contains(stderr, `\x1b`) {
 		t.Errorf("the target is not shown escaped: %q", stderr)
+	}
+	// A flag the user typed with a control character in it comes back escaped too.
+	if _, stderr, code := cliRun(t, d.env, "", "send", "dave", "hi", "--\x1b[31m"); code != exitUsage || strings.ContainsRune(stderr, 0x1b) || !strings.Contains(stderr, `\x1b`) {
+		t.Errorf("a flag with an escape: %d %q, want it escaped", code, stderr)
 	}
 	if out, stderr, code := cliRun(t, d.env, "", "send", "dave", "--", "-5 degrees"); code != 0 {
 		t.Errorf("send -- -TEXT: %d %q %q", code, out, stderr)

@@ -52,7 +52,7 @@ func init() {
 			raw: func(args []string, s stdio) error { return serve(args, s.out) }},
 		{name: "listen", args: "NAME", summary: "be a session named NAME: print each message as it arrives, reply to it",
 			about: listenAbout, flags: listenFlags},
-		{name: "reply", args: "MESSAGE_ID TEXT", summary: "reply to a message an `xmsg listen` of yours received (TEXT \"-\" reads stdin)",
+		{name: "reply", args: "MESSAGE_ID TEXT", summary: "reply to a message that an xmsg listen of yours received (TEXT \"-\" reads stdin)",
 			about: replyAbout, flags: replyFlags},
 		{name: "list", summary: "list live sessions", flags: listFlags},
 		{name: "send", args: "REF TEXT", summary: "send a message to a session by id, pid or name (TEXT \"-\" reads stdin)",
@@ -215,6 +215,14 @@ func (c *command) flagDocs() []flagDoc {
 	fs.VisitAll(func(f *flag.Flag) {
 		arg, usage := flag.UnquoteUsage(f)
 		bf, ok := f.Value.(interface{ IsBoolFlag() bool })
+		switch arg {
+		case "string", "value":
+			arg = "VALUE"
+		case "int", "uint":
+			arg = "N"
+		default:
+			arg = strings.ToUpper(arg)
+		}
 		d := flagDoc{name: f.Name, arg: arg, usage: usage, def: f.DefValue, boolean: ok && bf.IsBoolFlag()}
 		if d.boolean {
 			d.arg = ""
@@ -228,7 +236,7 @@ func (d flagDoc) defaultText() string {
 	switch {
 	case d.def == "" || (d.boolean && d.def == "false"):
 		return ""
-	case d.arg == "string" || strings.ContainsAny(d.def, " \t"):
+	case strings.ContainsAny(d.def, " \t"):
 		return fmt.Sprintf(" (default %q)", d.def)
 	}
 	return " (default " + d.def + ")"
@@ -253,7 +261,7 @@ func (c *command) writeHelp(w io.Writer) {
 		if d.arg != "" {
 			head += " " + d.arg
 		}
-		fmt.Fprintf(w, "  %-24s %s%s\n", head, d.usage, d.defaultText())
+		fmt.Fprintf(w, "  %-26s %s%s\n", head, d.usage, d.defaultText())
 	}
 }
 
@@ -436,9 +444,21 @@ func manFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 	}
 }
 
-// roff escapes s for a man page line: backslashes, dashes, and a leading dot or quote.
+// roff escapes s for a man page line: backslashes, dashes, a leading dot or quote, and every
+// character beyond ASCII as a groff Unicode escape.
 func roff(s string) string {
 	s = strings.NewReplacer(`\`, `\e`, "-", `\-`).Replace(s)
+	if strings.IndexFunc(s, func(r rune) bool { return r > 0x7e }) >= 0 {
+		var b strings.Builder
+		for _, r := range s {
+			if r > 0x7e {
+				fmt.Fprintf(&b, `\[u%04X]`, r)
+				continue
+			}
+			b.WriteRune(r)
+		}
+		s = b.String()
+	}
 	if strings.HasPrefix(s, ".") || strings.HasPrefix(s, "'") {
 		s = `\&` + s
 	}
