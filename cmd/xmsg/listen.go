@@ -35,7 +35,7 @@ session lasts as long as the command; interrupt it to end it.
 
 const replyAbout = `The reply goes through the xmsg listen that received the message (the bus takes replies only
 from the recipient, and attests it by process): any xmsg listen of yours on this bus passes it
-on. Prints the reply's seq (xmsg replies MESSAGE_ID shows it too).
+on. xmsg replies MESSAGE_ID shows the replies.
 `
 
 // listenPoll is how long one poll of the register connection waits (the bus caps it at 60 s).
@@ -133,12 +133,14 @@ func (l *listener) run(ctx context.Context, cwd string) error {
 		return exitError{exitRefused, fmt.Errorf("%s: %s", ans.Error, ans.Detail)}
 	}
 	l.id = ans.SessionID
-	relay, err := activation.Bind(filepath.Join(relayDir(l.reg), l.id+".sock"))
-	if err != nil {
-		return exitError{exitFailure, fmt.Errorf("reply socket: %v", err)}
+	// Without its reply socket (a path too long for a socket, say) the session still works:
+	// it prints, and --reply answers; only `xmsg reply` cannot reach it, which is said.
+	if relay, err := activation.Bind(filepath.Join(relayDir(l.reg), l.id+".sock")); err != nil {
+		fmt.Fprintf(l.s.err, "xmsg: no reply socket, so xmsg reply cannot answer through this listen: %v\n", err)
+	} else {
+		defer relay.Close()
+		go l.serveRelay(relay)
 	}
-	defer relay.Close()
-	go l.serveRelay(relay)
 	go func() { <-ctx.Done(); c.Close() }()
 	how := "xmsg reply MESSAGE_ID TEXT"
 	if l.replyCmd != "" {
@@ -242,7 +244,7 @@ func (l *listener) answer(ctx context.Context, d delivered) {
 		fmt.Fprintf(l.s.err, "xmsg: reply to %s: %s: %s\n", d.MessageID, ans.Error, escapeControl(ans.Detail))
 		return
 	}
-	fmt.Fprintf(l.s.err, "xmsg: replied to %s (#%d)\n", d.MessageID, ans.Seq)
+	fmt.Fprintf(l.s.err, "xmsg: replied to %s\n", d.MessageID)
 }
 
 // replyAnswer is agent.sock's answer to a reply frame (docs/protocol.md §4.1).
@@ -250,7 +252,8 @@ type replyAnswer struct {
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
 	Detail string `json:"detail,omitempty"`
-	Seq    uint64 `json:"seq,omitempty"`
+	// Reply is the stored reply (docs/protocol.md §4.1), kept as the bus wrote it for --json.
+	Reply json.RawMessage `json:"reply,omitempty"`
 }
 
 // reply sends a reply as this session: from this process, which the bus attests (by its pid
@@ -348,7 +351,7 @@ func replyFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 		if *asJSON {
 			return printJSON(s.out, ans)
 		}
-		fmt.Fprintf(s.out, "replied to %s (#%d)\n", id, ans.Seq)
+		fmt.Fprintf(s.out, "replied to %s\n", id)
 		return nil
 	}
 }
