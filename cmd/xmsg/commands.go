@@ -63,7 +63,7 @@ func init() {
 			about: doctorAbout, flags: doctorFlags},
 		{name: "health", summary: "exit 0 when the running daemon answers /healthz with 200 (a container probe)",
 			flags: healthFlags},
-		{name: "mcp", summary: "MCP bridge on stdin/stdout for an agent session", about: mcpAbout, flags: mcpFlags},
+		{name: "mcp", summary: "MCP bridge on stdin/stdout for an agent session", about: mcpAbout, flags: mcpFlags, stop: true},
 		{name: "register", args: "agy", summary: "the Antigravity hook helper: register the conversation's credentials",
 			about: registerAbout, flags: registerFlags},
 		{name: "exec", args: "-- CMD [ARGS...]", summary: "run CMD with a custody secret as a descriptor, never as text",

@@ -24,10 +24,9 @@ func mcpFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 	replyOnly := fs.Bool("reply-only", replyOnlyEnv, "offer only the reply tool (env XMSG_REPLY_ONLY)")
 	fs.String("sessions-dir", "", "accepted for compatibility; the bus discovers sessions")
 	fs.String("xmsg-url", "", "accepted for compatibility; the bridge uses the sockets")
-	return func(pos []string) error {
-		if len(pos) > 0 {
-			return usageError{"mcp takes no arguments"}
-		}
+	// Arguments after the flags are ignored, as they always were: agents' configurations
+	// written for the original bridge keep starting it.
+	return func([]string) error {
 		httpSock, err := sockPath("http", *httpFlag)
 		if err != nil {
 			return fmt.Errorf("mcp: %w", err)
