@@ -192,14 +192,21 @@ func readText(text string, stdin io.Reader) (string, error) {
 	return string(raw), nil
 }
 
+// refHint says what a positional argument is, for its usage error.
+var refHint = map[string]string{
+	"REF":        ": a session id, pid or name (xmsg list shows them)",
+	"MESSAGE_ID": ": the id xmsg send printed",
+	"NAME":       ": the name others send to",
+}
+
 // checkRef refuses a target the bus could only answer with a confusing error: empty, or
 // holding control characters (which a terminal would also interpret when it is echoed).
 func checkRef(what, ref string) error {
 	switch {
 	case strings.TrimSpace(ref) == "":
-		return usageError{what + " must not be empty: a session id, pid or name (xmsg list shows them)"}
+		return usageError{what + " must not be empty" + refHint[what]}
 	case strings.IndexFunc(ref, isControl) >= 0:
-		return usageError{fmt.Sprintf("%s %s holds control characters: a session id, pid or name has none", what, quoteIfOdd(ref))}
+		return usageError{fmt.Sprintf("%s %s holds control characters, which no %s has", what, quoteIfOdd(ref), strings.ToLower(strings.ReplaceAll(what, "_", " ")))}
 	}
 	return nil
 }
@@ -329,6 +336,10 @@ func repliesFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 		}
 		if *asJSON {
 			return printJSON(s.out, replies)
+		}
+		if len(replies) == 0 {
+			fmt.Fprintf(s.err, "xmsg: no replies to %s yet (--wait S waits for one)\n", id)
+			return nil
 		}
 		// Numbers count from 1 per message: with --after, the ones before are counted too.
 		number := map[any]int{}
