@@ -250,7 +250,7 @@ var options = []option{
 		set: integer("register-max-pending", 1, func(c *Config) *int { return &c.Limits.RegisterMaxPending })},
 	{name: "register-max-per-pid", env: "XMSG_REGISTER_MAX_PER_PID", def: strconv.Itoa(limits.RegisterMaxPerPID), usage: "register.sock registrations one process may hold",
 		set: integer("register-max-per-pid", 1, func(c *Config) *int { return &c.Limits.RegisterMaxPerPID })},
-	{name: "register-max-uid-only", env: "XMSG_REGISTER_MAX_UID_ONLY", def: strconv.Itoa(limits.RegisterMaxUIDOnly), usage: "register.sock uid-only registrations (pi, opencode, hermes) at once",
+	{name: "register-max-uid-only", env: "XMSG_REGISTER_MAX_UID_ONLY", def: strconv.Itoa(limits.RegisterMaxUIDOnly), usage: "register.sock uid-only registrations (pi, opencode, hermes, cli) at once",
 		set: integer("register-max-uid-only", 1, func(c *Config) *int { return &c.Limits.RegisterMaxUIDOnly })},
 	{name: "register-first-frame-timeout", env: "XMSG_REGISTER_FIRST_FRAME_TIMEOUT", def: limits.RegisterFirstFrameTimeout.String(), usage: "register.sock first frame deadline, from the connect",
 		set: duration("register-first-frame-timeout", func(c *Config) *time.Duration { return &c.Limits.RegisterFirstFrameTimeout })},
