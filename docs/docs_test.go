@@ -13,6 +13,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bench"
 	"github.com/xmsg/xmsg/internal/config"
+	"github.com/xmsg/xmsg/internal/mcp"
 )
 
 // root is the repository root: this package is docs/.
@@ -230,6 +231,10 @@ func TestReadme(t *testing.T) {
 	}
 	if want := []string{"go run ./cmd/xmsg serve", "go test ./..."}; !slices.Equal(cmds, want) {
 		t.Errorf("README.md's first commands: got %q, want %q (the bus with no config, and the tests)", cmds, want)
+	}
+	// The MCP bridge's tools as the README names them are the ones tools/list gives.
+	if m := regexp.MustCompile(`xmsg mcp .*\(tools: ([a-z, ]+)\)`).FindStringSubmatch(s); m == nil || m[1] != strings.Join(mcp.ToolNames(), ", ") {
+		t.Errorf("README.md's xmsg mcp line names the tools %q; the bridge has %q", m, mcp.ToolNames())
 	}
 	docs, _ := filepath.Glob("*.md")
 	for _, d := range docs {

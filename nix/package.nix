@@ -20,7 +20,7 @@ buildGo126Module {
   ldflags = [
     "-s"
     "-w"
-    "-X main.version=${source.version}"
+    "-X github.com/xmsg/xmsg/internal/version.stamped=${source.version}"
   ];
 
   # buildGoModule limits `go test` to subPackages; the whole module is tested instead.

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -12,9 +11,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bench"
 )
 
-const benchUsage = `usage: xmsg bench [flags]
-
-Measures xmsg end to end: by default it starts a daemon of its own on temporary paths (in its
+const benchAbout = `Measures xmsg end to end: by default it starts a daemon of its own on temporary paths (in its
 own process), real child processes as Claude sessions and services, and clients on the real
 sockets. Every latency comes with the same run's fsync and bbolt-commit baselines and the
 ratio to them; a latency path's baselines are taken between its own sends (in ten slices),
@@ -31,14 +28,9 @@ with like. Daemon CPU per operation is reported only for a daemon of its own.
 With --leaf it measures the leaf path instead: a hub and a leaf daemon of its own (pinned mTLS
 on loopback, default limits), senders on the hub's http.sock, one service draining on the
 leaf's register socket, against the same service draining on the hub in the same run.
-
-flags:
 `
 
-func benchCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
+func benchFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 	var o bench.Options
 	fs.StringVar(&o.Sock, "sock", "", "http.sock of a running daemon (default: start one on temporary paths)")
 	fs.StringVar(&o.AgentSock, "agent-sock", "", "with --sock: its agent.sock (default: next to --sock)")
@@ -54,21 +46,21 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	leafPath := fs.Bool("leaf", false, "measure hub -> leaf -> service (two daemons of its own) instead")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	quiet := fs.Bool("quiet", false, "no progress line")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil
+	return func(pos []string) error {
+		if len(pos) > 0 {
+			return usageError{"bench takes no arguments"}
 		}
-		return usageError{err.Error()}
+		return runBench(o, *leafPath, *asJSON, *quiet, s.out, s.err)
 	}
-	if fs.NArg() > 0 {
-		return usageError{"bench takes no arguments"}
-	}
+}
+
+func runBench(o bench.Options, leafPath, asJSON, quiet bool, stdout, stderr io.Writer) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	o.Self, o.Env = self, os.Environ()
-	if !*quiet {
+	if !quiet {
 		o.Progress = stderr
 	}
 	interrupt := make(chan os.Signal, 1)
@@ -76,14 +68,14 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	defer signal.Stop(interrupt)
 	o.Interrupt = interrupt
 	run := bench.RunBench
-	if *leafPath {
+	if leafPath {
 		run = bench.RunLeaf
 	}
 	res, err := run(o)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -31,54 +32,42 @@ type credentialWant struct {
 // execs CMD with ENVVAR=/proc/self/fd/N. The value never passes through argv, the
 // environment, a file or the service's memory; the descriptor is not close-on-exec for CMD
 // only (it is CMD's to pass on or not).
-func execCmd(args []string) error {
+func execCmd(args []string) error { return lookup("exec").run(args, stdio{}) }
+
+const execAbout = `Run by (or below) a registered service: asks agent.sock for each secret (attested to that
+service, under its custody policy), places each descriptor at --fd, then the next numbers, and
+execs CMD with ENVVAR=/proc/self/fd/N (ENVVAR defaults to NAME in capitals with _FILE). The
+value never passes through argv, the environment or a file (docs/protocol.md §4.4).
+`
+
+func execFlags(fs *flag.FlagSet, _ stdio) func([]string) error {
 	var wants []credentialWant
-	first := 3
-	sock := ""
-	i := 0
-	for ; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			i++
-			break
+	fs.Func("credential", "NAME[=ENVVAR]: a custody secret to pass as a descriptor (repeat for more)", func(val string) error {
+		name, env, ok := strings.Cut(val, "=")
+		if !ok {
+			env = defaultCredentialEnv(name)
 		}
-		flagName, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") {
+		if !custody.ValidName(name) || !validEnvName(env) {
+			return fmt.Errorf("want NAME[=ENVVAR]")
+		}
+		wants = append(wants, credentialWant{name: name, env: env})
+		return nil
+	})
+	first := fs.Int("fd", 3, "the descriptor number of the first secret (3 to 1000)")
+	sock := fs.String("agent-sock", "", "the bus's agent.sock (env XMSG_AGENT_SOCK)")
+	return func(argv []string) error {
+		if *first < 3 || *first > 1000 {
+			return usageError{"xmsg exec: --fd wants a number from 3 to 1000 (0, 1 and 2 are stdio)"}
+		}
+		if len(wants) == 0 || len(argv) == 0 {
 			return usageError{execUsage}
 		}
-		if !hasVal {
-			if i+1 >= len(args) {
-				return usageError{execUsage}
-			}
-			i++
-			val = args[i]
-		}
-		switch flagName {
-		case "credential":
-			name, env, ok := strings.Cut(val, "=")
-			if !ok {
-				env = defaultCredentialEnv(name)
-			}
-			if !custody.ValidName(name) || !validEnvName(env) {
-				return usageError{fmt.Sprintf("xmsg exec: --credential %q: want NAME[=ENVVAR]", val)}
-			}
-			wants = append(wants, credentialWant{name: name, env: env})
-		case "fd":
-			n, err := strconv.Atoi(val)
-			if err != nil || n < 3 || n > 1000 {
-				return usageError{"xmsg exec: --fd wants a number from 3 to 1000 (0, 1 and 2 are stdio)"}
-			}
-			first = n
-		case "agent-sock":
-			sock = val
-		default:
-			return usageError{execUsage}
-		}
+		return execWith(wants, *first, *sock, argv)
 	}
-	argv := args[i:]
-	if len(wants) == 0 || len(argv) == 0 {
-		return usageError{execUsage}
-	}
+}
+
+// execWith runs argv with wants as descriptors from first on.
+func execWith(wants []credentialWant, first int, sock string, argv []string) error {
 	for k := range wants {
 		wants[k].fd = first + k
 	}

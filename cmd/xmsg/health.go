@@ -2,30 +2,32 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
-	"io"
 	"os"
 )
 
-// healthCmd asks the running daemon's /healthz and exits 0 only when it answers 200: the exec
+// healthFlags: health asks the running daemon's /healthz and exits 0 only when it answers 200: the exec
 // probe a kubelet runs in a container without a shell (deploy/kubernetes), and a check for
 // scripts. It prints the answer (one JSON line); unreachable is exit 1, an unhealthy answer 4.
-func healthCmd(args []string, stdout io.Writer) error {
-	fs, sock, _ := clientFlags("health")
+func healthFlags(fs *flag.FlagSet, s stdio) func([]string) error {
+	sock := fs.String("http-sock", "", "the bus's http.sock (env XMSG_HTTP_SOCK; default $XDG_RUNTIME_DIR/xmsg/http.sock)")
 	tcpURL := fs.String("url", "", "ask the daemon on this TCP listener instead of http.sock (env XMSG_URL)")
-	if _, err := parseInterleaved(fs, args); err != nil {
-		return err
+	return func(pos []string) error {
+		if len(pos) > 0 {
+			return usageError{"health takes no arguments"}
+		}
+		c, err := runningClient(*tcpURL, *sock)
+		if err != nil {
+			return err
+		}
+		var h json.RawMessage
+		if err := c.do("GET", "/healthz", nil, &h); err != nil {
+			return err
+		}
+		fmt.Fprintln(s.out, string(h))
+		return nil
 	}
-	c, err := runningClient(*tcpURL, *sock)
-	if err != nil {
-		return err
-	}
-	var h json.RawMessage
-	if err := c.do("GET", "/healthz", nil, &h); err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, string(h))
-	return nil
 }
 
 // runningClient is the client of the running daemon that doctor and health ask: its TCP

@@ -130,7 +130,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 		status     int
 		code       string
 	}{
-		{"oversized", `{"from":"a","text":"` + strings.Repeat("x", 400) + `"}`, 413, "payload_too_large"},
+		// --max-body counts the text; the request's own cap (max*6+4096) is checked before parsing.
+		{"oversized text", `{"from":"a","text":"` + strings.Repeat("x", 400) + `"}`, 413, "body_too_large"},
+		{"oversized request", `{"from":"a","text":"x","pad":"` + strings.Repeat("x", 6000) + `"}`, 413, "payload_too_large"},
 		{"unknown field", `{"from":"a","text":"x","return_to":"svc:evil"}`, 400, "bad_request"},
 		{"invalid utf8", "{\"from\":\"a\",\"text\":\"\xff\"}", 400, "bad_request"},
 		{"not json", `hello`, 400, "bad_request"},

@@ -21,34 +21,34 @@ import (
 // registerTimeout bounds each register.sock exchange of the hook helper (docs/protocol.md §4.3).
 const registerTimeout = 2 * time.Second
 
-// registerCmd is `xmsg register agy [--hook] [--sock P] [--url U]` (docs/protocol.md §4.3, §10.3),
-// run by Antigravity as a hook. It never fails the hook: errors go to stderr, the answer on
-// stdout is always one JSON object, and the exit code is 0 (only a bad command line is 2).
-func registerCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "agy" {
-		return usageError{"usage: xmsg register agy [--hook] [--sock P] [--url U]"}
-	}
-	fs := flag.NewFlagSet("register agy", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+const registerAbout = `Run by Antigravity as a hook (docs/protocol.md §4.3). It never fails the hook: errors go to
+stderr, stdout is always one JSON object, and the exit code is 0 (only a bad command line is 2).
+`
+
+// registerFlags: `xmsg register agy [--hook] [--sock P] [--url U]` (docs/protocol.md §4.3,
+// §10.3), run by Antigravity as a hook.
+func registerFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 	hook := fs.Bool("hook", false, "answer the agy hook: ask for registration unless credentials are held")
 	sockFlag := fs.String("sock", "", "register.sock (env XMSG_REGISTER_SOCK)")
 	urlFlag := fs.String("url", "", "fallback bus URL (env XMSG_URL, default http://127.0.0.1:7787)")
-	if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
-		return usageError{"usage: xmsg register agy [--hook] [--sock P] [--url U]"}
-	}
-	sock, sockErr := sockPath("register", *sockFlag)
-	if *hook {
-		fmt.Fprintln(stdout, hookAnswer(stdin, sock, sockErr, *sockFlag, *urlFlag, stderr))
+	return func(pos []string) error {
+		if len(pos) != 1 || pos[0] != "agy" {
+			return usageError{"usage: xmsg register agy [--hook] [--sock P] [--url U]"}
+		}
+		sock, sockErr := sockPath("register", *sockFlag)
+		if *hook {
+			fmt.Fprintln(s.out, hookAnswer(s.in, sock, sockErr, *sockFlag, *urlFlag, s.err))
+			return nil
+		}
+		if sockErr == nil {
+			sockErr = registerAgy(sock)
+		}
+		if sockErr != nil {
+			fmt.Fprintln(s.err, "xmsg register agy:", sockErr)
+		}
+		fmt.Fprintln(s.out, `{"injectSteps":[]}`)
 		return nil
 	}
-	if sockErr == nil {
-		sockErr = registerAgy(sock)
-	}
-	if sockErr != nil {
-		fmt.Fprintln(stderr, "xmsg register agy:", sockErr)
-	}
-	fmt.Fprintln(stdout, `{"injectSteps":[]}`)
-	return nil
 }
 
 // registerAgy sends the credential frame. The credentials come from the environment only

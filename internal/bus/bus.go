@@ -77,7 +77,7 @@ type Config struct {
 
 // Builtin are xmsg's harnesses, in listing order.
 func Builtin() []harness.Harness {
-	return []harness.Harness{claude.Harness, agy.Harness, codex.Harness, uid.Pi, uid.OpenCode, uid.Hermes, svc.Harness}
+	return []harness.Harness{claude.Harness, agy.Harness, codex.Harness, uid.Pi, uid.OpenCode, uid.Hermes, uid.CLI, svc.Harness}
 }
 
 // Bus is the router. Safe for concurrent use.

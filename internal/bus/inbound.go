@@ -87,11 +87,11 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 	switch m.Outcome {
 	case ledger.Delivered.String(), ledger.Queued.String(), ledger.Accepted.String():
 		return Delivery{SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, MessageID: m.ID, Outcome: parseOutcome(m.Outcome), Harness: m.RecipientHarness}, true, nil
-	case "not_found":
+	case ledger.NotFound.String():
 		return Delivery{}, true, notFound(m.SessionID)
-	case "ambiguous":
+	case ledger.Ambiguous.String():
 		return Delivery{}, true, errorf(ledger.Ambiguous, "%s", m.SessionID)
-	case "gone":
+	case ledger.Gone.String():
 		return Delivery{}, true, errorf(ledger.Gone, "session %s exited", m.SessionID)
 	}
 	return Delivery{}, true, errorf(ledger.DeliveryFailed, "delivery of message '%s' failed", id)

@@ -160,7 +160,7 @@ var options = []option{
 	{name: "host-label", env: "XMSG_HOST_LABEL", doc: "the hostname", usage: "host label in sender badges and id@host refs",
 		set: str(func(c *Config) *string { return &c.HostLabel })},
 	{name: "sessions-dir", env: "XMSG_SESSIONS_DIR", def: "~/.claude/sessions", usage: "Claude session directory (repeatable, ':'-separated lists; XMSG_SESSIONS_DIRS is read too)", list: true},
-	{name: "max-body", env: "XMSG_MAX_BODY", def: strconv.Itoa(limits.MaxBody), usage: "maximum message body in bytes",
+	{name: "max-body", env: "XMSG_MAX_BODY", def: strconv.Itoa(limits.MaxBody), usage: "maximum message text in bytes (an HTTP request may be up to 6x this + 4096: the text JSON-escaped)",
 		set: integer("max-body", 1, func(c *Config) *int { return &c.MaxBody })},
 	{name: "db-path", env: "XMSG_DB_PATH", doc: "$STATE_DIRECTORY/xmsg.db, else $XDG_STATE_HOME/xmsg/xmsg.db, else ~/.local/state/xmsg/xmsg.db", usage: "bbolt database file",
 		set: str(func(c *Config) *string { return &c.DBPath })},
@@ -250,7 +250,7 @@ var options = []option{
 		set: integer("register-max-pending", 1, func(c *Config) *int { return &c.Limits.RegisterMaxPending })},
 	{name: "register-max-per-pid", env: "XMSG_REGISTER_MAX_PER_PID", def: strconv.Itoa(limits.RegisterMaxPerPID), usage: "register.sock registrations one process may hold",
 		set: integer("register-max-per-pid", 1, func(c *Config) *int { return &c.Limits.RegisterMaxPerPID })},
-	{name: "register-max-uid-only", env: "XMSG_REGISTER_MAX_UID_ONLY", def: strconv.Itoa(limits.RegisterMaxUIDOnly), usage: "register.sock uid-only registrations (pi, opencode, hermes) at once",
+	{name: "register-max-uid-only", env: "XMSG_REGISTER_MAX_UID_ONLY", def: strconv.Itoa(limits.RegisterMaxUIDOnly), usage: "register.sock uid-only registrations (pi, opencode, hermes, cli) at once",
 		set: integer("register-max-uid-only", 1, func(c *Config) *int { return &c.Limits.RegisterMaxUIDOnly })},
 	{name: "register-first-frame-timeout", env: "XMSG_REGISTER_FIRST_FRAME_TIMEOUT", def: limits.RegisterFirstFrameTimeout.String(), usage: "register.sock first frame deadline, from the connect",
 		set: duration("register-first-frame-timeout", func(c *Config) *time.Duration { return &c.Limits.RegisterFirstFrameTimeout })},
@@ -313,6 +313,25 @@ var options = []option{
 			}
 			return fmt.Errorf("config: --log-level %q: want debug, info, warn or error", v)
 		}},
+}
+
+// Flag is one flag of the table, as the CLI's completion and man page show it.
+type Flag struct {
+	Name, Env, Default, Usage string
+	Boolean                   bool
+}
+
+// Flags is the table: every flag of `xmsg serve`, in its order.
+func Flags() []Flag {
+	out := make([]Flag, 0, len(options))
+	for _, o := range options {
+		def := o.def
+		if def == "" {
+			def = o.doc
+		}
+		out = append(out, Flag{Name: o.name, Env: o.env, Default: def, Usage: o.usage, Boolean: o.boolean})
+	}
+	return out
 }
 
 // Usage writes the help text: every flag with its environment variable and default.

@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/xmsg/xmsg/internal/leaf"
 	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/ratelog"
+	"github.com/xmsg/xmsg/internal/version"
 )
 
 // Config of the API.
@@ -192,6 +194,9 @@ func writeRefusal(w http.ResponseWriter, status int, e *bus.Error) {
 	writeJSON(w, status, map[string]string{"error": e.Code.String(), "detail": e.Detail})
 }
 
+// started is when the daemon's process began (this package is loaded at its start).
+var started = time.Now()
+
 func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 	// "ok" only when a directory can really be listed: under Landlock one replaced after
 	// start exists but is denied, and sessions there are invisible.
@@ -202,7 +207,10 @@ func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 	case !h.cfg.Bus.SessionDirsReadable():
 		dirs = "sessions_dir_unreadable"
 	}
-	resp := map[string]any{"status": "ok", "sessions_dir": dirs}
+	// What the daemon is, for `xmsg doctor`, and the text limit, which a client checks before
+	// it sends (docs/protocol.md §3.2).
+	resp := map[string]any{"status": "ok", "sessions_dir": dirs, "version": version.String(),
+		"uptime_s": int64(time.Since(started) / time.Second), "pid": os.Getpid(), "max_body": h.cfg.MaxBody}
 	// A directory that exists but is not served (e.g. recreated outside the sandbox's rules)
 	// is named, so that missing sessions are explained rather than silently absent.
 	if p := h.cfg.Bus.SessionDirProblems(); len(p) > 0 {
@@ -248,6 +256,11 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, t.View)
 }
 
+// RequestCap is the largest send request body for a text limit of maxBody: every byte of the
+// text escaped as \u00XX (6 bytes), and 4,096 for the rest of the object, as agent.sock's
+// frame cap.
+func RequestCap(maxBody int) int { return maxBody*6 + 4096 }
+
 // SendRequest is the body of POST /v1/sessions/{ref}/messages.
 type SendRequest struct {
 	From                string `json:"from"`
@@ -291,8 +304,10 @@ func decodeSendJSON(body []byte, req *SendRequest) error {
 }
 
 func (h *handler) send(w http.ResponseWriter, r *http.Request) {
-	max := h.cfg.MaxBody
-	// The size limit applies to the raw body, before any parsing (docs/protocol.md §3.5 step 1).
+	// --max-body is the text's limit (the bus checks it); the request may add the JSON
+	// envelope around it, so its own cap is what the largest text can take once escaped,
+	// checked before any parsing (docs/protocol.md §3.5 step 1).
+	max := RequestCap(h.cfg.MaxBody)
 	if r.ContentLength > int64(max) {
 		writeError(w, &bus.Error{Code: ledger.PayloadTooLarge, Detail: fmt.Sprintf("body %d exceeds limit %d", r.ContentLength, max)})
 		return

@@ -43,7 +43,7 @@ const (
 	RegisterMaxPending = 32
 	// RegisterMaxPerPID is how many registrations one process may hold (--register-max-per-pid).
 	RegisterMaxPerPID = 8
-	// RegisterMaxUIDOnly caps uid-only registrations (pi, opencode, hermes), which any process
+	// RegisterMaxUIDOnly caps uid-only registrations (pi, opencode, hermes, cli), which any process
 	// of the uid can make, leaving the rest of RegisterMaxConns to exe-attested services
 	// (--register-max-uid-only).
 	RegisterMaxUIDOnly = 16

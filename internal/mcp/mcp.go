@@ -18,12 +18,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/xmsg/xmsg/internal/version"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -62,7 +62,7 @@ type Config struct {
 	In        io.Reader
 	Out       io.Writer
 	Log       *slog.Logger
-	Version   string // serverInfo.version; "" = the module version of the binary
+	Version   string // serverInfo.version; "" = the build's (internal/version)
 	// AgyStart: the bridge runs under an Antigravity session. It keeps an agent.sock
 	// connection that announced itself with mcp_start, so the daemon attests the session
 	// before any credentials exist, and reconnects with backoff (a daemon restart, the idle
@@ -83,10 +83,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Version == "" {
-		cfg.Version = "dev"
-		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			cfg.Version = bi.Main.Version
-		}
+		cfg.Version = version.String()
 	}
 	b := &bridge{cfg: cfg}
 	b.http = &http.Client{
@@ -401,6 +398,16 @@ var allTools = []tool{
 			"20 per call). Each comes with its message_id for reply. Other sessions receive theirs directly.",
 		InputSchema: schema(map[string]any{}),
 	},
+}
+
+// ToolNames is every tool the bridge can offer, in tools/list's order (`xmsg mcp --help` and
+// the docs name them from here).
+func ToolNames() []string {
+	out := make([]string, len(allTools))
+	for i, t := range allTools {
+		out[i] = t.Name
+	}
+	return out
 }
 
 func (b *bridge) tools() []tool {

@@ -40,7 +40,7 @@ type Principal struct {
 func Harness(h string) bool { return wireHarnesses[h] }
 
 var wireHarnesses = map[string]bool{claude.Name: true, agy.Name: true, uid.Pi.Name(): true, svc.Name: true,
-	uid.OpenCode.Name(): true, uid.Hermes.Name(): true}
+	uid.OpenCode.Name(): true, uid.Hermes.Name(): true, uid.CLI.Name(): true}
 
 // Check refuses a principal with a field of another kind, like an unknown field.
 func (p Principal) Check() error {

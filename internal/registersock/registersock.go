@@ -55,7 +55,7 @@ const (
 	// one two: the frame loop and its reader) and a read buffer, so a flood from one uid must
 	// not grow them without bound; 64 leaves room for every service and session a user runs.
 	DefaultMaxConns = limits.RegisterMaxConns
-	// DefaultMaxUIDOnly caps uid-only registrations (pi, opencode, hermes), which any process
+	// DefaultMaxUIDOnly caps uid-only registrations (pi, opencode, hermes, cli), which any process
 	// of the uid can make, leaving the rest of MaxConns to exe-attested services.
 	DefaultMaxUIDOnly = limits.RegisterMaxUIDOnly
 	// DefaultIdleTimeout is how long a registration may send nothing beyond a poll's wait.
@@ -82,7 +82,7 @@ type Config struct {
 	MaxPending        int  // connections before their first frame; 0: MaxConns
 	MaxPerPID         int  // registrations of one peer pid; 0: no bound of its own
 	NoEvict           bool // a full pending pool refuses the newest instead of evicting (lineserver)
-	MaxUIDOnly        int  // uid-only registrations (pi, opencode, hermes) at once
+	MaxUIDOnly        int  // uid-only registrations (pi, opencode, hermes, cli) at once
 	IdleTimeout       time.Duration
 	// Custody holds the secrets a registered service may ask for (credential.go); nil: none.
 	Custody *custody.Holder

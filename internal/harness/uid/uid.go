@@ -1,5 +1,5 @@
-// Package uid is the harnesses admitted on register.sock by uid alone: pi, opencode and
-// hermes. Their sessions get a durable id per process (boot id, pid, start time) and poll
+// Package uid is the harnesses admitted on register.sock by uid alone: pi, opencode,
+// hermes, and cli (`xmsg listen`, a terminal as a session). Their sessions get a durable id per process (boot id, pid, start time) and poll
 // their queue on their register.sock connection.
 package uid
 
@@ -15,4 +15,6 @@ var (
 	Pi       = New("pi")
 	OpenCode = New("opencode")
 	Hermes   = New("hermes")
+	// CLI is `xmsg listen NAME`: a person or a script at a terminal, with no agent at all.
+	CLI = New("cli")
 )
