@@ -21,6 +21,10 @@ const (
 	exitUsage    = 2 // bad command line
 	exitRefused  = 3 // the bus refused the request (4xx: bad input, not found, conflict, ...)
 	exitBusError = 4 // the bus failed the request (5xx)
+	// exitStoreRefused: serve refused its store file (damaged, not an xmsg store, or of a
+	// newer format) and left it as it was. Starting again cannot help, so the unit's
+	// RestartPreventExitStatus= names it (sysexits' EX_DATAERR).
+	exitStoreRefused = 65
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -35,13 +39,15 @@ commands:
   send       send a message: xmsg send REF TEXT (TEXT "-" reads stdin)
   replies    show replies to a message: xmsg replies ID [--wait S] [--after N]
   doctor     show which protections are in force
+  backup     backup FILE: a consistent copy of the running daemon's store, taken while it serves
   health     exit 0 when the running daemon answers /healthz with 200 (a container probe)
   register   register agy [--hook] [--sock P] [--url U]: the Antigravity hook helper
   exec       exec --credential NAME[=ENVVAR] [--fd N] -- CMD: run CMD with a custody secret as a descriptor
   bench      measure the bus end to end (xmsg bench --help)
   version    print the version
 
-exit codes: 0 ok, 1 bus unreachable or failed, 2 usage, 3 refused by the bus (4xx), 4 bus error (5xx)
+exit codes: 0 ok, 1 bus unreachable or failed, 2 usage, 3 refused by the bus (4xx), 4 bus error (5xx),
+  65 serve refused its store file (damaged, not an xmsg store, or a newer format; not changed)
 `
 
 // usageError is a bad command line: exit 2.
@@ -107,6 +113,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return doctorCmd(rest, stdout)
 	case "health":
 		return healthCmd(rest, stdout)
+	case "backup":
+		return backupCmd(rest, stdout)
 	case "bench":
 		return benchCmd(rest, stdout, stderr)
 	case bench.RoleArg:
