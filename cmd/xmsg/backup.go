@@ -41,7 +41,7 @@ func backupCmd(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "backup: %s (%d bytes, store format %d or older)\n", file, n, store.Format)
+	fmt.Fprintf(stdout, "backup: %s (%d bytes)\n", file, n)
 	return nil
 }
 
