@@ -224,3 +224,36 @@ func TestServeRefusesDamagedStore(t *testing.T) {
 		})
 	}
 }
+
+// TestServeMigratesFormat1: a daemon started on a store of format 1 (the store package's
+// fixture, written by the release before the format number) migrates it and serves its rows:
+// the replies of a message over http.sock, and the mail queued for a service.
+func TestServeMigratesFormat1(t *testing.T) {
+	self, err := filepath.EvalSymlinks(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("../../internal/store/testdata/format1.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(shortTemp(t), "xmsg.db")
+	if err := os.WriteFile(db, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The fixture's rows are of a fixed date: retention long enough that the start's purge
+	// keeps them.
+	ttl := "3153600000"
+	d := newDaemonOn(t, db, "--svc-exe", "builder="+self, "--reply-ttl", ttl, "--idempotency-ttl", ttl)
+	if !strings.Contains(d.stderr.String(), "store migrated") || !strings.Contains(d.stderr.String(), "from_format=1") {
+		t.Errorf("no migration logged:\n%s", d.stderr)
+	}
+	status, v := d.do("GET", "/v1/messages/01900000-0000-7000-8000-000000000001/replies", "")
+	list, _ := v.([]any)
+	if status != 200 || len(list) != 2 || field(list[0], "text") != "first reply" || field(list[1], "text") != "second reply, ünïcödé" {
+		t.Errorf("replies of the migrated message: %d %v", status, v)
+	}
+	if got := runWorker(t, d, "NAME=builder"); strings.Join(got, " ") != "build it" {
+		t.Errorf("the service got %q from the migrated queue, want [build it]", got)
+	}
+}

@@ -32,6 +32,7 @@ func fixture() fixtureRows {
 		msgMail   = "01900000-0000-7000-8000-000000000005"
 		codexSess = "3f1c2d4e-0000-4000-8000-00000000c0de"
 		agySess   = "3f1c2d4e-0000-4000-8000-0000000000a9"
+		agyQueue  = "agy:conv-0001" // an agy conversation's queue
 	)
 	return fixtureRows{
 		messages: []Message{
@@ -46,7 +47,7 @@ func fixture() fixtureRows {
 		},
 		queue: []Pending{
 			{ID: msgCodex, SessionID: codexSess, CreatedAt: fixtureAt, FromName: "xmsg@host · anon:ops", Bytes: 21, Text: "hello codex", Envelope: "<xmsg from=\"ops\">hello codex</xmsg>"},
-			{ID: msgAgy, SessionID: agySess, CreatedAt: fixtureAt, FromName: "xmsg@host · anon:ops", Bytes: 22, Text: "hello agy", Envelope: "<xmsg from=\"ops\">hello agy</xmsg>"},
+			{ID: msgAgy, SessionID: agyQueue, CreatedAt: fixtureAt, FromName: "xmsg@host · anon:ops", Bytes: 22, Text: "hello agy", Envelope: "<xmsg from=\"ops\">hello agy</xmsg>"},
 			{ID: "01900000-0000-7000-8000-000000000006", Share: "peer:hub2", SessionID: "svc:builder", CreatedAt: fixtureAt, FromName: "xmsg@hub2 · svc:ci", Bytes: 9, Text: "build it", Envelope: "build it", Origin: json.RawMessage(`{"peer":"hub2"}`)},
 		},
 		idem: []Idem{
