@@ -59,7 +59,7 @@ func (e *RefusedError) Error() string {
 }
 
 // restoreHint is the remedy of a damaged or foreign file.
-const restoreHint = "stop the daemon, move the file aside and restore a backup (xmsg backup; docs/operations.md, Upgrades, backups and restores)"
+const restoreHint = "move the file aside and restore a backup (xmsg backup; docs/operations.md, Upgrades, backups and restores)"
 
 func damaged(path, format string, args ...any) *RefusedError {
 	return &RefusedError{Path: path, Problem: fmt.Sprintf(format, args...), Remedy: restoreHint}
@@ -182,7 +182,7 @@ func check(f *os.File, path string) error {
 			return damaged(path, "%v", err)
 		}
 	}
-	if err := w.tree(active.root, 0); err != nil {
+	if _, err := w.tree(active.root, nil, nil, 0); err != nil {
 		return damaged(path, "%v", err)
 	}
 	return nil
@@ -240,66 +240,104 @@ func (w *walker) page(id uint64, want uint16) ([]byte, error) {
 	return buf, nil
 }
 
-// tree checks the B+tree rooted at page id.
-func (w *walker) tree(id uint64, depth int) error {
+// tree checks the B+tree rooted at page id, whose keys must lie in [lo, hi) (nil: no bound),
+// and returns its greatest key. The order is checked as bbolt's freelist rebuild checks it at
+// open (tx_check.go), where a key out of order is a panic: sorted within a page, and each
+// child's keys between its own key in the branch and the next one.
+func (w *walker) tree(id uint64, lo, hi []byte, depth int) ([]byte, error) {
 	if depth > maxDepth {
-		return fmt.Errorf("the tree below page %d is deeper than %d levels (a loop)", id, maxDepth)
+		return nil, fmt.Errorf("the tree below page %d is deeper than %d levels (a loop)", id, maxDepth)
 	}
 	p, err := w.page(id, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return w.node(p, id, depth)
+	return w.node(p, id, lo, hi, depth)
 }
 
-// node checks the elements of one page (p holds its header), and the trees they lead to.
-func (w *walker) node(p []byte, id uint64, depth int) error {
+// inOrder checks key, element i of page id, against the key before it (prev; for the first
+// element the lower bound, which it may equal) and the upper bound hi.
+func inOrder(id uint64, i int, key, prev, hi []byte) error {
+	c := 1
+	if prev != nil {
+		c = bytes.Compare(key, prev)
+	}
+	if c < 0 || (c == 0 && i > 0) || (hi != nil && bytes.Compare(key, hi) >= 0) {
+		return fmt.Errorf("page %d: key %d is out of order", id, i)
+	}
+	return nil
+}
+
+// node checks the elements of one page (p holds its header), and the trees they lead to; it
+// returns the page's greatest key.
+func (w *walker) node(p []byte, id uint64, lo, hi []byte, depth int) ([]byte, error) {
 	ne := binary.NativeEndian
 	flags, count := ne.Uint16(p[8:]), int(ne.Uint16(p[10:]))
 	if pageHeader+count*elementSize > len(p) {
-		return fmt.Errorf("page %d claims %d elements, more than it holds", id, count)
+		return nil, fmt.Errorf("page %d claims %d elements, more than it holds", id, count)
 	}
+	prev, greatest := lo, []byte(nil)
 	for i := range count {
 		e := pageHeader + i*elementSize
 		if flags == flagBranch {
 			pos, ksize, child := int(ne.Uint32(p[e:])), int(ne.Uint32(p[e+4:])), ne.Uint64(p[e+8:])
-			if e+pos+ksize > len(p) {
-				return fmt.Errorf("page %d: element %d lies outside the page", id, i)
+			if pos < 0 || ksize < 0 || e+pos < e || e+pos+ksize > len(p) {
+				return nil, fmt.Errorf("page %d: element %d lies outside the page", id, i)
 			}
-			if err := w.tree(child, depth+1); err != nil {
-				return err
+			key := p[e+pos : e+pos+ksize]
+			if err := inOrder(id, i, key, prev, hi); err != nil {
+				return nil, err
 			}
+			next := hi
+			if i+1 < count {
+				n := pageHeader + (i+1)*elementSize
+				npos, nksize := int(ne.Uint32(p[n:])), int(ne.Uint32(p[n+4:]))
+				if npos < 0 || nksize < 0 || n+npos < n || n+npos+nksize > len(p) {
+					return nil, fmt.Errorf("page %d: element %d lies outside the page", id, i+1)
+				}
+				next = p[n+npos : n+npos+nksize]
+			}
+			g, err := w.tree(child, key, next, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			prev, greatest = g, g
 			continue
 		}
 		eflags, pos, ksize, vsize := ne.Uint32(p[e:]), int(ne.Uint32(p[e+4:])), int(ne.Uint32(p[e+8:])), int(ne.Uint32(p[e+12:]))
 		start := e + pos + ksize
-		if pos < 0 || ksize < 0 || vsize < 0 || start+vsize > len(p) || start < e {
-			return fmt.Errorf("page %d: element %d lies outside the page", id, i)
+		if pos < 0 || ksize < 0 || vsize < 0 || start < e || start+vsize > len(p) {
+			return nil, fmt.Errorf("page %d: element %d lies outside the page", id, i)
 		}
+		key := p[e+pos : start]
+		if err := inOrder(id, i, key, prev, hi); err != nil {
+			return nil, err
+		}
+		prev, greatest = key, key
 		if eflags&leafBucket == 0 {
 			continue
 		}
 		v := p[start : start+vsize]
 		if len(v) < bucketHeader {
-			return fmt.Errorf("page %d: element %d is a bucket without its header", id, i)
+			return nil, fmt.Errorf("page %d: element %d is a bucket without its header", id, i)
 		}
 		if root := ne.Uint64(v); root != 0 {
-			if err := w.tree(root, depth+1); err != nil {
-				return err
+			if _, err := w.tree(root, nil, nil, depth+1); err != nil {
+				return nil, err
 			}
 			continue
 		}
 		// An inline bucket: its one leaf page follows the header, inside this value.
 		inline := v[bucketHeader:]
 		if len(inline) < pageHeader || ne.Uint16(inline[8:]) != flagLeaf {
-			return fmt.Errorf("page %d: element %d holds an inline bucket that is no leaf", id, i)
+			return nil, fmt.Errorf("page %d: element %d holds an inline bucket that is no leaf", id, i)
 		}
 		if depth+1 > maxDepth {
-			return fmt.Errorf("the tree below page %d is deeper than %d levels (a loop)", id, maxDepth)
+			return nil, fmt.Errorf("the tree below page %d is deeper than %d levels (a loop)", id, maxDepth)
 		}
-		if err := w.node(inline, id, depth+1); err != nil {
-			return err
+		if _, err := w.node(inline, id, nil, nil, depth+1); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return greatest, nil
 }

@@ -188,7 +188,7 @@ func TestDamageRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := &walker{f: f, ps: uint64(m.pageSize), hwm: m.pgid, seen: make([]uint64, (m.pgid+63)/64)}
-	if err := w.tree(m.root, 0); err != nil {
+	if _, err := w.tree(m.root, nil, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
