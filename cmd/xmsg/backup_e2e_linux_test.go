@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/fed/fedtest"
 	"github.com/xmsg/xmsg/internal/store"
+	bolt "go.etcd.io/bbolt"
 )
 
 // runXmsg runs the CLI and returns its stdout, stderr and exit status.
@@ -193,6 +195,7 @@ func TestServeRefusesDamagedStore(t *testing.T) {
 		{"zeroed meta page", func(b []byte) []byte { clear(b[:ps]); return b }},
 		{"zeroed data page", func(b []byte) []byte { clear(b[len(b)-ps:]); return b }},
 		{"not a store", func([]byte) []byte { return []byte("SQLite format 3\x00" + strings.Repeat("\x00", 8192)) }},
+		{"newer format", func(b []byte) []byte { return newerFormat(t, b) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			base := shortTemp(t)
@@ -214,7 +217,8 @@ func TestServeRefusesDamagedStore(t *testing.T) {
 					naming = append(naming, l)
 				}
 			}
-			if len(naming) != 1 || !strings.HasPrefix(naming[0], "xmsg: store: "+db+": ") || !strings.Contains(naming[0], "backup") {
+			if len(naming) != 1 || !strings.HasPrefix(naming[0], "xmsg: store: "+db+": ") || !strings.Contains(naming[0], "backup") ||
+				(tt.name == "newer format" && !strings.Contains(naming[0], fmt.Sprintf("format %d, newer than this xmsg's format %d", store.Format+1, store.Format))) {
 				t.Errorf("stderr lines naming the file: %q, want one 'xmsg: store: FILE: ...' line with the remedy", naming)
 			}
 			after, _ := os.ReadFile(db)
@@ -256,4 +260,29 @@ func TestServeMigratesFormat1(t *testing.T) {
 	if got := runWorker(t, d, "NAME=builder"); strings.Join(got, " ") != "build it" {
 		t.Errorf("the service got %q from the migrated queue, want [build it]", got)
 	}
+}
+
+// newerFormat returns the store raw with the format number of the next release.
+func newerFormat(t *testing.T, raw []byte) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "newer.db")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("meta")).Put([]byte("format"), binary.BigEndian.AppendUint64(nil, store.Format+1))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
