@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -334,4 +335,30 @@ func TestMigrationChild(t *testing.T) {
 		s.Close()
 	}
 	io.WriteString(os.Stdout, "never stopped\n")
+}
+
+// TestBoltPanicRefused: the last resort behind Check. A file whose keys are out of order (the
+// input FuzzCheck found) makes bolt.Open panic; openBolt reports it as damage instead.
+func TestBoltPanicRefused(t *testing.T) {
+	raw, err := os.ReadFile("testdata/fuzz/FuzzCheck/e751477725f02b69")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, quoted, _ := strings.Cut(strings.TrimSpace(string(raw)), "[]byte(")
+	data, err := strconv.Unquote(strings.TrimSuffix(quoted, ")"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "x.db")
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(path); err == nil || !strings.Contains(err.Error(), "out of order") {
+		t.Errorf("Check: got %v, want keys out of order", err)
+	}
+	_, err = openBolt(path, &bolt.Options{Timeout: time.Second, NoFreelistSync: true})
+	var re *RefusedError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "bbolt failed reading it") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("openBolt: got %v, want a one-line *RefusedError", err)
+	}
 }

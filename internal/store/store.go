@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -183,7 +184,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 	// NoFreelistSync: the freelist is rebuilt from the pages at open instead of being written on
 	// every commit (as etcd does). Each commit still fsyncs its data and meta pages. With it,
 	// bbolt writes nothing to an existing file at open, so a refusal below leaves it as it was.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	db, err := openBolt(path, &bolt.Options{Timeout: timeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, locked(path)
 	}
@@ -203,6 +204,20 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 	s := &Store{db: db, path: path, migratedFrom: format}
 	s.idle.L = &s.mu
 	return s, nil
+}
+
+// openBolt is bolt.Open, with a panic of bbolt's own (an assertion on a page it reads while it
+// rebuilds the freelist) reported as damage. It is the last resort behind Check, which finds
+// what bbolt would panic on before bbolt reads the file; a panic in a goroutine bbolt starts
+// cannot be caught at all. After one the half-opened file is not closed (bbolt may hold its
+// locks): the caller is to stop, as the daemon does.
+func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, damaged(path, "bbolt failed reading it: %s", strings.Join(strings.Fields(fmt.Sprint(r)), " "))
+		}
+	}()
+	return bolt.Open(path, 0o600, opts)
 }
 
 func locked(path string) error {
