@@ -122,6 +122,15 @@ func migrate(db *bolt.DB, from uint64) error {
 		if m.to <= from {
 			continue
 		}
+		// A file that has the step's format already is not written to at all (an Update
+		// that changes nothing still commits).
+		var cur uint64
+		if err := db.View(func(tx *bolt.Tx) (err error) { cur, err = formatOf(tx); return err }); err != nil {
+			return fmt.Errorf("store: migrate to format %d (%s): %w", m.to, m.name, err)
+		}
+		if cur >= m.to {
+			continue
+		}
 		hook(fmt.Sprintf("before %d", m.to))
 		err := db.Update(func(tx *bolt.Tx) error {
 			cur, err := formatOf(tx)

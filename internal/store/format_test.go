@@ -92,6 +92,20 @@ func TestMigrateFormat1Fixture(t *testing.T) {
 	if got := fileFormat(t, path); got != Format {
 		t.Errorf("format after the migration: got %d, want %d", got, Format)
 	}
+	// A step run again on a file that has its format (a crash after its commit, before the
+	// next one) finds its number and changes nothing.
+	before := sum(t, path)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate(db, 1); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if sum(t, path) != before {
+		t.Error("migrating a migrated file again changed it")
+	}
 }
 
 // setFormatOf writes another format number into a closed store.
