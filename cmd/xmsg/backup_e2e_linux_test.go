@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -187,14 +188,26 @@ func TestServeRefusesDamagedStore(t *testing.T) {
 	s.Close()
 	raw := copyBuf.Bytes()
 	ps := 4096
+	sqlite, err := os.ReadFile("../../internal/store/testdata/other.sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name   string
 		damage func([]byte) []byte
 	}{
-		{"truncated", func(b []byte) []byte { return b[:len(b)-ps] }},
+		{"truncated: last page", func(b []byte) []byte { return b[:len(b)-ps] }},
+		{"truncated: mid-file", func(b []byte) []byte { return b[:len(b)/2+100] }},
 		{"zeroed meta page", func(b []byte) []byte { clear(b[:ps]); return b }},
+		{"zeroed meta pages", func(b []byte) []byte { clear(b[:2*ps]); return b }},
 		{"zeroed data page", func(b []byte) []byte { clear(b[len(b)-ps:]); return b }},
-		{"not a store", func([]byte) []byte { return []byte("SQLite format 3\x00" + strings.Repeat("\x00", 8192)) }},
+		{"wrong magic", func(b []byte) []byte {
+			binary.NativeEndian.PutUint32(b[16:], 0xDEADBEEF)
+			binary.NativeEndian.PutUint32(b[ps+16:], 0xDEADBEEF)
+			return b
+		}},
+		{"random bytes", func(b []byte) []byte { rand.Read(b); return b }},
+		{"a SQLite database", func([]byte) []byte { return sqlite }},
 		{"newer format", func(b []byte) []byte { return newerFormat(t, b) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
