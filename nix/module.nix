@@ -15,7 +15,10 @@
 #     start, bound read-only from the home trees) and federation's network relaxations
 #   xmsg-{http,agent,register}@<name>.socket.d: wanted by sockets.target; the socket owner
 #     when the tier runs as an existing user
-# plus the tier user and its runtime directories (tmpfiles). Addresses are not checked here:
+# plus the tier user and its runtime directories (tmpfiles). The unit's restart policy comes
+# with it unchanged: Restart=on-failure, and RestartPreventExitStatus=65, so a tier whose store
+# the daemon refused (damaged, or of a newer format) stays failed instead of restarting every
+# second. Addresses are not checked here:
 # the daemon parses them and refuses a bad one at start, in the journal.
 { config, lib, pkgs, ... }:
 let

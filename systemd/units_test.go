@@ -114,6 +114,9 @@ func TestServiceUnit(t *testing.T) {
 		{"Service", "ProtectProc", ""},
 		{"Service", "ProcSubset", "pid"},
 		{"Service", "Restart", "on-failure"},
+		// A refused store (exit 65, cmd/xmsg exitStoreRefused) is refused again at every
+		// restart: no loop.
+		{"Service", "RestartPreventExitStatus", "65"},
 		// The daemon pets the watchdog at half the interval; vmtests/nspawn stops one and
 		// watches systemd restart it.
 		{"Service", "WatchdogSec", "20s"},

@@ -30,7 +30,7 @@ import (
 
 // nspawnScenarios are run in this order; later ones may rely on the daemons that earlier ones
 // started, and each starts what it needs when run alone (go test -run 'TestNspawn/crash').
-var nspawnScenarios = []string{"activation", "credentials", "hardening", "isolation", "crash", "watchdog", "nixos", "units", "fedunit", "federation", "custody", "relaunch"}
+var nspawnScenarios = []string{"activation", "credentials", "hardening", "isolation", "crash", "watchdog", "nixos", "units", "fedunit", "federation", "custody", "relaunch", "refused"}
 
 var nspawnTiers = []string{"public", "trusted"}
 

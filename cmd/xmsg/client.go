@@ -85,16 +85,7 @@ func (c *busClient) do(method, path string, body []byte, out any) error {
 		return exitError{exitFailure, fmt.Errorf("reading the answer: %v", err)}
 	}
 	if resp.StatusCode >= 300 {
-		var e struct{ Error, Detail string }
-		json.Unmarshal(raw, &e)
-		code := exitRefused
-		if resp.StatusCode >= 500 {
-			code = exitBusError
-		}
-		if e.Error == "" {
-			e.Error, e.Detail = strconv.Itoa(resp.StatusCode), strings.TrimSpace(string(raw))
-		}
-		return exitError{code, fmt.Errorf("%s: %s", e.Error, e.Detail)}
+		return answerError(resp.StatusCode, raw)
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
@@ -102,6 +93,21 @@ func (c *busClient) do(method, path string, body []byte, out any) error {
 		}
 	}
 	return nil
+}
+
+// answerError is an error answer as one line with the protocol's code and detail, and the
+// matching exit code.
+func answerError(status int, raw []byte) error {
+	var e struct{ Error, Detail string }
+	json.Unmarshal(raw, &e)
+	code := exitRefused
+	if status >= 500 {
+		code = exitBusError
+	}
+	if e.Error == "" {
+		e.Error, e.Detail = strconv.Itoa(status), strings.TrimSpace(string(raw))
+	}
+	return exitError{code, fmt.Errorf("%s: %s", e.Error, e.Detail)}
 }
 
 func unwrapURL(err error) error {

@@ -61,6 +61,8 @@ func init() {
 			about: repliesAbout, flags: repliesFlags},
 		{name: "doctor", summary: "show which protections are in force, here and in the running daemon",
 			about: doctorAbout, flags: doctorFlags},
+		{name: "backup", args: "FILE", summary: "a consistent copy of the running daemon's store, taken while it serves",
+			about: backupAbout, flags: backupFlags},
 		{name: "health", summary: "exit 0 when the running daemon answers /healthz with 200 (a container probe)",
 			flags: healthFlags},
 		{name: "mcp", summary: "MCP bridge on stdin/stdout for an agent session", about: mcpAbout, flags: mcpFlags, stop: true},

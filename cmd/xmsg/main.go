@@ -19,6 +19,10 @@ const (
 	exitRefused  = 3 // the bus refused the request (4xx: bad input, not found, conflict, ...)
 	exitBusError = 4 // the bus failed the request (5xx)
 	exitTimeout  = 5 // replies --wait: no reply came in the time given
+	// exitStoreRefused: serve refused its store file (damaged, not an xmsg store, or of a
+	// newer format) and left it as it was. Starting again cannot help, so the unit's
+	// RestartPreventExitStatus= names it (sysexits' EX_DATAERR).
+	exitStoreRefused = 65
 )
 
 // usageError is a bad command line: exit 2.

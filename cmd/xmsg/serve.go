@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/config"
+	"github.com/xmsg/xmsg/internal/store"
 	// Aliased: the e2e tests of this package call their running daemon "daemon".
 	xdaemon "github.com/xmsg/xmsg/internal/daemon"
 )
@@ -56,6 +57,10 @@ func serve(args []string, stdout io.Writer) error {
 		var ce xdaemon.ConfigError
 		if errors.As(err, &ce) {
 			return usageError{err.Error()}
+		}
+		var re *store.RefusedError
+		if errors.As(err, &re) {
+			return exitError{exitStoreRefused, err}
 		}
 		return err
 	}

@@ -40,11 +40,16 @@ func (d *Daemon) loadCredentials() error {
 	return err
 }
 
-// openStore is step 2. A second daemon on the same file fails here after one second.
+// openStore is step 2. A second daemon on the same file fails here after one second; a file
+// that is damaged, no xmsg store or of a newer format fails with a *store.RefusedError, which
+// xmsg serve exits on with its own status (docs/operations.md).
 func (d *Daemon) openStore() error {
 	st, err := store.Open(d.cfg.DBPath, time.Second)
 	if err != nil {
 		return err
+	}
+	if from := st.MigratedFrom(); from != store.Format {
+		d.log.Info("store migrated", "db", d.cfg.DBPath, "from_format", from, "format", store.Format)
 	}
 	d.store = st
 	d.onClose(st.Close)
@@ -234,7 +239,7 @@ func (d *Daemon) buildServers() error {
 	doctorLines := func() []string {
 		f := d.facts
 		f.SessionWatch = sessions.WatchReport() // as of now: a watch can fail, a directory be recreated
-		return append(f.Lines(), d.fed.doctor()...)
+		return append(append(f.Lines(), storeLine(d.store.Info())), d.fed.doctor()...)
 	}
 	if d.socks.HTTP != nil {
 		d.addHTTP("http", httpListener(gate.Listener(d.socks.HTTP, uid, "http", d.log), cfg, d.log), doctorLines)
@@ -281,6 +286,10 @@ func (d *Daemon) addHTTP(name string, l net.Listener, doctorLines func() []strin
 	if d.leaf != nil {
 		cfg.Leaf = &d.leaf.id
 	}
+	if name == "http" {
+		// http.sock only: its peers passed the gate. The TCP listener has no peer check.
+		cfg.Backup = d.store.Backup
+	}
 	srv := httpapi.NewServer(cfg)
 	srv.BaseContext = func(net.Listener) context.Context { return d.runCtx }
 	d.group.Add(servergroup.Server{Name: name, Serve: func() error { return srv.Serve(l) },
@@ -309,4 +318,13 @@ func createSessionDir(dir string) error {
 		return fmt.Errorf("parent %s is not a directory owned by uid %d", parent, os.Geteuid())
 	}
 	return os.Mkdir(dir, 0o700)
+}
+
+// storeLine is the doctor line of the store: its file, format, size and last backup.
+func storeLine(in store.Info) string {
+	last := "never (xmsg backup FILE makes one)"
+	if !in.LastBackup.IsZero() {
+		last = in.LastBackup.Format(time.RFC3339)
+	}
+	return fmt.Sprintf("store: %s, format %d, %d bytes, last backup %s", in.Path, in.Format, in.Size, last)
 }

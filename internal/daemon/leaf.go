@@ -200,7 +200,7 @@ func (l *leafMode) buildServers() error {
 		pullers = append(pullers, &leaf.Puller{Bus: b, Hub: d.fed.node, Peer: h, Service: l.id.Service, Events: b.Events(), MaxBody: cfg.MaxBody, Log: pullLog})
 	}
 	doctorLines := func() []string {
-		lines := d.facts.Lines()
+		lines := append(d.facts.Lines(), storeLine(d.store.Info()))
 		for _, p := range pullers {
 			lines = append(lines, p.Status())
 		}

@@ -38,6 +38,10 @@ type Config struct {
 	Limits  Limits          // per-connection deadlines and per-pid shares; zero: DefaultLimits
 	// Leaf, when set, is the leaf principal every send is attributed to (docs/protocol.md §7.5).
 	Leaf *leaf.Identity
+	// Backup writes a consistent copy of the store (store.Store.Backup) for POST
+	// /v1/admin/backup. Set on http.sock only: its peers passed the gate (the daemon's own
+	// uid); nil on the TCP listener, which has no peer check, so it answers op_denied there.
+	Backup func(w io.Writer, begin func(size int64)) (int64, error)
 }
 
 // Handler returns the API router.
@@ -50,6 +54,8 @@ func Handler(cfg Config) http.Handler {
 	// Not in the original xmsg (docs/protocol.md §3.9): lets `xmsg doctor` show the running
 	// instance's protections.
 	mux.HandleFunc("GET /v1/doctor", h.doctor)
+	// Not in the original xmsg (docs/protocol.md §3.10): `xmsg backup`.
+	mux.HandleFunc("POST /v1/admin/backup", h.backup)
 	mux.HandleFunc("GET /v1/sessions/{ref}", h.session)
 	mux.HandleFunc("POST /v1/sessions/{ref}/messages", h.send)
 	mux.HandleFunc("GET /v1/messages/{id}", h.message)
@@ -225,6 +231,49 @@ func (h *handler) doctor(w http.ResponseWriter, r *http.Request) {
 		lines = h.cfg.Doctor()
 	}
 	writeJSON(w, http.StatusOK, map[string][]string{"lines": lines})
+}
+
+// backupStall bounds how long a backup's reader may take no byte: the copy holds a read
+// transaction, and while one is open the store file cannot grow (bbolt remaps it under a lock
+// its readers hold), so a stalled reader must not keep it.
+const backupStall = 30 * time.Second
+
+// backup streams a consistent copy of the store (docs/protocol.md §3.10): its exact length
+// first, then the bytes; a copy cut short is one the client refuses by its length.
+func (h *handler) backup(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Backup == nil {
+		writeError(w, &bus.Error{Code: ledger.OpDenied, Detail: "backups are served on http.sock only (its peers are checked)"})
+		return
+	}
+	rc := http.NewResponseController(w)
+	started := false
+	n, err := h.cfg.Backup(stallWriter{w, rc}, func(size int64) {
+		started = true
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		w.WriteHeader(http.StatusOK)
+	})
+	if err != nil {
+		// Before the first byte the answer is still an error; after it, the connection ends
+		// short of Content-Length and the client discards what it got.
+		h.cfg.Log.Warn("backup failed", "socket", h.cfg.Socket, "peer_pid", peerPID(r.Context()), "bytes", n, "err", err)
+		if !started {
+			writeError(w, err)
+		}
+		return
+	}
+	h.cfg.Log.Info("backup", "socket", h.cfg.Socket, "peer_pid", peerPID(r.Context()), "bytes", n)
+}
+
+// stallWriter gives each write backupStall from its start.
+type stallWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (s stallWriter) Write(p []byte) (int, error) {
+	s.rc.SetWriteDeadline(time.Now().Add(backupStall))
+	return s.w.Write(p)
 }
 
 func (h *handler) sessions(w http.ResponseWriter, r *http.Request) {

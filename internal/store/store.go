@@ -18,8 +18,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -116,7 +118,9 @@ type Idem struct {
 
 // Store is the open database.
 type Store struct {
-	db *bolt.DB
+	db           *bolt.DB
+	path         string
+	migratedFrom uint64 // the format the file had at open (Format for a new or current one)
 
 	mu      sync.Mutex
 	idle    sync.Cond // signalled when leading turns false
@@ -165,40 +169,131 @@ var errLead = errors.New("store: lead the next commit")
 // Open opens (creating if needed) the database at path. The parent directory is created 0700
 // and the file 0600. A second daemon on the same file fails after timeout with a message that
 // says so, instead of hanging: bbolt holds an exclusive flock for the life of the DB.
+//
+// An existing file is checked before bbolt reads it (Check), and its format is read: an older
+// one is migrated (format.go), a newer one, damage, or a file that is no xmsg store is refused
+// with a *RefusedError, and the file is left as it was.
 func Open(path string, timeout time.Duration) (*Store, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: create %s: %w", dir, err)
 	}
+	if err := checkLocked(path, timeout); err != nil {
+		return nil, err
+	}
 	// NoFreelistSync: the freelist is rebuilt from the pages at open instead of being written on
-	// every commit (as etcd does). Each commit still fsyncs its data and meta pages.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	// every commit (as etcd does). Each commit still fsyncs its data and meta pages. With it,
+	// bbolt writes nothing to an existing file at open, so a refusal below leaves it as it was.
+	db, err := openBolt(path, &bolt.Options{Timeout: timeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("store: %s is locked by another process (is another xmsg serve running on this database?)", path)
+		return nil, locked(path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	format, err := openFormat(db, path)
+	if err != nil {
+		db.Close()
+		return nil, err
 	}
 	// bolt.Open honours the umask only at creation; an existing file may be wider.
 	if err := os.Chmod(path, 0o600); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: chmod %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	s := &Store{db: db, path: path, migratedFrom: format}
+	s.idle.L = &s.mu
+	return s, nil
+}
+
+// openBolt is bolt.Open, with a panic of bbolt's own (an assertion on a page it reads while it
+// rebuilds the freelist) reported as damage. It is the last resort behind Check, which finds
+// what bbolt would panic on before bbolt reads the file; a panic in a goroutine bbolt starts
+// cannot be caught at all. After one the half-opened file is not closed (bbolt may hold its
+// locks): the caller is to stop, as the daemon does.
+func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, damaged(path, "bbolt failed reading it: %s", strings.Join(strings.Fields(fmt.Sprint(r)), " "))
+		}
+	}()
+	return bolt.Open(path, 0o600, opts)
+}
+
+func locked(path string) error {
+	return fmt.Errorf("store: %s is locked by another process (is another xmsg serve running on this database?)", path)
+}
+
+// checkLocked runs Check on an existing file under a shared flock, so that it never reads a
+// file another daemon is writing (that one holds bbolt's exclusive lock: this waits for it as
+// bbolt would, then says it is locked). A missing file is no error: bbolt creates it.
+func checkLocked(path string, timeout time.Duration) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("store: open %s: %w", path, err)
+	}
+	defer f.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("store: flock %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			return locked(path)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Closing f drops the lock; bbolt takes its own exclusive one next.
+	return check(f, path)
+}
+
+// openFormat creates a new file's buckets and format, or reads an existing file's format and
+// migrates it. It returns the format the file had (Format for a new one).
+func openFormat(db *bolt.DB, path string) (uint64, error) {
+	var format uint64
+	err := db.View(func(tx *bolt.Tx) (err error) {
+		format, err = formatOf(tx)
+		return err
+	})
+	if err != nil {
+		return 0, &RefusedError{Path: path, Problem: err.Error(), Remedy: restoreHint}
+	}
+	switch {
+	case format > Format:
+		return format, &RefusedError{Path: path, Problem: fmt.Sprintf("the store is format %d, newer than this xmsg's format %d", format, Format),
+			Remedy: "run the xmsg release that wrote it, or restore a backup of format " + fmt.Sprint(Format) + " or older"}
+	case format == 0:
+		// A new file (or one bbolt made before the buckets were): everything in one commit.
+		if err := db.Update(create); err != nil {
+			return 0, fmt.Errorf("store: create buckets: %w", err)
+		}
+		return Format, nil
+	case format < Format:
+		if err := migrate(db, format); err != nil {
+			return format, err
+		}
+	}
+	// A file of this format has every bucket (create and the steps make them); one that lacks
+	// one was changed by something else, and is not mended here.
+	err = db.View(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
+			if tx.Bucket(b) == nil {
+				return fmt.Errorf("the format %d store has no bucket %q", Format, b)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("store: create buckets: %w", err)
+		return format, &RefusedError{Path: path, Problem: err.Error(), Remedy: restoreHint}
 	}
-	s := &Store{db: db}
-	s.idle.L = &s.mu
-	return s, nil
+	return format, nil
 }
 
 // Close waits for queued writes, then closes the file.

@@ -17,6 +17,7 @@
 #   in-container.sh federation  (10) two tiers federate under the real units and Landlock
 #   in-container.sh custody     (11) a LoadCredential= secret handed to a tier's service by fd
 #   in-container.sh relaunch    (12) a session dir that appears: exit 75, restarted, now served
+#   in-container.sh refused     (13) xmsg backup; a damaged store: exit 65, no restart, unchanged
 #
 # Payload layout (read-only at /xmsg-payload): bin/{xmsg,xmsg-probe}, systemd/ (the repo's
 # unit directory), creds/<tier>/{fed-cert,fed-key,pin}, this script, and when
@@ -731,8 +732,46 @@ relaunch() {
   systemctl restart "xmsg@$t.service"
 }
 
+# (13) Backup and a refused store. `xmsg backup` takes a copy of the running tier's store
+# under the real unit and Landlock (positive control). Then the store's first meta page is
+# zeroed: the daemon refuses it with exit 65 and one line, and RestartPreventExitStatus=65
+# keeps systemd from starting it again every RestartSec=; the file is left as it was. Putting
+# the backup back brings the tier up again, serving.
+refused() {
+  local t=public hs=/run/xmsg-public/xmsg/http.sock db=/var/lib/xmsg-public/xmsg.db bk=/var/lib/xmsg-public/backup.db
+  local sum1 sum2 n out cur
+  systemctl -q is-active "xmsg@$t.service" || probe_as "xmsg-$t" "start (probe own)" own --dir "/run/xmsg-$t/xmsg" >/dev/null
+  out=$(as "xmsg-$t" /usr/local/bin/xmsg backup --http-sock "$hs" "$bk" 2>&1)
+  check "positive control: xmsg backup under the unit ($out)" test -s "$bk"
+  check "the backup is 0600 xmsg-$t" test "$(stat -c '%a %U' "$bk")" = "600 xmsg-$t"
+  out=$(as "xmsg-$t" /usr/local/bin/xmsg doctor --http-sock "$hs" 2>&1)
+  check "doctor shows the store's format and last backup" grep -q 'store: .*format [0-9]*, .*last backup [0-9]' <<<"$out"
+  systemctl stop "xmsg-http@$t.socket" "xmsg-agent@$t.socket" "xmsg-register@$t.socket" "xmsg@$t.service"
+  dd if=/dev/zero of="$db" bs=4096 count=1 conv=notrunc status=none
+  sum1=$(sha256sum < "$db")
+  cur=$(journalctl -q -n0 --show-cursor | sed -n 's/^-- cursor: //p')
+  systemctl reset-failed "xmsg@$t.service" 2>/dev/null
+  systemctl start "xmsg@$t.service" 2>/dev/null
+  wait_secs 10 "xmsg@$t.service failed" bash -c "[ \"\$(systemctl show -P ActiveState xmsg@$t.service)\" = failed ]"
+  # RestartSec=1s: had systemd restarted it, it would have done so within these seconds.
+  sleep 3
+  check "the unit stays failed" test "$(systemctl show -P ActiveState "xmsg@$t.service")" = failed
+  check "exit status 65" test "$(systemctl show -P ExecMainStatus "xmsg@$t.service")" = 65
+  n=$(systemctl show -P NRestarts "xmsg@$t.service")
+  check "no restart (NRestarts=$n)" test "$n" = 0
+  n=$(journalctl -q --no-pager -o cat --after-cursor="$cur" -u "xmsg@$t.service" | grep -c "xmsg: store: $db: meta page 0")
+  check "one journal line names the file and the damage ($n)" test "$n" = 1
+  sum2=$(sha256sum < "$db")
+  check "the refused file is unchanged" test "$sum1" = "$sum2"
+  install -o "xmsg-$t" -g "xmsg-$t" -m 0600 "$bk" "$db"
+  rm -f "$bk"
+  systemctl reset-failed "xmsg@$t.service"
+  systemctl start "xmsg-http@$t.socket" "xmsg-agent@$t.socket" "xmsg-register@$t.socket"
+  probe_as "xmsg-$t" "the restored store serves (probe own)" own --dir "/run/xmsg-$t/xmsg"
+}
+
 case "${1:-}" in
   setup) setup || { echo "FAIL setup"; exit 1; }; exit 0 ;;
-  activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation|custody|relaunch) "$1"; finish ;;
-  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation|custody|relaunch" >&2; exit 64 ;;
+  activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation|custody|relaunch|refused) "$1"; finish ;;
+  *) echo "usage: $0 setup|activation|credentials|hardening|isolation|crash|watchdog|units|nixos|fedunit|federation|custody|relaunch|refused" >&2; exit 64 ;;
 esac
