@@ -29,16 +29,11 @@ func (s *Server) credential(c net.Conn, caller bus.Caller, pid int, line []byte,
 	if reg := caller.Service(); reg != nil {
 		p.Service, p.PID = reg.Name, reg.PID
 	}
-	f, grant, err := s.cfg.Custody.Give(name, p)
-	if err != nil {
-		var ce *custody.Error
-		if errors.As(err, &ce) {
-			return errorLine(ce.Code, ce.Detail), true
-		}
-		return errorLine(ledger.Internal, "credential unavailable"), true
+	refusal, err := s.cfg.Custody.Hand(c, name, p, s.cfg.WriteTimeout)
+	if refusal != nil {
+		return errorLine(refusal.Code, refusal.Detail), true
 	}
-	defer f.Close() // the daemon's copy: the caller has its own now
-	if err := custody.WriteFD(c, encode(credentialResp{Status: "ok", Credential: grant}), f, s.cfg.WriteTimeout); err != nil {
+	if err != nil {
 		s.cfg.Log.Debug("write abandoned", "socket", "agent", "actor", caller.Actor(), "err", err)
 		return nil, false
 	}
@@ -66,9 +61,4 @@ func credentialName(line []byte) (string, error) {
 		return "", errors.New("name is required")
 	}
 	return name, nil
-}
-
-type credentialResp struct {
-	Status     string        `json:"status"`
-	Credential custody.Grant `json:"credential"`
 }

@@ -8,6 +8,9 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/xmsg/xmsg/internal/jsonline"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // msgWriter is a connection that can carry descriptors: *net.UnixConn, and gate.Conn, which
@@ -93,4 +96,31 @@ func ReadFD(c *net.UnixConn, max int) (line []byte, f *os.File, err error) {
 		return line, f, nil
 	}
 	return nil, nil, fmt.Errorf("custody: %d descriptors in one answer", len(fds))
+}
+
+// Hand gives secret name to p and writes the answer `{"status":"ok","credential":{...}}`
+// with its descriptor on c (SCM_RIGHTS), the one hand-over both sockets make (agent.sock for
+// `xmsg exec --credential`, register.sock for a registered service). refusal, when not nil, is
+// what the caller answers instead, as an error line of its protocol; err is a write that
+// failed, after which the connection is done.
+func (h *Holder) Hand(c net.Conn, name string, p Principal, timeout time.Duration) (refusal *Error, err error) {
+	f, grant, err := h.Give(name, p)
+	if err != nil {
+		var ce *Error
+		if errors.As(err, &ce) {
+			return ce, nil
+		}
+		return &Error{Code: ledger.Internal, Detail: "credential unavailable"}, nil
+	}
+	defer f.Close() // the daemon's copy of the descriptor: the caller has its own now
+	line, err := jsonline.Encode(handed{Status: "ok", Credential: grant})
+	if err != nil {
+		return &Error{Code: ledger.Internal, Detail: "credential unavailable"}, nil
+	}
+	return nil, WriteFD(c, line, f, timeout)
+}
+
+type handed struct {
+	Status     string `json:"status"`
+	Credential Grant  `json:"credential"`
 }

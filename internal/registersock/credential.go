@@ -29,16 +29,11 @@ func (s *Server) credential(c net.Conn, reg *bus.Registration, line []byte) (res
 	if s.cfg.Bus.Harnesses().Is(reg.Harness, harness.Exe) {
 		p.Service = reg.Name
 	}
-	f, grant, err := s.cfg.Custody.Give(name, p)
-	if err != nil {
-		var ce *custody.Error
-		if errors.As(err, &ce) {
-			return errorLine(ce.Code, ce.Detail), true
-		}
-		return errorLine(ledger.Internal, "credential unavailable"), true
+	refusal, err := s.cfg.Custody.Hand(c, name, p, writeTimeout)
+	if refusal != nil {
+		return errorLine(refusal.Code, refusal.Detail), true
 	}
-	defer f.Close() // the daemon's copy of the descriptor: the service has its own now
-	if err := custody.WriteFD(c, encode(credentialResp{Status: "ok", Credential: grant}), f, writeTimeout); err != nil {
+	if err != nil {
 		s.cfg.Log.Debug("write abandoned", "socket", "register", "actor", p.Actor, "err", err)
 		return nil, false
 	}
@@ -59,9 +54,4 @@ func credentialName(line []byte) (string, error) {
 		return "", errors.New("name is required")
 	}
 	return name, nil
-}
-
-type credentialResp struct {
-	Status     string        `json:"status"`
-	Credential custody.Grant `json:"credential"`
 }
