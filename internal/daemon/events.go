@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"time"
+
 	"github.com/xmsg/xmsg/internal/ledger"
 )
 
@@ -17,16 +19,22 @@ type events struct {
 	stream   *ledger.Stream
 	counts   *ledger.Counter
 	watchers *ledger.Watchers
+	tier     *tier // GET /v1/events and GET /metrics (metrics.go)
 }
 
 // buildEvents builds the stream. Harness labels are bounded by the bus's registry and peer
 // labels by the peers file, so no sender can grow the counters' series.
-func (d *Daemon) buildEvents(harnessOK, peerOK func(string) bool) *events {
+func (d *Daemon) buildEvents() *events {
+	// The bus is built after the stream (it is one of its sources); until then, and for a
+	// harness the registry does not know, the label is "other".
+	harnessOK := func(h string) bool { return d.bus != nil && d.bus.Harnesses().Lookup(h) != nil }
+	peerOK := func(p string) bool { return d.fed != nil && d.fed.node != nil && d.fed.node.Known(p) }
 	e := &events{
 		counts:   ledger.NewCounter(harnessOK, peerOK),
 		watchers: ledger.NewWatchers(maxMonitors, monitorQueue),
 	}
 	e.stream = ledger.NewStream(ledger.NewAudit(d.log), e.counts, e.watchers)
+	e.tier = &tier{d: d, ev: e, start: time.Now()}
 	d.events = e
 	return e
 }

@@ -187,7 +187,7 @@ func (l *leafMode) buildServers() error {
 		// A leaf has no Claude sessions: nothing is scanned.
 		Claude: &claude.Scanner{Proc: proc, UID: int(uid), Log: d.log},
 		Bounds: busBounds(cfg),
-		Events: d.buildEvents(nil, nil).stream,
+		Events: d.buildEvents().stream,
 	})
 	d.bus = b
 	d.onClose(func() error { b.Close(); return nil })

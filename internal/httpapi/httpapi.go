@@ -36,18 +36,24 @@ type Config struct {
 	Limits  Limits          // per-connection deadlines and per-pid shares; zero: DefaultLimits
 	// Leaf, when set, is the leaf principal every send is attributed to (docs/protocol.md §7.5).
 	Leaf *leaf.Identity
+	// Tier, when set, serves GET /v1/events (monitors) and GET /metrics.
+	Tier Tier
 }
 
 // Handler returns the API router.
 func Handler(cfg Config) http.Handler {
 	cfg.Limits = cfg.Limits.withDefaults()
-	h := &handler{cfg: cfg, waiters: &waiters{max: cfg.Limits.MaxWaitersPerPID}}
+	h := &handler{cfg: cfg, waiters: &waiters{max: cfg.Limits.MaxWaitersPerPID}, monitors: &waiters{max: MaxMonitorsPerPID}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /v1/sessions", h.sessions)
 	// Not in the original xmsg (docs/protocol.md §3.9): lets `xmsg doctor` show the running
 	// instance's protections.
 	mux.HandleFunc("GET /v1/doctor", h.doctor)
+	// Not in the original xmsg: the event stream of `xmsg monitor` (§3.10) and the metrics
+	// (§3.11).
+	mux.HandleFunc("GET /v1/events", h.events)
+	mux.HandleFunc("GET /metrics", h.metrics)
 	mux.HandleFunc("GET /v1/sessions/{ref}", h.session)
 	mux.HandleFunc("POST /v1/sessions/{ref}/messages", h.send)
 	mux.HandleFunc("GET /v1/messages/{id}", h.message)
@@ -139,9 +145,10 @@ func NewServer(cfg Config) *Server {
 }
 
 type handler struct {
-	cfg     Config
-	waiters *waiters
-	lim     ratelog.Limiter
+	cfg      Config
+	waiters  *waiters
+	monitors *waiters // GET /v1/events per peer pid
+	lim      ratelog.Limiter
 }
 
 // via is where a request on this server came from, for its event.
