@@ -34,6 +34,8 @@ commands:
   list       list live sessions
   send       send a message: xmsg send REF TEXT (TEXT "-" reads stdin)
   replies    show replies to a message: xmsg replies ID [--wait S] [--after N]
+  status     show one message's life: xmsg status ID [--wait S]
+  monitor    stream the bus's message events live, never their text (xmsg monitor --help)
   doctor     show which protections are in force
   health     exit 0 when the running daemon answers /healthz with 200 (a container probe)
   register   register agy [--hook] [--sock P] [--url U]: the Antigravity hook helper
@@ -103,6 +105,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return sendCmd(rest, stdin, stdout)
 	case "replies":
 		return repliesCmd(rest, stdout)
+	case "status":
+		return statusCmd(rest, stdout)
+	case "monitor":
+		return monitorCmd(rest, stdout)
 	case "doctor":
 		return doctorCmd(rest, stdout)
 	case "health":
