@@ -442,3 +442,41 @@ func promtool(t *testing.T, expo string) {
 	}
 }
 
+
+// TestStatusFollowsAMessage: `xmsg status ID` shows a message's life from the store;
+// with --wait it follows it until the reply, prints the reply, and exits 0; `xmsg doctor` names the running tier's monitors.
+func TestStatusFollowsAMessage(t *testing.T) {
+	d := newDaemon(t)
+	pi := daemontest.Start(t, "")
+	pc := pi.Dial(d.sock("register"))
+	if r := pi.Call(pc, map[string]any{"harness": "pi", "sessionName": "peer"}); r["status"] != "ok" {
+		t.Fatalf("pi register: %v", r)
+	}
+	_, id := sendHTTP(t, d.client(), "peer", "tester", "hello")
+	out, err := xmsgCmd(d.env, "status", id).Output()
+	if err != nil || !strings.Contains(string(out), "sent     from xmsg@testhost · tester to pi:") || !strings.Contains(string(out), "(as recorded now)") {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	wait := xmsgCmd(d.env, "status", id, "--wait", "60")
+	var waitOut strings.Builder
+	wait.Stdout = &waitOut
+	if err := wait.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pi.Send(pc, map[string]any{"action": "poll", "waitSecs": 5})
+	pi.Recv(pc)
+	pi.Call(pc, map[string]any{"action": "ack", "messageId": id})
+	pa := pi.Dial(d.sock("agent"))
+	if r := pi.Call(pa, map[string]any{"action": "reply", "messageId": id, "text": "done"}); r["status"] != "ok" {
+		t.Fatalf("reply: %v", r)
+	}
+	if err := wait.Wait(); err != nil || !strings.Contains(waitOut.String(), "replied  #1 by pi:") {
+		t.Fatalf("status --wait: %v\n%s", err, waitOut.String())
+	}
+	out, _ = xmsgCmd(d.env, "doctor").Output()
+	for _, want := range []string{"running: version", "sessions: pi 1", "monitors: 0 attached (limit 8)"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("doctor lacks %q:\n%s", want, out)
+		}
+	}
+}
