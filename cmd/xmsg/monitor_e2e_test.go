@@ -442,7 +442,6 @@ func promtool(t *testing.T, expo string) {
 	}
 }
 
-
 // TestStatusFollowsAMessage: `xmsg status ID` shows a message's life from the store;
 // with --wait it follows it until the reply, prints the reply, and exits 0; `xmsg doctor` names the running tier's monitors.
 func TestStatusFollowsAMessage(t *testing.T) {

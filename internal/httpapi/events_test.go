@@ -30,9 +30,11 @@ type seamTier struct {
 	attached bool // the watch was attached when the store was read
 }
 
-func (x *seamTier) Watch(keep func(*ledger.Event) bool) (*ledger.Watch, error) { return x.w.Watch(keep) }
-func (x *seamTier) MaxWatches() int                                            { return x.w.Max() }
-func (x *seamTier) Metrics(w io.Writer)                                        {}
+func (x *seamTier) Watch(keep func(*ledger.Event) bool) (*ledger.Watch, error) {
+	return x.w.Watch(keep)
+}
+func (x *seamTier) MaxWatches() int     { return x.w.Max() }
+func (x *seamTier) Metrics(w io.Writer) {}
 func (x *seamTier) Replay(since time.Time, keep func(*ledger.Event) bool, fn func(*ledger.Event) bool) error {
 	x.attached = x.w.Len() == 1
 	x.s.Emit(ledger.Event{Kind: ledger.Sent, MessageID: "m1"})
