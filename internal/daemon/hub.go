@@ -230,6 +230,7 @@ func (d *Daemon) buildServers() error {
 		Events: events.stream,
 	})
 	d.bus = b
+	d.events.setHarnesses(b.Harnesses())
 	d.onClose(func() error { b.Close(); return nil })
 	doctorLines := func() []string {
 		f := d.facts
