@@ -14,7 +14,7 @@ import (
 )
 
 // backupFlags is `xmsg backup FILE`: a consistent copy of the running daemon's store, taken
-// while it serves (POST /v1/admin/backup, docs/protocol.md §3.10), written 0600 to a temporary
+// while it serves (POST /v1/admin/backup, docs/protocol.md §3.12), written 0600 to a temporary
 // file beside FILE, fsynced, checked as Open checks a store, renamed onto FILE and the
 // directory fsynced: FILE is the old file or the whole new copy, never part of one.
 func backupFlags(fs *flag.FlagSet, st stdio) func([]string) error {

@@ -172,3 +172,19 @@ func (f *federation) doctor() []string {
 	}
 	return f.node.DoctorLines()
 }
+
+// mailboxes are the hub's leaf mailboxes (nil without federation or without a leaf).
+func (f *federation) mailboxes() *hub.Mailboxes {
+	if f == nil || f.node == nil {
+		return nil
+	}
+	return f.node.Mailboxes()
+}
+
+// leafPeers are the configured leaf peers' names.
+func (f *federation) leafPeers() []string {
+	if f == nil || f.node == nil {
+		return nil
+	}
+	return f.node.LeafPeers()
+}

@@ -220,7 +220,7 @@ func (d *Daemon) buildServers() error {
 	sessions := &claude.Scanner{Dirs: cfg.SessionsDirs, Proc: proc, UID: int(uid), Log: d.log}
 	d.onClose(func() error { sessions.Close(); return nil })
 	d.facts.Pidfd = reportWatchFallbacks(sessions, proc, d.log)
-	events := d.buildEvents(nil, nil)
+	events := d.buildEvents()
 	mail := mailboxes(cfg, d.store, d.log)
 	if mail != nil {
 		mail.Events = events.stream
@@ -235,6 +235,7 @@ func (d *Daemon) buildServers() error {
 		Events: events.stream,
 	})
 	d.bus = b
+	d.events.setHarnesses(b.Harnesses())
 	d.onClose(func() error { b.Close(); return nil })
 	doctorLines := func() []string {
 		f := d.facts
@@ -282,7 +283,9 @@ func (d *Daemon) buildServers() error {
 // context ends when the stop begins, so long-polls answer at once instead of holding the
 // drain until its deadline.
 func (d *Daemon) addHTTP(name string, l net.Listener, doctorLines func() []string) {
-	cfg := httpapi.Config{Bus: d.bus, MaxBody: d.cfg.MaxBody, Log: d.log, Socket: name, Doctor: d.custodyDoctor(name, doctorLines), Limits: httpLimits(d.cfg)}
+	lines := func() []string { return append(doctorLines(), d.events.tier.doctorLines()...) }
+	cfg := httpapi.Config{Bus: d.bus, MaxBody: d.cfg.MaxBody, Log: d.log, Socket: name, Doctor: d.custodyDoctor(name, lines), Limits: httpLimits(d.cfg),
+		Tier: d.events.tier}
 	if d.leaf != nil {
 		cfg.Leaf = &d.leaf.id
 	}

@@ -187,9 +187,10 @@ func (l *leafMode) buildServers() error {
 		// A leaf has no Claude sessions: nothing is scanned.
 		Claude: &claude.Scanner{Proc: proc, UID: int(uid), Log: d.log},
 		Bounds: busBounds(cfg),
-		Events: d.buildEvents(nil, nil).stream,
+		Events: d.buildEvents().stream,
 	})
 	d.bus = b
+	d.events.setHarnesses(b.Harnesses())
 	d.onClose(func() error { b.Close(); return nil })
 	// A hub that refuses or is away is retried every 5 s for as long as it lasts: its
 	// warnings pass once per 30 s per hub, code and delay (so the backoff's climb shows

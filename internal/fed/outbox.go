@@ -49,6 +49,17 @@ func (n *Node) Mailboxes() *hub.Mailboxes {
 	return n.rec.mail
 }
 
+// LeafPeers are the names of the configured leaf peers, sorted (for their mailboxes' depth).
+func (n *Node) LeafPeers() []string {
+	var out []string
+	for _, p := range n.st.Load().peers.All() {
+		if p.Leaf {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
 // Leaf implements bus.Federation.
 func (n *Node) Leaf(peer string) bool {
 	p, ok := n.st.Load().peers.Get(peer)

@@ -42,20 +42,26 @@ type Config struct {
 	// /v1/admin/backup. Set on http.sock only: its peers passed the gate (the daemon's own
 	// uid); nil on the TCP listener, which has no peer check, so it answers op_denied there.
 	Backup func(w io.Writer, begin func(size int64)) (int64, error)
+	// Tier, when set, serves GET /v1/events (monitors) and GET /metrics.
+	Tier Tier
 }
 
 // Handler returns the API router.
 func Handler(cfg Config) http.Handler {
 	cfg.Limits = cfg.Limits.withDefaults()
-	h := &handler{cfg: cfg, waiters: &waiters{max: cfg.Limits.MaxWaitersPerPID}}
+	h := &handler{cfg: cfg, waiters: &waiters{max: cfg.Limits.MaxWaitersPerPID}, monitors: &waiters{max: MaxMonitorsPerPID}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /v1/sessions", h.sessions)
 	// Not in the original xmsg (docs/protocol.md §3.9): lets `xmsg doctor` show the running
 	// instance's protections.
 	mux.HandleFunc("GET /v1/doctor", h.doctor)
-	// Not in the original xmsg (docs/protocol.md §3.10): `xmsg backup`.
+	// Not in the original xmsg (docs/protocol.md §3.12): `xmsg backup`.
 	mux.HandleFunc("POST /v1/admin/backup", h.backup)
+	// Not in the original xmsg: the event stream of `xmsg monitor` (§3.10) and the metrics
+	// (§3.11).
+	mux.HandleFunc("GET /v1/events", h.events)
+	mux.HandleFunc("GET /metrics", h.metrics)
 	mux.HandleFunc("GET /v1/sessions/{ref}", h.session)
 	mux.HandleFunc("POST /v1/sessions/{ref}/messages", h.send)
 	mux.HandleFunc("GET /v1/messages/{id}", h.message)
@@ -147,9 +153,10 @@ func NewServer(cfg Config) *Server {
 }
 
 type handler struct {
-	cfg     Config
-	waiters *waiters
-	lim     ratelog.Limiter
+	cfg      Config
+	waiters  *waiters
+	monitors *waiters // GET /v1/events per peer pid
+	lim      ratelog.Limiter
 }
 
 // via is where a request on this server came from, for its event.
@@ -238,7 +245,7 @@ func (h *handler) doctor(w http.ResponseWriter, r *http.Request) {
 // its readers hold), so a stalled reader must not keep it.
 const backupStall = 30 * time.Second
 
-// backup streams a consistent copy of the store (docs/protocol.md §3.10): its exact length
+// backup streams a consistent copy of the store (docs/protocol.md §3.12): its exact length
 // first, then the bytes; a copy cut short is one the client refuses by its length.
 func (h *handler) backup(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Backup == nil {

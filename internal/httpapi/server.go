@@ -663,6 +663,10 @@ type response struct {
 	bodyLeft        bool // closed with its request body unread: half-close and wait (net/http)
 	watch           *hangupWatch
 	after           []func() // run once the answer is flushed (afterAnswer)
+	// streaming: the handler flushed before its answer was whole (Flush); the header is out
+	// and the body goes as chunks (HTTP/1.1) or as bytes up to the close (HTTP/1.0).
+	streaming bool
+	chunked   bool
 }
 
 func (w *response) Header() http.Header {
@@ -811,12 +815,67 @@ func (w *response) sendHeader(p []byte) {
 	bw.WriteString("\r\n")
 }
 
+// Flush is http.Flusher's (what http.NewResponseController(w).Flush calls).
+func (w *response) Flush() { w.FlushError() }
+
+// FlushError sends what the handler wrote so far, for an answer that is a stream (GET
+// /v1/events): the header, then the body written since the last flush. An answer without a
+// Content-Length goes as chunks on HTTP/1.1 and, on HTTP/1.0, as bytes up to the close. An
+// answer that is never flushed is sent whole, with its length, as before.
+func (w *response) FlushError() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.sentHeader {
+		if w.contentLength < 0 && bodyAllowed(w.status) && w.req.Method != http.MethodHead {
+			w.streaming = true
+			if w.req.ProtoAtLeast(1, 1) {
+				w.chunked = true
+				w.Header().Set("Transfer-Encoding", "chunked")
+			} else {
+				w.closeAfter = true
+				w.http10KeepAlive = false
+			}
+		}
+		w.sendHeader(w.pending)
+	}
+	w.writePending()
+	return w.c.bw.Flush()
+}
+
+// writePending writes the body held since the last flush of a streamed answer: one chunk.
+func (w *response) writePending() {
+	if !w.streaming || len(w.pending) == 0 {
+		return
+	}
+	if w.chunked {
+		w.c.bw.WriteString(strconv.FormatInt(int64(len(w.pending)), 16))
+		w.c.bw.WriteString("\r\n")
+		w.c.bw.Write(w.pending)
+		w.c.bw.WriteString("\r\n")
+	} else {
+		w.c.bw.Write(w.pending)
+	}
+	w.pending = w.pending[:0]
+}
+
 // finish completes the answer once the handler returned and reports whether the connection
 // takes another request.
 func (w *response) finish() bool {
 	w.stopWatch()
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
+	}
+	if w.streaming {
+		w.writePending()
+		if w.chunked {
+			w.c.bw.WriteString("0\r\n\r\n")
+		}
+		err := w.c.bw.Flush()
+		for _, fn := range w.after {
+			fn()
+		}
+		return err == nil && !w.closeAfter && !(w.watch != nil && w.watch.hungUp)
 	}
 	if w.contentLength < 0 && bodyAllowed(w.status) {
 		// The whole body is known now: send it with its length (for HEAD, the length of

@@ -560,3 +560,63 @@ func TestServerAfterAnswer(t *testing.T) {
 		t.Fatal("the queued work ran before the answer was sent")
 	}
 }
+
+// TestServerStreamsFlushes: a handler that flushes sends each part as a chunk at once (the
+// client reads the first part while the handler still waits to write the second), the write
+// deadline can be moved per write, and the connection takes the next request after the
+// stream's last chunk. Mutant tried: Flush buffering like an unflushed answer (no chunked
+// mode): the client never reads the first part while the handler waits.
+func TestServerStreamsFlushes(t *testing.T) {
+	next := make(chan struct{})
+	path, _ := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/stream" {
+			w.Write([]byte("plain"))
+			return
+		}
+		rc := http.NewResponseController(w)
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		for i := range 2 {
+			fmt.Fprintf(w, "part %d\n", i)
+			if err := rc.SetWriteDeadline(time.Now().Add(time.Minute)); err != nil {
+				t.Error(err)
+			}
+			if err := rc.Flush(); err != nil {
+				t.Error(err)
+			}
+			if i == 0 {
+				<-next
+			}
+		}
+	}), nil)
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	fmt.Fprint(c, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" {
+		t.Fatalf("transfer encoding %v, want chunked", resp.TransferEncoding)
+	}
+	body := bufio.NewReader(resp.Body)
+	if l, err := body.ReadString('\n'); l != "part 0\n" || err != nil {
+		t.Fatalf("first part %q %v", l, err)
+	}
+	close(next)
+	rest, err := io.ReadAll(body)
+	if string(rest) != "part 1\n" || err != nil {
+		t.Fatalf("rest %q %v", rest, err)
+	}
+	fmt.Fprint(c, "GET /plain HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); string(b) != "plain" || resp.ContentLength != 5 {
+		t.Fatalf("next request on the connection: %q (length %d)", b, resp.ContentLength)
+	}
+}

@@ -152,6 +152,7 @@ type Event struct {
 	Request   string    `json:"request,omitempty"` // send, reply, ack, pull, mcp_start...
 	MessageID string    `json:"message_id,omitempty"`
 	InReplyTo string    `json:"in_reply_to,omitempty"` // a reply's original
+	ReplySeq  uint64    `json:"reply_seq,omitempty"`   // a reply's seq (docs/protocol.md §3.7)
 	From      string    `json:"from,omitempty"`        // attested sender (actor or badge)
 	To        string    `json:"to,omitempty"`          // the ref asked for, or the session
 	Harness   string    `json:"harness,omitempty"`     // the recipient's harness

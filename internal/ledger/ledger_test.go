@@ -152,6 +152,9 @@ func TestWatchSlowNeverBlocks(t *testing.T) {
 	if len(got) != 16 || lost != n-16 {
 		t.Fatalf("got %d events, lost %d; want 16 and %d", len(got), lost, n-16)
 	}
+	if w.Dropped() != n-16 {
+		t.Fatalf("Dropped = %d, want %d", w.Dropped(), n-16)
+	}
 	for i, e := range got {
 		if want := fmt.Sprint(n - 16 + i); e.MessageID != want || e.Seq != uint64(n-16+i+1) {
 			t.Errorf("event %d: %s seq %d, want %s", i, e.MessageID, e.Seq, want)

@@ -54,7 +54,7 @@ func (s *Stream) Request(via Via, kind Kind, request, target string, r Result, e
 		return
 	}
 	e := Event{Kind: kind, Request: request, To: target, From: via.Actor, Transport: via.Transport, Peer: via.Peer,
-		MessageID: r.MessageID, InReplyTo: r.InReplyTo, Harness: r.Harness, Outcome: r.Outcome, Bytes: r.Bytes}
+		MessageID: r.MessageID, InReplyTo: r.InReplyTo, ReplySeq: r.ReplySeq, Harness: r.Harness, Outcome: r.Outcome, Bytes: r.Bytes}
 	if err != nil {
 		x := AsError(err)
 		e.Refusal(x.Code, x.Detail)
@@ -67,6 +67,7 @@ func (s *Stream) Request(via Via, kind Kind, request, target string, r Result, e
 type Result struct {
 	MessageID string
 	InReplyTo string
+	ReplySeq  uint64 // a reply's seq
 	Harness   string
 	Outcome   Outcome
 	Bytes     int

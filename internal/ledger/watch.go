@@ -18,8 +18,10 @@ type Watchers struct {
 	max  int
 	size int
 	n    atomic.Int32 // watches attached; 0 makes Event a load and a return
-	mu   sync.Mutex
-	all  map[*Watch]struct{}
+	// dropped counts the events any watch lost to a full ring, since start (for /metrics).
+	dropped atomic.Uint64
+	mu      sync.Mutex
+	all     map[*Watch]struct{}
 }
 
 // NewWatchers bounds the watches to max at a time, each holding at most size unread events.
@@ -35,6 +37,9 @@ func NewWatchers(max, size int) *Watchers {
 
 // Len is the number of watches attached.
 func (w *Watchers) Len() int { return int(w.n.Load()) }
+
+// Dropped is the number of events watches lost to a full ring since start.
+func (w *Watchers) Dropped() uint64 { return w.dropped.Load() }
 
 // Max is the bound on watches.
 func (w *Watchers) Max() int { return w.max }
@@ -89,6 +94,7 @@ func (x *Watch) push(e *Event) {
 		x.head = (x.head + 1) % len(x.ring)
 		x.len--
 		x.lost++
+		x.w.dropped.Add(1)
 	}
 	x.ring[(x.head+x.len)%len(x.ring)] = c
 	x.len++
