@@ -113,8 +113,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		// The child processes (fake sessions, services) that bench starts.
 		return bench.Role(rest)
 	case relaunch.Arg:
-		// The handover helper that serve starts before it applies Landlock.
-		return relaunch.RunHelper(rest)
+		// The handover helper that serve starts before it applies Landlock; it ends with the
+		// status of the last daemon it started.
+		code, err := relaunch.RunHelper(rest)
+		if err == nil && code != 0 {
+			return silentExit(code)
+		}
+		return err
 	case exehelper.Arg:
 		// The attestation helper that serve starts before it applies Landlock.
 		return exehelper.Serve()
