@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -346,16 +345,35 @@ func (s *supervisor) one(reason string) (code int, again string, err error) {
 			if s.stopping && code == 128+int(syscall.SIGTERM) {
 				code = 0 // stopped before it caught signals: stopped as asked
 			}
-			// What it wrote before it exited is in the pipe; a deadline of now reads that
-			// much and does not wait for a write end some stray process might still hold.
-			askR.SetReadDeadline(time.Now())
-			msg, _ := io.ReadAll(askR)
+			msg := readNow(askR)
 			if len(msg) > 0 && msg[0] == 'g' {
 				return code, string(msg[1:]), nil
 			}
 			return code, "", nil
 		}
 	}
+}
+
+// readNow returns what is in the pipe now: what the daemon wrote before it exited. It does
+// not wait for the end of the pipe, which some stray process might still hold open.
+func readNow(f *os.File) []byte {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var out []byte
+	rc.Read(func(fd uintptr) bool {
+		buf := make([]byte, 4096)
+		for len(out) < 1<<16 {
+			n, err := unix.Read(int(fd), buf)
+			if n <= 0 || err != nil {
+				break
+			}
+			out = append(out, buf[:n]...)
+		}
+		return true // done, whatever came: never wait
+	})
+	return out
 }
 
 // readStops passes on the first daemon's stop pipe: "t" (a stop) or "h" (a reload), and a stop
