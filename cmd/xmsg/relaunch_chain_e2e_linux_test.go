@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -124,6 +125,31 @@ func waitGone(t *testing.T, ps []proc) {
 	})
 }
 
+// waitExit waits for the process the test started to exit and returns its status (bounded: a
+// chain that does not stop fails the test, and killLeft ends what is left). It waits for the
+// process only, not for its stderr, which a daemon left behind would hold open.
+func waitExit(t *testing.T, d *daemon) int {
+	t.Helper()
+	d.stopped = true
+	done := make(chan int, 1)
+	go func() {
+		st, err := d.cmd.Process.Wait()
+		if err != nil {
+			done <- -1
+			return
+		}
+		done <- st.ExitCode()
+	}()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(daemontest.Wait):
+		d.cmd.Process.Kill()
+		t.Fatalf("the first process did not exit\n%s", d.stderr)
+		return -1
+	}
+}
+
 // killLeft ends, at the test's end, whatever of ps a failed test left running.
 func killLeft(t *testing.T, ps *[]proc) {
 	t.Cleanup(func() {
@@ -195,9 +221,7 @@ func TestRelaunchChainStops(t *testing.T) {
 				t.Fatalf("want %d processes in the chain, got %v", want, ps)
 			}
 			syscall.Kill(c.to(ps), c.sig)
-			d.cmd.Wait()
-			d.stopped = true
-			if got := d.cmd.ProcessState.ExitCode(); got != c.wantExit {
+			if got := waitExit(t, d); got != c.wantExit {
 				t.Errorf("the first process exited %d, want %d\n%s", got, c.wantExit, d.stderr)
 			}
 			waitGone(t, ps)
@@ -243,8 +267,7 @@ func TestGoRunStopsTheDaemon(t *testing.T) {
 				t.Fatalf("no daemon under the go stand-in: %v", ps)
 			}
 			d.cmd.Process.Signal(syscall.SIGTERM)
-			d.cmd.Wait()
-			d.stopped = true
+			waitExit(t, d)
 			waitGone(t, ps)
 			daemontest.WaitFor(t, "the daemon's stopped line", func() bool {
 				return strings.Count(d.stderr.String(), "msg=stopped") == relaunched+1
