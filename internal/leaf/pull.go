@@ -148,7 +148,13 @@ func (p *Puller) Run(ctx context.Context) {
 	}
 	var ack, reject []string
 	for ctx.Err() == nil {
-		rows, err := p.Hub.Pull(ctx, p.Peer, ack, reject, batch, batchBytes, wait)
+		// A pull that carries acks does not wait: the hub records them at once, and the
+		// answer, not the end of a 30 s long-poll, is what moves the state doctor shows.
+		w := wait
+		if len(ack)+len(reject) > 0 {
+			w = 0
+		}
+		rows, err := p.Hub.Pull(ctx, p.Peer, ack, reject, batch, batchBytes, w)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -172,14 +178,18 @@ func (p *Puller) Run(ctx context.Context) {
 			continue
 		}
 		b.reset()
+		acked := ""
 		if len(ack) > 0 {
 			p.delivered(len(ack))
-			p.set("acked %d", len(ack))
+			acked = fmt.Sprintf("acked %d, ", len(ack))
 		}
 		ack, reject = nil, nil
 		if len(rows) == 0 {
-			p.set("poll ok, mailbox empty")
+			p.set("%spoll ok, mailbox empty", acked)
 			continue
+		}
+		if acked != "" {
+			p.set("%spulled %d", acked, len(rows))
 		}
 		ack, reject, err = p.takeBatch(ctx, rows)
 		if err != nil {
@@ -222,6 +232,9 @@ func (p *Puller) takeBatch(ctx context.Context, rows []hub.Row) (ack, reject []s
 			return ack, reject, err
 		}
 		ack = append(ack, pr.ID)
+	}
+	if n > 0 {
+		p.set("%s acked %d rows, acking them to the hub", session.SessionID, n)
 	}
 	return ack, reject, nil
 }
