@@ -537,3 +537,78 @@ func TestNixOptionNames(t *testing.T) {
 		}
 	}
 }
+
+// TestLogTableMessagesExist: every log line that operations.md §6 lists is one the code
+// writes: the message of each (its words before the first key=value, "..." or "…") begins a
+// string literal in the code. So a line renamed or dropped in the code (a leaf's "leaf
+// register socket", long since "leaf sockets register=... http=...") cannot stay documented.
+func TestLogTableMessagesExist(t *testing.T) {
+	b, err := os.ReadFile("operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start := strings.Index(doc, "## 6. Logs")
+	if start < 0 {
+		t.Fatal("operations.md has no §6 Logs")
+	}
+	table := doc[start:]
+	if end := strings.Index(table[1:], "\n## "); end >= 0 {
+		table = table[:end+1]
+	}
+	var code strings.Builder
+	for _, f := range sourceFiles(t) {
+		if filepath.Ext(f) != ".go" || strings.HasSuffix(f, "_test.go") || !(strings.HasPrefix(f, "internal") || strings.HasPrefix(f, "cmd")) {
+			continue
+		}
+		src, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		code.Write(src)
+	}
+	src := code.String()
+	cell := regexp.MustCompile("`([^`]+)`")
+	// Cut at the first key=value, elision, bracket or placeholder (N, M).
+	cut := regexp.MustCompile(`\s*(\S+=|\.\.\.|…|\[|<|\(|\b[NM]\b).*$`)
+	// written: msg begins a literal, or is one literal ending in ": " and another after it
+	// (a prefix added to a message built elsewhere, "federation capacity: " + w).
+	written := func(msg string) bool {
+		if strings.Contains(src, `"`+msg) {
+			return true
+		}
+		for i := strings.Index(msg, ": "); i >= 0; {
+			if strings.Contains(src, `"`+msg[:i+2]+`"`) && strings.Contains(src, `"`+msg[i+2:]) {
+				return true
+			}
+			j := strings.Index(msg[i+2:], ": ")
+			if j < 0 {
+				break
+			}
+			i += 2 + j
+		}
+		return false
+	}
+	n := 0
+	for _, line := range strings.Split(table, "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) < 3 || !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		for _, m := range cell.FindAllStringSubmatch(cols[1], -1) {
+			for _, part := range strings.Split(m[1], "…") {
+				msg := strings.TrimSpace(cut.ReplaceAllString(strings.TrimSpace(part), ""))
+				if msg == "" {
+					continue
+				}
+				n++
+				if !written(msg) {
+					t.Errorf("operations.md §6 lists the log line %q, whose message %q no string in the code begins with", m[1], msg)
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("found %d log lines in operations.md §6; the table's format changed", n)
+	}
+}
