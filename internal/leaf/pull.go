@@ -36,6 +36,8 @@ const (
 	MaxBackoff = 5 * time.Second
 	// PollWait is the inbox long-poll (§7.5: wait=30).
 	PollWait = 30 * time.Second
+	// AckWait bounds the wait of a pull that carries acks (the wire counts whole seconds).
+	AckWait = time.Second
 	// Batch and BatchBytes bound one pull: as many rows as the hub's share of the service's
 	// queue (bus.DefaultQueueShare), and 1 MiB of stored rows past the first.
 	Batch      = bus.DefaultQueueShare
@@ -148,11 +150,14 @@ func (p *Puller) Run(ctx context.Context) {
 	}
 	var ack, reject []string
 	for ctx.Err() == nil {
-		// A pull that carries acks does not wait: the hub records them at once, and the
-		// answer, not the end of a 30 s long-poll, is what moves the state doctor shows.
+		// A pull that carries acks waits at most AckWait: the hub records them at once, and
+		// its answer, not the end of a 30 s long-poll, is what moves the state doctor shows.
+		// Not 0: under a trickle the next row mostly comes within it, so acks still ride the
+		// pull that fetches it, and a leaf makes no more requests than before (its hub's
+		// per-peer rate limit counts them).
 		w := wait
 		if len(ack)+len(reject) > 0 {
-			w = 0
+			w = min(wait, AckWait)
 		}
 		rows, err := p.Hub.Pull(ctx, p.Peer, ack, reject, batch, batchBytes, w)
 		if err != nil {
