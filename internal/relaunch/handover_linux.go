@@ -99,7 +99,10 @@ func Inherited() *Handover {
 	if v == "" || err != nil || fd < 3 {
 		return nil
 	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+	// Only a pipe: a stray variable naming some other descriptor (under systemd, say) must
+	// not turn a restart (exit 75) into a write to it and an exit 0.
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
 		return nil
 	}
 	unix.CloseOnExec(fd)
