@@ -612,3 +612,84 @@ func TestLogTableMessagesExist(t *testing.T) {
 		t.Fatalf("found %d log lines in operations.md §6; the table's format changed", n)
 	}
 }
+
+// TestFlagNeedsAreTrue: where protocol.md §10.1 says a flag needs another ("`--leaf` without
+// `--leaf-principal`" among the refusals, "needs `--leaf-principal`" in the table), the
+// configuration really refuses it without that one, and says so. A requirement the code
+// dropped (a leaf once needed --listen; it has its own http.sock now) cannot stay documented.
+func TestFlagNeedsAreTrue(t *testing.T) {
+	b, err := os.ReadFile("protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start, end := strings.Index(doc, "### 10.1 "), strings.Index(doc, "### 10.2 ")
+	if start < 0 || end < start {
+		t.Fatal("protocol.md has no §10.1")
+	}
+	sec := strings.Join(strings.Fields(doc[start:end]), " ") // claims may wrap lines
+	help := usageFlags(t)
+	// Values that pass a flag's own checks, for the flags a claim names.
+	sample := map[string]string{"leaf-principal": "svc:x", "listen": "127.0.0.1:7787", "leaf-register-sock": "/run/x/register.sock"}
+	arg := func(name string) []string {
+		if help[name][1] == "false" {
+			return []string{"--" + name}
+		}
+		v, ok := sample[name]
+		if !ok {
+			t.Fatalf("no sample value for --%s: add one", name)
+		}
+		return []string{"--" + name, v}
+	}
+	type claim struct {
+		flag  string
+		needs []string
+	}
+	var claims []claim
+	flagList := "`--([a-z-]+)`((?: (?:or|and) `--[a-z-]+`)*)"
+	one := regexp.MustCompile("`--([a-z-]+)`")
+	without := regexp.MustCompile("`--([a-z-]+)` without `--([a-z-]+)`((?: (?:or|and) `--[a-z-]+`)*)")
+	for _, m := range without.FindAllStringSubmatch(sec, -1) {
+		c := claim{flag: m[1], needs: []string{m[2]}}
+		for _, o := range one.FindAllStringSubmatch(m[3], -1) {
+			c.needs = append(c.needs, o[1])
+		}
+		claims = append(claims, c)
+	}
+	needs := regexp.MustCompile("^\\| `--([a-z-]+)` \\|[^|]*\\|[^|]*\\|[^|]*needs " + flagList)
+	for _, line := range strings.Split(doc[start:end], "\n") {
+		if m := needs.FindStringSubmatch(line); m != nil {
+			c := claim{flag: m[1], needs: []string{m[2]}}
+			for _, o := range one.FindAllStringSubmatch(m[3], -1) {
+				c.needs = append(c.needs, o[1])
+			}
+			claims = append(claims, c)
+		}
+	}
+	if len(claims) < 2 {
+		t.Fatalf("found %d claims of a flag needing another in §10.1; the wording changed", len(claims))
+	}
+	// Refused at start, not by the flags alone: the peers file may come as a credential
+	// (internal/fed refuses a listener without one).
+	atStart := map[[2]string]bool{{"fed-listen", "peers-file"}: true}
+	env := func(k string) string {
+		return map[string]string{"HOME": "/home/u", "XDG_RUNTIME_DIR": "/run/user/1000"}[k]
+	}
+	for _, c := range claims {
+		for _, missing := range c.needs {
+			if atStart[[2]string{c.flag, missing}] {
+				continue
+			}
+			args := arg(c.flag)
+			for _, other := range c.needs {
+				if other != missing {
+					args = append(args, arg(other)...)
+				}
+			}
+			_, err := config.Parse(args, env)
+			if err == nil || !strings.Contains(err.Error(), "--"+missing) {
+				t.Errorf("protocol.md §10.1 says --%s needs --%s, but xmsg serve %s: %v", c.flag, missing, strings.Join(args, " "), err)
+			}
+		}
+	}
+}
