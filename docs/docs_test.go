@@ -542,3 +542,159 @@ func TestNixOptionNames(t *testing.T) {
 		}
 	}
 }
+
+// TestLogTableMessagesExist: every log line that operations.md §6 lists is one the code
+// writes: the message of each (its words before the first key=value, "..." or "…") begins a
+// string literal in the code. So a line renamed or dropped in the code (a leaf's "leaf
+// register socket", long since "leaf sockets register=... http=...") cannot stay documented.
+func TestLogTableMessagesExist(t *testing.T) {
+	b, err := os.ReadFile("operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start := strings.Index(doc, "## 6. Logs")
+	if start < 0 {
+		t.Fatal("operations.md has no §6 Logs")
+	}
+	table := doc[start:]
+	if end := strings.Index(table[1:], "\n## "); end >= 0 {
+		table = table[:end+1]
+	}
+	var code strings.Builder
+	for _, f := range sourceFiles(t) {
+		if filepath.Ext(f) != ".go" || strings.HasSuffix(f, "_test.go") || !(strings.HasPrefix(f, "internal") || strings.HasPrefix(f, "cmd")) {
+			continue
+		}
+		src, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		code.Write(src)
+	}
+	src := code.String()
+	cell := regexp.MustCompile("`([^`]+)`")
+	// Cut at the first key=value, elision, bracket or placeholder (N, M).
+	cut := regexp.MustCompile(`\s*(\S+=|\.\.\.|…|\[|<|\(|\b[NM]\b).*$`)
+	// written: msg begins a literal, or is one literal ending in ": " and another after it
+	// (a prefix added to a message built elsewhere, "federation capacity: " + w).
+	written := func(msg string) bool {
+		if strings.Contains(src, `"`+msg) {
+			return true
+		}
+		for i := strings.Index(msg, ": "); i >= 0; {
+			if strings.Contains(src, `"`+msg[:i+2]+`"`) && strings.Contains(src, `"`+msg[i+2:]) {
+				return true
+			}
+			j := strings.Index(msg[i+2:], ": ")
+			if j < 0 {
+				break
+			}
+			i += 2 + j
+		}
+		return false
+	}
+	n := 0
+	for _, line := range strings.Split(table, "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) < 3 || !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		for _, m := range cell.FindAllStringSubmatch(cols[1], -1) {
+			for _, part := range strings.Split(m[1], "…") {
+				msg := strings.TrimSpace(cut.ReplaceAllString(strings.TrimSpace(part), ""))
+				if msg == "" {
+					continue
+				}
+				n++
+				if !written(msg) {
+					t.Errorf("operations.md §6 lists the log line %q, whose message %q no string in the code begins with", m[1], msg)
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("found %d log lines in operations.md §6; the table's format changed", n)
+	}
+}
+
+// TestFlagNeedsAreTrue: where protocol.md §10.1 says a flag needs another ("`--leaf` without
+// `--leaf-principal`" among the refusals, "needs `--leaf-principal`" in the table), the
+// configuration really refuses it without that one, and says so. A requirement the code
+// dropped (a leaf once needed --listen; it has its own http.sock now) cannot stay documented.
+func TestFlagNeedsAreTrue(t *testing.T) {
+	b, err := os.ReadFile("protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start, end := strings.Index(doc, "### 10.1 "), strings.Index(doc, "### 10.2 ")
+	if start < 0 || end < start {
+		t.Fatal("protocol.md has no §10.1")
+	}
+	sec := strings.Join(strings.Fields(doc[start:end]), " ") // claims may wrap lines
+	help := usageFlags(t)
+	// Values that pass a flag's own checks, for the flags a claim names.
+	sample := map[string]string{"leaf-principal": "svc:x", "listen": "127.0.0.1:7787", "leaf-register-sock": "/run/x/register.sock"}
+	arg := func(name string) []string {
+		if help[name][1] == "false" {
+			return []string{"--" + name}
+		}
+		v, ok := sample[name]
+		if !ok {
+			t.Fatalf("no sample value for --%s: add one", name)
+		}
+		return []string{"--" + name, v}
+	}
+	type claim struct {
+		flag  string
+		needs []string
+	}
+	var claims []claim
+	flagList := "`--([a-z-]+)`((?: (?:or|and) `--[a-z-]+`)*)"
+	one := regexp.MustCompile("`--([a-z-]+)`")
+	without := regexp.MustCompile("`--([a-z-]+)` without `--([a-z-]+)`((?: (?:or|and) `--[a-z-]+`)*)")
+	for _, m := range without.FindAllStringSubmatch(sec, -1) {
+		c := claim{flag: m[1], needs: []string{m[2]}}
+		for _, o := range one.FindAllStringSubmatch(m[3], -1) {
+			c.needs = append(c.needs, o[1])
+		}
+		claims = append(claims, c)
+	}
+	needs := regexp.MustCompile("^\\| `--([a-z-]+)` \\|[^|]*\\|[^|]*\\|[^|]*needs " + flagList)
+	for _, line := range strings.Split(doc[start:end], "\n") {
+		if m := needs.FindStringSubmatch(line); m != nil {
+			c := claim{flag: m[1], needs: []string{m[2]}}
+			for _, o := range one.FindAllStringSubmatch(m[3], -1) {
+				c.needs = append(c.needs, o[1])
+			}
+			claims = append(claims, c)
+		}
+	}
+	if len(claims) < 2 {
+		t.Fatalf("found %d claims of a flag needing another in §10.1; the wording changed", len(claims))
+	}
+	// Refused at start, not by the flags alone: the peers file may come as a credential
+	// (internal/fed refuses a listener without one).
+	atStart := map[[2]string]bool{{"fed-listen", "peers-file"}: true}
+	env := func(k string) string {
+		return map[string]string{"HOME": "/home/u", "XDG_RUNTIME_DIR": "/run/user/1000"}[k]
+	}
+	for _, c := range claims {
+		for _, missing := range c.needs {
+			if atStart[[2]string{c.flag, missing}] {
+				continue
+			}
+			args := arg(c.flag)
+			for _, other := range c.needs {
+				if other != missing {
+					args = append(args, arg(other)...)
+				}
+			}
+			_, err := config.Parse(args, env)
+			if err == nil || !strings.Contains(err.Error(), "--"+missing) {
+				t.Errorf("protocol.md §10.1 says --%s needs --%s, but xmsg serve %s: %v", c.flag, missing, strings.Join(args, " "), err)
+			}
+		}
+	}
+}

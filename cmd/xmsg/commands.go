@@ -82,7 +82,14 @@ func init() {
 
 		// Helpers: the daemon and bench start them with a hidden first argument.
 		{name: bench.RoleArg, hidden: true, raw: func(args []string, _ stdio) error { return bench.Role(args) }},
-		{name: relaunch.Arg, hidden: true, raw: func(args []string, _ stdio) error { return relaunch.RunHelper(args) }},
+		// The handover helper ends with the status of the last daemon it started.
+		{name: relaunch.Arg, hidden: true, raw: func(args []string, _ stdio) error {
+			code, err := relaunch.RunHelper(args)
+			if err == nil && code != 0 {
+				return silentExit(code)
+			}
+			return err
+		}},
 		{name: exehelper.Arg, hidden: true, raw: func([]string, stdio) error { return exehelper.Serve() }},
 		{name: agy.HelperArg, hidden: true, raw: func(args []string, _ stdio) error {
 			if len(args) != 1 {

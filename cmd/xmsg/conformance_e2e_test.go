@@ -202,7 +202,8 @@ func (m *matrix) recipients() map[string]map[string]func(t *testing.T, w string)
 					_, v := m.do(t, "GET", "/v1/sessions", "")
 					return !strings.Contains(fmt.Sprint(v), id)
 				})
-				return recipient{ref: id, wantAnswer: "delivered", wantStored: "delivered", receive: func(t *testing.T, msg string) {
+				// Nobody has it until it registers again: queued, then delivered.
+				return recipient{ref: id, wantAnswer: "queued", wantStored: "delivered", receive: func(t *testing.T, msg string) {
 					c, again := register(t, p, d.sock("register"), harness, harness+"-"+w)
 					if again != id {
 						t.Fatalf("re-registered as %s, want %s", again, id)
@@ -278,9 +279,9 @@ func (m *matrix) recipients() map[string]map[string]func(t *testing.T, w string)
 					receive: func(t *testing.T, msg string) { pollOnce(t, p, c, msg, nil) }}
 			},
 			// Configured, not registered: its queue is durable; it gets the message when it
-			// registers.
+			// registers (queued until then, delivered after).
 			"offline": func(t *testing.T, w string) recipient {
-				return recipient{ref: "svc:off-" + w, wantAnswer: "delivered", wantStored: "delivered", receive: func(t *testing.T, msg string) {
+				return recipient{ref: "svc:off-" + w, wantAnswer: "queued", wantStored: "delivered", receive: func(t *testing.T, msg string) {
 					p := daemontest.Start(t, m.botExe)
 					c, _ := register(t, p, d.sock("register"), "svc", "off-"+w)
 					pollOnce(t, p, c, msg, nil)

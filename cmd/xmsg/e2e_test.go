@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "agentapi" {
 		os.Exit(fakeAgentapi())
 	}
-	ostest.Main(m, daemontest.Roles(), fedRoles, leafRoles, custodyRoles, ostest.Roles{
+	ostest.Main(m, daemontest.Roles(), fedRoles, leafRoles, custodyRoles, relaunchRoles, ostest.Roles{
 		"worker": func() int { worker(); return 0 },
 		"xmsg": func() int {
 			// Run as the real CLI: e2e tests start the daemon from this same binary, which
@@ -76,6 +76,9 @@ type daemon struct {
 	args    []string
 	env     []string
 	stopped bool
+	// launcher, when set, is an executable run in the "gorun" role that starts the daemon
+	// as its child, as `go run` does (relaunch_chain_e2e_linux_test.go).
+	launcher string
 }
 
 func shortTemp(t *testing.T) string {
@@ -111,6 +114,10 @@ func (d *daemon) start() {
 	d.t.Helper()
 	d.stderr = &daemontest.LogBuffer{}
 	d.cmd = xmsgCmd(d.env, d.args...)
+	if d.launcher != "" {
+		d.cmd = ostest.Command(d.launcher, goRunRole, d.args...)
+		d.cmd.Env = append(d.cmd.Env, d.env...)
+	}
 	d.cmd.Stderr = d.stderr
 	if err := d.cmd.Start(); err != nil {
 		d.t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,8 +15,30 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/daemontest"
+	"github.com/xmsg/xmsg/internal/ostest"
 	"github.com/xmsg/xmsg/internal/sandbox"
 )
+
+// goRunRole stands for `go run`: it starts the daemon (this binary as xmsg) as its child and
+// waits for it; like the go command it catches SIGINT and SIGQUIT without passing them on,
+// and dies of SIGTERM. Run through a link named "go", it is what the daemon sees as its parent.
+const goRunRole = "gorun"
+
+var relaunchRoles = ostest.Roles{
+	goRunRole: func() int {
+		signal.Notify(make(chan os.Signal, 1), os.Interrupt, syscall.SIGQUIT)
+		cmd := ostest.Command("", "xmsg", os.Args[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return max(ee.ExitCode(), 1)
+			}
+			return 1
+		}
+		return 0
+	},
+}
 
 // TestSessionDirAppears: Claude Code installed after the bus. The daemon starts with a session
 // directory whose parent does not exist yet (so it cannot create it, and Landlock leaves it out);

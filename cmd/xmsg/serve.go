@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/config"
+	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/relaunch"
 	"github.com/xmsg/xmsg/internal/store"
 	// Aliased: the e2e tests of this package call their running daemon "daemon".
 	xdaemon "github.com/xmsg/xmsg/internal/daemon"
@@ -41,6 +43,8 @@ func serve(args []string, stdout io.Writer) error {
 	// process half-started (and, once the notify socket is open, it says STOPPING=1).
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Under `go run` the daemon stops with the go command, which passes no signal on.
+	relaunch.FollowGoRun(peercred.Proc{}.Exe)
 
 	cfg, err := config.Parse(args, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {

@@ -275,6 +275,10 @@ func (b *Bus) Sessions(cwd, status string) []SessionView {
 // SessionDirsPresent reports whether any Claude session directory exists (for /healthz).
 func (b *Bus) SessionDirsPresent() bool { return b.cfg.Claude.AnyDir() }
 
+// SessionDirsConfigured reports whether this bus serves session directories at all: a leaf
+// serves none, and its /healthz says nothing about them.
+func (b *Bus) SessionDirsConfigured() bool { return b.cfg.Claude != nil && len(b.cfg.Claude.Dirs) > 0 }
+
 // SessionDirProblems lists session directories that exist but are not being served, with the
 // reason (for /healthz).
 func (b *Bus) SessionDirProblems() []string { return b.cfg.Claude.Problems() }

@@ -66,6 +66,11 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 		return Delivery{}, err
 	}
 	d := Delivery{SessionID: t.SessionID, FromName: a.fromName, Bytes: a.bytes, MessageID: msg.ID, Outcome: ledger.Delivered, Harness: t.Harness}
+	if t.Offline && h.Delivery() == harness.Queue {
+		// In the queue of a recipient that is not connected (docs/protocol.md §5.2): nobody
+		// has it yet. It reads delivered once the recipient has taken it (Message).
+		d.Outcome, msg.Outcome = ledger.Queued, ledger.Queued.String()
+	}
 	if a.idem != nil {
 		a.idem.MessageID, a.idem.SessionID, a.idem.FromName, a.idem.Bytes, a.idem.Outcome, a.idem.CreatedAt =
 			d.MessageID, d.SessionID, d.FromName, d.Bytes, d.Outcome.String(), msg.CreatedAt

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -342,6 +343,9 @@ func (b *Bus) Message(id string) (MessageView, error) {
 	if !found {
 		return MessageView{}, messageNotFound(id)
 	}
+	if m.Outcome == ledger.Queued.String() && b.taken(m) {
+		m.Outcome = ledger.Delivered.String()
+	}
 	v := MessageView{ID: m.ID, CreatedAt: m.CreatedAt, SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, Outcome: m.Outcome,
 		RecipientHarness: m.RecipientHarness, ReturnHarness: strOrNil(m.ReturnHarness), ReturnSessionID: strOrNil(m.ReturnSessionID),
 		PushReplies: m.PushReplies, ThreadID: m.ThreadID, Replies: []ReplyView{}}
@@ -349,6 +353,23 @@ func (b *Bus) Message(id string) (MessageView, error) {
 		v.Replies = append(v.Replies, replyView(r))
 	}
 	return v, nil
+}
+
+// taken reports whether m, recorded queued for a recipient that was not connected, has left
+// its queue since: the recipient took it and acknowledged it. Asked on a read, so that the
+// hand-out and the ack, the queue's hot path, write nothing more for it.
+func (b *Bus) taken(m store.Message) bool {
+	if h := b.h.Lookup(m.RecipientHarness); h == nil || h.Delivery() != harness.Queue {
+		return false // queued elsewhere (agy's conversation queue, a leaf's mailbox): marked when done
+	}
+	q := &b.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	sq, err := b.load(m.SessionID)
+	if err != nil {
+		return false
+	}
+	return !slices.ContainsFunc(sq.rows, func(r queueRow) bool { return r.id == m.ID })
 }
 
 // MaxWait caps a long-poll.

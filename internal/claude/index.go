@@ -189,14 +189,16 @@ func (s *Scanner) refresh() (incomplete error) {
 		for _, p := range s.Dirs {
 			x.dirs = append(x.dirs, &dirState{path: p, wd: -1, entries: map[string]*entry{}, dirty: map[string]bool{}, rescan: true})
 		}
-		w, err := startWatch()
-		if err != nil {
-			x.noWatch, x.whyNot = true, err.Error()
-			if len(s.Dirs) > 0 {
+		// No directory, nothing to watch: a scanner without directories (a leaf's) opens no
+		// inotify instance.
+		if len(s.Dirs) > 0 {
+			w, err := startWatch()
+			if err != nil {
+				x.noWatch, x.whyNot = true, err.Error()
 				s.Log.Warn("session dirs cannot be watched; every request rescans them", "err", err)
 			}
+			x.w = w
 		}
-		x.w = w
 		s.idx = x
 	}
 	if x.w != nil {

@@ -87,7 +87,6 @@ type Daemon struct {
 	// The relaunch (relaunch.go).
 	watch       *relaunch.Watch    // nil: session dirs not watched
 	handover    *relaunch.Handover // nil: under systemd (or no helper)
-	stops       <-chan byte        // a relaunched daemon's: stops passed on by the one it replaced
 	relaunchDir string             // set when a session dir ended the run
 
 	// Built by the servers step.
@@ -114,7 +113,8 @@ func New(c Config) *Daemon {
 		d.leaf = &leafMode{d: d}
 	}
 	d.runCtx, d.stopRun = context.WithCancel(context.Background())
-	d.stops = relaunch.Stops()
+	// A relaunched daemon's way back to its helper: taken before any child is started.
+	d.handover = relaunch.Inherited()
 	d.onClose(func() error { d.stopRun(); return nil })
 	return d
 }
@@ -215,8 +215,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.group.Len() == 0 {
 		return errors.New("serve: no socket to serve (systemd passed none of http, agent, register)")
 	}
-	// A session dir that appears, or a stop passed on by the daemon this one replaced, ends
-	// the run as a signal does.
+	// A session dir that appears, or the relaunch helper ending, ends the run as a signal does.
 	ctx, stopByRelaunch := context.WithCancel(ctx)
 	defer stopByRelaunch()
 	go d.watchRelaunch(ctx, stopByRelaunch)

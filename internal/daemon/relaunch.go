@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"syscall"
 
 	"github.com/xmsg/xmsg/internal/activation"
 	"github.com/xmsg/xmsg/internal/relaunch"
@@ -15,7 +14,8 @@ import (
 // is replaced after the start cannot enter this process's Landlock domain, so the daemon
 // watches for it and, when it comes, stops and starts again outside the domain: under systemd
 // by exiting for a restart (the socket units keep the sockets), otherwise through the
-// handover helper started here, before the sandbox.
+// handover helper: started here, before the sandbox, by the first daemon; a daemon the helper
+// started asks the same helper again (relaunch.Inherited, taken in New).
 
 // watchSessionDirs is step 4d: the watch (before the sandbox, whose rules it would otherwise
 // need) and, when this process owns its sockets, the handover helper that holds copies of them.
@@ -36,6 +36,17 @@ func (d *Daemon) watchSessionDirs() error {
 	}
 	d.watch = w
 	d.onClose(w.Close)
+	if d.handover != nil {
+		// Started by the helper, which holds the sockets and starts the next daemon; the
+		// pipe to it closes with this process, or at Close.
+		d.onClose(func() error {
+			if d.relaunchDir != "" {
+				return nil
+			}
+			return d.handover.Close()
+		})
+		return nil
+	}
 	if d.socks.Activated || d.c.Args == nil {
 		return nil // systemd's socket units hold the sockets across a restart
 	}
@@ -92,47 +103,38 @@ func socketFiles(s *activation.Sockets) (files []*os.File, names []string, err e
 }
 
 // watchRelaunch ends the run (stop) when a watched session directory changes, recording it
-// for Relaunch; and, in a relaunched daemon, when the old daemon waiting for it passes on a
-// stop (or is gone), or a reload as this process's own SIGHUP.
+// for Relaunch; and in the first daemon when its relaunch helper has exited before any
+// relaunch: a stop sent to the helper stops the daemon too.
 func (d *Daemon) watchRelaunch(ctx context.Context, stop context.CancelFunc) {
 	var changed <-chan string
 	if d.watch != nil {
 		changed = d.watch.C()
 	}
-	stops := d.stops
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case dir := <-changed:
-			if d.handover != nil {
-				// The socket files stay: the helper's copies of the sockets listen on them.
-				for _, l := range []net.Listener{d.socks.HTTP, d.socks.Agent, d.socks.Register} {
-					if ul, ok := l.(*net.UnixListener); ok {
-						ul.SetUnlinkOnClose(false)
-					}
+	select {
+	case <-ctx.Done():
+	case <-d.handover.Done():
+		d.log.Info("the relaunch helper ended; stopping")
+		stop()
+	case dir := <-changed:
+		if d.handover != nil {
+			// The socket files stay: the helper's copies of the sockets listen on them.
+			for _, l := range []net.Listener{d.socks.HTTP, d.socks.Agent, d.socks.Register} {
+				if ul, ok := l.(*net.UnixListener); ok {
+					ul.SetUnlinkOnClose(false)
 				}
 			}
-			d.relaunchDir = dir
-			d.log.Info("session dir appeared or was replaced; starting again so that the sandbox includes it", "dir", dir)
-			stop()
-			return
-		case b, ok := <-stops:
-			if ok && b == 'h' {
-				syscall.Kill(os.Getpid(), syscall.SIGHUP) // a signal to itself stays in its domain
-				continue
-			}
-			d.log.Info("stop passed on by the daemon this one replaced")
-			stop()
-			return
 		}
+		d.relaunchDir = dir
+		d.log.Info("session dir appeared or was replaced; starting again so that the sandbox includes it", "dir", dir)
+		stop()
 	}
 }
 
 // Relaunch finishes a run that a session directory ended (call it after Close, when the store
-// and the sockets are closed): it hands the sockets to the helper and waits for the new daemon
-// in its place, or under systemd returns at once. relaunched is false when the run ended for
-// any other reason; code is the exit status to end with.
+// and the sockets are closed): it hands the sockets to the helper and, in the first daemon,
+// waits for the helper in its place; a daemon the helper started, or one under systemd,
+// returns at once. relaunched is false when the run ended for any other reason; code is the
+// exit status to end with.
 func (d *Daemon) Relaunch() (relaunched bool, code int) {
 	if d.relaunchDir == "" {
 		return false, 0
@@ -144,5 +146,5 @@ func (d *Daemon) Relaunch() (relaunched bool, code int) {
 		d.log.Error("relaunch failed", "err", err)
 		return true, 1
 	}
-	return true, d.handover.Wait(d.stops)
+	return true, d.handover.Wait()
 }

@@ -76,8 +76,19 @@ func (c capacity) describe(inbound int) string {
 	if c.flag > 0 {
 		from = fmt.Sprintf("--fed-max-conns %d, RLIMIT_NOFILE %d", c.flag, c.nofile)
 	}
-	return fmt.Sprintf("%d connections (%s): %d before authentication (%d per source address), %d authenticated: room for 1 of its own for each of the %d peers that may connect, %d shared (at most %d per peer)",
-		c.total, from, c.pending, c.perSrc, c.auth, inbound, c.shared(inbound), maxPerPeer)
+	return fmt.Sprintf("%d connections (%s): %d before authentication (%d per source address), %d authenticated: %s, %d shared (at most %d per peer)",
+		c.total, from, c.pending, c.perSrc, c.auth, c.ownRoom(inbound), c.shared(inbound), maxPerPeer)
+}
+
+// ownRoom says what room of their own the peers that may connect keep: what room gives them.
+func (c capacity) ownRoom(inbound int) string {
+	switch {
+	case inbound == 0:
+		return "no peer may connect, so none keeps room of its own"
+	case c.room(inbound) == 0:
+		return fmt.Sprintf("no room of its own for any of the %d peers that may connect (the budget holds fewer; first come, first served)", inbound)
+	}
+	return fmt.Sprintf("room for %d of its own for each of the %d peers that may connect", c.room(inbound), inbound)
 }
 
 // warnings are what the operator must hear at start, at reload and in doctor.

@@ -180,7 +180,7 @@ func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error)
 		return bus.Delivery{}, &bus.Error{Code: ledger.UnknownPeer, Detail: fmt.Sprintf("unknown peer '%s'", s.Peer)}
 	}
 	now := n.rec.now().Unix()
-	msg := s.Message(id, n.cfg.Host, "queued", now)
+	msg := s.Message(id, n.cfg.Host, ledger.Queued.String(), now)
 	env, err := json.Marshal(envelopeOf(s, msg))
 	if err != nil {
 		return bus.Delivery{}, err

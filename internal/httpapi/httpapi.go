@@ -211,6 +211,11 @@ func writeRefusal(w http.ResponseWriter, status int, e *bus.Error) {
 var started = time.Now()
 
 func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
+	if !h.cfg.Bus.SessionDirsConfigured() {
+		// A leaf has no session directory: nothing to report, and nothing to look at.
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+		return
+	}
 	// "ok" only when a directory can really be listed: under Landlock one replaced after
 	// start exists but is denied, and sessions there are invisible.
 	dirs := "ok"

@@ -38,6 +38,8 @@ const (
 	MaxBackoff = 5 * time.Second
 	// PollWait is the inbox long-poll (§7.5: wait=30).
 	PollWait = 30 * time.Second
+	// AckWait bounds the wait of a pull that carries acks (the wire counts whole seconds).
+	AckWait = time.Second
 	// Batch and BatchBytes bound one pull: as many rows as the hub's share of the service's
 	// queue (bus.DefaultQueueShare), and 1 MiB of stored rows past the first.
 	Batch      = bus.DefaultQueueShare
@@ -151,7 +153,16 @@ func (p *Puller) Run(ctx context.Context) {
 	}
 	var ack, reject []string
 	for ctx.Err() == nil {
-		rows, err := p.Hub.Pull(ctx, p.Peer, ack, reject, batch, batchBytes, wait)
+		// A pull that carries acks waits at most AckWait: the hub records them at once, and
+		// its answer, not the end of a 30 s long-poll, is what moves the state doctor shows.
+		// Not 0: under a trickle the next row mostly comes within it, so acks still ride the
+		// pull that fetches it, and a leaf makes no more requests than before (its hub's
+		// per-peer rate limit counts them).
+		w := wait
+		if len(ack)+len(reject) > 0 {
+			w = min(wait, AckWait)
+		}
+		rows, err := p.Hub.Pull(ctx, p.Peer, ack, reject, batch, batchBytes, w)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -175,14 +186,18 @@ func (p *Puller) Run(ctx context.Context) {
 			continue
 		}
 		b.reset()
+		acked := ""
 		if len(ack) > 0 {
 			p.delivered(len(ack))
-			p.set("acked %d", len(ack))
+			acked = fmt.Sprintf("acked %d, ", len(ack))
 		}
 		ack, reject = nil, nil
 		if len(rows) == 0 {
-			p.set("poll ok, mailbox empty")
+			p.set("%spoll ok, mailbox empty", acked)
 			continue
+		}
+		if acked != "" {
+			p.set("%spulled %d", acked, len(rows))
 		}
 		ack, reject, err = p.takeBatch(ctx, rows)
 		if err != nil {
@@ -225,6 +240,9 @@ func (p *Puller) takeBatch(ctx context.Context, rows []hub.Row) (ack, reject []s
 			return ack, reject, err
 		}
 		ack = append(ack, pr.ID)
+	}
+	if n > 0 {
+		p.set("%s acked %d rows, acking them to the hub", session.SessionID, n)
 	}
 	return ack, reject, nil
 }

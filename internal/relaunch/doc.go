@@ -13,19 +13,24 @@
 //     `mkdir -p` is one relaunch).
 //   - [Handover]: a helper started before the sandbox, outside the domain, that holds copies
 //     of the listening sockets and waits. When the daemon has stopped serving and closed its
-//     store, the helper executes `xmsg serve` again with the sockets passed the way systemd's
-//     socket activation passes them (LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES) and XMSG_HANDOVER
-//     naming why. The listening sockets never close, so a client that connects meanwhile waits
-//     in the backlog instead of being refused; the new daemon, outside the old domain, applies
-//     a sandbox that includes the directory. If the daemon ends any other way, the helper sees
-//     its control pipe close and exits.
+//     store, the helper starts `xmsg serve` again, as its child, with the sockets passed the
+//     way systemd's socket activation passes them (LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES) and
+//     XMSG_HANDOVER naming why. The listening sockets never close, so a client that connects
+//     meanwhile waits in the backlog instead of being refused; the new daemon, outside the old
+//     domain, applies a sandbox that includes the directory. If the daemon ends any other way,
+//     the helper sees its control pipe close and exits.
 //
-// The old daemon then stays as a small waiter in the new one's place as its parent, so that a
-// terminal or supervisor that started it still sees one process: a stop it receives is passed
-// on through a pipe (Landlock's signal scoping forbids it to signal a process outside its
-// domain), and its exit status is the new daemon's. Under systemd no helper is needed: the
-// daemon exits with [ExitRestart], and the unit restarts it while the socket units keep the
-// sockets.
+// The helper stays the new daemon's parent, and the one to start the next: a relaunched
+// daemon that sees a directory appear asks it through a pipe ([Inherited]) and exits, and the
+// helper starts the next in its place. The first daemon stays as a small waiter, the helper's
+// parent, so that a terminal or supervisor that started it still sees one process. So after
+// any number of relaunches three processes are left: the first daemon waiting, the helper,
+// the current daemon. A stop sent to any of them stops all three: the waiter passes a stop it
+// receives on through a pipe (Landlock's signal scoping forbids it to signal a process outside
+// its domain), the helper passes it on to the current daemon as a signal and ends with its
+// status, the current daemon dies with the helper (its parent-death signal), and a helper that
+// ends makes the waiter end too. Under systemd no helper is needed: the daemon exits with
+// [ExitRestart], and the unit restarts it while the socket units keep the sockets.
 package relaunch
 
 import "github.com/xmsg/xmsg/internal/activation"
@@ -37,12 +42,6 @@ const Arg = "__relaunch"
 // (the unit's RestartForceExitStatus= and SuccessExitStatus= name it): EX_TEMPFAIL.
 const ExitRestart = 75
 
-// Environment of the relaunched daemon.
-const (
-	// EnvHandover says why the sockets were handed over (the directory that appeared); the new
-	// daemon logs it and doctor reports it (activation reads it beside LISTEN_FDS).
-	EnvHandover = activation.EnvHandover
-	// EnvStopFD names the read end of the pipe on which the waiting old daemon passes on a
-	// stop ("t" or end of file) or a reload ("h").
-	EnvStopFD = "XMSG_HANDOVER_STOP_FD"
-)
+// EnvHandover says why the sockets were handed over (the directory that appeared); the new
+// daemon logs it and doctor reports it (activation reads it beside LISTEN_FDS).
+const EnvHandover = activation.EnvHandover

@@ -20,8 +20,12 @@ func (w *Watch) Close() error                             { return nil }
 type Handover struct{}
 
 func Prepare(string, []string, []*os.File, []string) (*Handover, error) { return nil, errUnsupported }
+func Inherited() *Handover                                              { return nil }
+func (h *Handover) Done() <-chan struct{}                               { return nil }
 func (h *Handover) Go(string) error                                     { return errUnsupported }
-func (h *Handover) Wait(<-chan byte) int                                { return 1 }
+func (h *Handover) Wait() int                                           { return 1 }
 func (h *Handover) Close() error                                        { return nil }
-func RunHelper([]string) error                                          { return errUnsupported }
-func Stops() <-chan byte                                                { return nil }
+func RunHelper([]string) (int, error)                                   { return 1, errUnsupported }
+
+// FollowGoRun does nothing off Linux.
+func FollowGoRun(func(int) (string, error)) bool { return false }
