@@ -272,20 +272,26 @@ func (b *Bus) Sessions(cwd, status string) []SessionView {
 	return out
 }
 
-// SessionDirsPresent reports whether any Claude session directory exists (for /healthz).
-func (b *Bus) SessionDirsPresent() bool { return b.cfg.Claude.AnyDir() }
+// SessionDirs is the state of the Claude session directories, for /healthz.
+type SessionDirs struct {
+	// Configured: this bus serves session directories at all (a leaf serves none, and its
+	// /healthz says nothing about them). The fields below are read only when it does.
+	Configured bool
+	Present    bool // any directory exists
+	// Readable: any directory can be listed (under Landlock one replaced after start exists
+	// but is denied).
+	Readable bool
+	Problems []string // directories that exist but are not served, with the reason
+}
 
-// SessionDirsConfigured reports whether this bus serves session directories at all: a leaf
-// serves none, and its /healthz says nothing about them.
-func (b *Bus) SessionDirsConfigured() bool { return b.cfg.Claude != nil && len(b.cfg.Claude.Dirs) > 0 }
-
-// SessionDirProblems lists session directories that exist but are not being served, with the
-// reason (for /healthz).
-func (b *Bus) SessionDirProblems() []string { return b.cfg.Claude.Problems() }
-
-// SessionDirsReadable reports whether any Claude session directory can be listed (for
-// /healthz: under Landlock a directory replaced after start exists but is denied).
-func (b *Bus) SessionDirsReadable() bool { return b.cfg.Claude.AnyDirReadable() }
+// SessionDirs reports the session directories' state. A bus without any opens nothing to
+// answer.
+func (b *Bus) SessionDirs() SessionDirs {
+	if b.cfg.Claude == nil || len(b.cfg.Claude.Dirs) == 0 {
+		return SessionDirs{}
+	}
+	return SessionDirs{Configured: true, Present: b.cfg.Claude.AnyDir(), Readable: b.cfg.Claude.AnyDirReadable(), Problems: b.cfg.Claude.Problems()}
+}
 
 // Target is a resolved local recipient.
 type Target struct {

@@ -621,17 +621,16 @@ func queueFull(harness string) *Error {
 type Counts struct {
 	store.Counts
 	Registrations int
+	Waiters       int // reply long-polls waiting now (of MaxWaiters)
 }
 
 // Counts summarizes the store and the registrations.
 func (b *Bus) Counts() (Counts, error) {
-	c := Counts{Registrations: len(b.liveRegistrations())}
+	c := Counts{Registrations: len(b.liveRegistrations()), Waiters: len(b.waiters)}
 	err := b.cfg.Store.View(func(tx *store.Tx) error { c.Counts = tx.Counts(); return nil })
 	return c, err
 }
 
-// Waiters is the number of reply long-polls waiting now (of MaxWaiters).
-func (b *Bus) Waiters() int { return len(b.waiters) }
 
 // WaitAcked blocks until messageID no longer waits in sessionID's queue (its service acked
 // it, or retention dropped it), or ctx ends. An ack counts once it is answered, before its

@@ -133,7 +133,8 @@ func (t *tier) Metrics(w io.Writer) {
 			m.sample("xmsg_sessions", float64(bySession[h]), "harness", h)
 		}
 		m.family("xmsg_reply_waiters", "gauge", "Reply long-polls waiting now.")
-		m.sample("xmsg_reply_waiters", float64(b.Waiters()))
+		c, _ := b.Counts()
+		m.sample("xmsg_reply_waiters", float64(c.Waiters))
 	}
 
 	if st := t.d.store; st != nil {

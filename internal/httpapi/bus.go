@@ -20,10 +20,7 @@ type Bus interface {
 	RemoteSessions(ctx context.Context, peer string) ([]bus.RemoteSession, error)
 	Message(id string) (bus.MessageView, error)
 	Replies(ctx context.Context, id string, after uint64, wait time.Duration) ([]bus.ReplyView, error)
-	SessionDirsConfigured() bool
-	SessionDirsPresent() bool
-	SessionDirsReadable() bool
-	SessionDirProblems() []string
+	SessionDirs() bus.SessionDirs
 }
 
 var _ Bus = (*bus.Bus)(nil)

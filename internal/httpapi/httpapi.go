@@ -211,7 +211,8 @@ func writeRefusal(w http.ResponseWriter, status int, e *bus.Error) {
 var started = time.Now()
 
 func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
-	if !h.cfg.Bus.SessionDirsConfigured() {
+	sd := h.cfg.Bus.SessionDirs()
+	if !sd.Configured {
 		// A leaf has no session directory: nothing to report, and nothing to look at.
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 		return
@@ -220,9 +221,9 @@ func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 	// start exists but is denied, and sessions there are invisible.
 	dirs := "ok"
 	switch {
-	case !h.cfg.Bus.SessionDirsPresent():
+	case !sd.Present:
 		dirs = "sessions_dir_missing"
-	case !h.cfg.Bus.SessionDirsReadable():
+	case !sd.Readable:
 		dirs = "sessions_dir_unreadable"
 	}
 	// What the daemon is, for `xmsg doctor`, and the text limit, which a client checks before
@@ -231,7 +232,7 @@ func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 		"uptime_s": int64(time.Since(started) / time.Second), "pid": os.Getpid(), "max_body": h.cfg.MaxBody}
 	// A directory that exists but is not served (e.g. recreated outside the sandbox's rules)
 	// is named, so that missing sessions are explained rather than silently absent.
-	if p := h.cfg.Bus.SessionDirProblems(); len(p) > 0 {
+	if p := sd.Problems; len(p) > 0 {
 		resp["sessions_dir_problems"] = p
 	}
 	writeJSON(w, http.StatusOK, resp)
