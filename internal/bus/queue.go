@@ -631,7 +631,6 @@ func (b *Bus) Counts() (Counts, error) {
 	return c, err
 }
 
-
 // WaitAcked blocks until messageID no longer waits in sessionID's queue (its service acked
 // it, or retention dropped it), or ctx ends. An ack counts once it is answered, before its
 // delete is committed (Ack): until then the row is still in the store, and a crash

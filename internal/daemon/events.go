@@ -39,7 +39,7 @@ func (d *Daemon) buildEvents() *events {
 	peerOK := func(p string) bool { return d.fed != nil && d.fed.node != nil && d.fed.node.Known(p) }
 	e.counts = ledger.NewCounter(harnessOK, peerOK)
 	e.watchers = ledger.NewWatchers(maxMonitors, monitorQueue)
-	e.stream = ledger.NewStream(ledger.NewAudit(d.log), e.counts, e.watchers)
+	e.stream = ledger.NewStream(ledger.AuditLog(d.log), e.counts, e.watchers)
 	e.tier = &tier{d: d, ev: e, start: time.Now()}
 	d.events = e
 	return e

@@ -16,8 +16,8 @@ type Audit struct {
 	lim ratelog.Limiter
 }
 
-// NewAudit returns the audit sink writing to log.
-func NewAudit(log *slog.Logger) *Audit { return &Audit{log: log} }
+// AuditLog returns the audit sink writing to log.
+func AuditLog(log *slog.Logger) *Audit { return &Audit{log: log} }
 
 // Event writes e's line. Only requests are audited (an event with a Request word): what the
 // daemon does on its own (a harness's report, retention) is counted and watched, not logged.

@@ -89,7 +89,7 @@ func TestWordsRoundTrip(t *testing.T) {
 // sink logging every refusal directly: 200 lines.
 func TestRefusalAuditRateLimited(t *testing.T) {
 	var logs strings.Builder
-	s := NewStream(NewAudit(slog.New(slog.NewTextHandler(&logs, nil))))
+	s := NewStream(AuditLog(slog.New(slog.NewTextHandler(&logs, nil))))
 	for range 200 {
 		s.Request(Via{Transport: HTTP, Actor: "a"}, Sent, "send", "svc:known", Result{}, Errorf(ServiceUnavailable, "queue full"))
 	}
@@ -108,7 +108,7 @@ func TestAuditLine(t *testing.T) {
 		}
 		return a
 	}}))
-	s := NewStream(NewAudit(log))
+	s := NewStream(AuditLog(log))
 	s.Request(Via{Transport: HTTP, Actor: "anon:a"}, Sent, "send", "svc:known", Result{MessageID: "m-1"}, nil)
 	got := logs.String()
 	logs.Reset()
