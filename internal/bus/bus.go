@@ -255,6 +255,7 @@ func (b *Bus) Sessions(cwd, status string) []SessionView {
 			keep(claudeView(s))
 		}
 	}
+	b.codexThreads()
 	for _, r := range b.liveRegistrations() {
 		if r.agy != nil {
 			keep(b.agyView(r))
@@ -347,6 +348,13 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 	if pinned == nil || (pinned.Admission() != harness.SessionFile && pinned.Admission() != harness.Presence) {
 		if t, err, ok := b.resolveRegistered(pinned, bare, isPID, pid); ok {
 			return t, err
+		}
+		// A Codex thread that has not called an xmsg tool yet is found by its lock.
+		if b.cfg.Codex != nil && (pinned == nil || pinned.Name() == codex.Name) {
+			b.codexThreads()
+			if t, err, ok := b.resolveRegistered(pinned, bare, isPID, pid); ok {
+				return t, err
+			}
 		}
 	}
 	if len(dead) > 0 {

@@ -80,6 +80,7 @@ type Daemon struct {
 	notify  *notify.Notifier
 	exe     func(pid int) (string, error)                              // nil: no service executables to attest
 	files   func(pid int) ([]peercred.OpenFile, error)                 // the helper's; nil: read /proc directly
+	sum     func(pid int) (string, string, error)                      // the helper's ExeDigest; nil: read /proc directly
 	agySend func(agy.Credentials, string, string) (agy.Outcome, error) // nil: agy not configured
 	fed     *federation                                                // fed.go; its methods are no-ops without federation
 	custody *custody.Holder                                            // custody.go; nil: no secrets held

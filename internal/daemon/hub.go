@@ -127,7 +127,7 @@ func (d *Daemon) startExeHelper() error {
 		return err
 	}
 	d.onClose(helper.Close)
-	d.exe, d.files = helper.Exe, helper.OpenFiles
+	d.exe, d.files, d.sum = helper.Exe, helper.OpenFiles, helper.ExeDigest
 	return nil
 }
 
@@ -218,7 +218,7 @@ func (d *Daemon) buildServers() error {
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
 		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log, Fed: d.fed.bus(d.store, mailboxes(cfg, d.store, d.log)),
-		Codex: codexAttester(cfg, proc, d.exe, d.files), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
+		Codex: codexAttester(cfg, proc, d.exe, d.files, d.sum), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
 		Claude: sessions, AckDelay: d.c.AckDelay,
 		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks),
 		Bounds: busBounds(cfg),
