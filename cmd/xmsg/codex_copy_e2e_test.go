@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -103,5 +104,33 @@ func TestCodexAppServerCopy(t *testing.T) {
 	}
 	if r := p.Call(c, map[string]any{"action": "peek", "_meta": map[string]any{"threadId": thread}}); r["status"] != "error" {
 		t.Errorf("a deleted copy: peek answered %v, want a refusal", r)
+	}
+}
+
+// TestMCPReceiveOnlyUnderCodex: the bridge offers receive only when the daemon attests a
+// trusted Codex process (the installed binary or its app-server copy) in its ancestry at
+// start; a bridge below anything else lists exactly list, send, reply.
+func TestMCPReceiveOnlyUnderCodex(t *testing.T) {
+	base := shortTemp(t)
+	home := newCodexHome(t, base)
+	exe := daemontest.CopyExe(t, base, "codex")
+	d := newDaemon(t, "--codex-exe", exe, "--codex-home", home.dir)
+	copied := copyAt(t, exe, filepath.Join(home.dir, "packages", "app-server-daemon", "releases", "1", "bin", "codex"), 0)
+	for _, c := range []struct{ parent, want string }{
+		{exe, "list,send,reply,receive"},
+		{copied, "list,send,reply,receive"},
+		{os.Args[0], "list,send,reply"},
+	} {
+		_, in, out := daemontest.StartMCPAt(t, c.parent, d.sock("agent"), d.sock("http"))
+		if _, err := in.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}` + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, tl := range readResult(t, out)["tools"].([]any) {
+			names = append(names, field(tl, "name").(string))
+		}
+		if got := strings.Join(names, ","); got != c.want {
+			t.Errorf("bridge below %s: tools %s, want %s", c.parent, got, c.want)
+		}
 	}
 }

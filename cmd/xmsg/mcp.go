@@ -24,7 +24,7 @@ func mcpCmd(args []string, stdin io.Reader, stdout io.Writer) error {
 	fs.String("xmsg-url", "", "accepted for compatibility; the bridge uses the sockets")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, "usage: xmsg mcp [flags]\n\nMCP bridge on stdin/stdout for an agent session (tools: list, send, reply).\n\n")
+			fmt.Fprint(stdout, "usage: xmsg mcp [flags]\n\nMCP bridge on stdin/stdout for an agent session (tools: list, send, reply; receive below Codex).\n\n")
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return nil

@@ -293,6 +293,14 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	}
 	switch req.Action {
 	case "send", "reply", "poll", "ack", "peek", "credential":
+	case "harness":
+		// Which harness the caller's ancestry belongs to (no attestation of a thread): the
+		// MCP bridge asks once at start, to offer receive only under Codex.
+		h := s.cfg.Bus.Ancestry(cred.PID)
+		if !peer.Alive() {
+			h = ""
+		}
+		return encode(harnessResp{Status: "ok", Harness: h}), true
 	case "mcp_start":
 		// agy attestation without credentials: the chain above the peer must hold a
 		// conversation's presence lock from a trusted agy executable.
@@ -358,6 +366,11 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 		return s.credential(c, caller, cred.PID, line, func() bool { return peer.Alive() && s.cfg.Bus.Recheck(**att) })
 	}
 	return s.reply(caller, req), true
+}
+
+type harnessResp struct {
+	Status  string `json:"status"`
+	Harness string `json:"harness"`
 }
 
 type mcpStartResp struct {

@@ -18,6 +18,7 @@ type Bus interface {
 	Attest(pid int, meta json.RawMessage) (bus.Attested, error)
 	Recheck(a bus.Attested) bool
 	MCPStart(pid int) (string, error)
+	Ancestry(pid int) string
 	Send(ctx context.Context, s bus.Send) (bus.Delivery, error)
 	Reply(ctx context.Context, caller bus.Caller, messageID, text string) (bus.ReplyResult, error)
 	Poll(ctx context.Context, r *bus.Registration, wait time.Duration) (*bus.Queued, error)

@@ -109,3 +109,26 @@ func (b *Bus) locksGone(dir, name string) {
 		b.cfg.Log.Info("lease ended: lock gone", "session_id", id)
 	}
 }
+
+// Ancestry names the harness a walk from pid would attribute it to, without attesting a Codex
+// thread (no _meta is needed): codex when a trusted Codex process comes before any other
+// session, else the harness of the session found, else "". The MCP bridge asks it once at
+// start to decide which tools it offers.
+func (b *Bus) Ancestry(pid int) string {
+	c, _, err := b.identify(pid, nil)
+	if err == nil {
+		return c.Harness
+	}
+	// The walk stopped at a Codex process (a call without _meta is refused there) or found
+	// nothing: only the first says codex.
+	walk, err := b.cfg.Proc.Ancestors(pid, 32)
+	if err != nil || b.cfg.Codex == nil {
+		return ""
+	}
+	for _, st := range walk {
+		if b.cfg.Codex.IsCodex(st.PID) {
+			return codex.Name
+		}
+	}
+	return ""
+}
