@@ -1,0 +1,268 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/ostest"
+	"github.com/xmsg/xmsg/internal/realharness"
+)
+
+var realHarnessRoles = ostest.Roles{realharness.NetnsRole: realharness.Netns}
+
+var messageIDRe = regexp.MustCompile(`message_id=([0-9a-f-]{36})`)
+
+// peerScript is the model of every harness in these tests: a turn holding an xmsg message
+// is answered with the reply tool (naming the message), a turn asking "xmsg-send REF TEXT"
+// with the send tool, a tool's result with text, anything else with "ok".
+func peerScript(t realharness.Turn) realharness.Answer {
+	if t.ToolResult {
+		return realharness.Answer{Text: "done"}
+	}
+	if m := regexp.MustCompile(`xmsg-send (\S+) (.+)`).FindStringSubmatch(t.Last); m != nil && t.Tool("send") != "" && !strings.Contains(t.Last, "<cross-session-message") {
+		return realharness.Answer{Call: t.Tool("send"), Args: map[string]any{"ref": m[1], "text": strings.TrimSpace(m[2])}}
+	}
+	if m := messageIDRe.FindAllStringSubmatch(t.Last, -1); m != nil && strings.Contains(t.Last, "cross-session-message") &&
+		!strings.Contains(t.Last, "reply to message_id=") && t.Tool("reply") != "" {
+		id := m[len(m)-1][1]
+		return realharness.Answer{Call: t.Tool("reply"), Args: map[string]any{"message_id": id, "text": "pong " + id}}
+	}
+	return realharness.Answer{Text: "ok"}
+}
+
+func init() { realharness.Scripts["peer"] = peerScript }
+
+// run is one harness process in its own network namespace, with its evidence.
+type harnessRun struct {
+	t        *testing.T
+	name     string
+	cmd      *exec.Cmd
+	in       *os.File
+	evidence string // model request bodies
+	screen   string // what its terminal showed
+	dir      string
+}
+
+// startHarness runs argv (a harness) in a namespace with only loopback, against the fake
+// model; its evidence goes under dir and is listed when the test fails.
+func startHarness(t *testing.T, name, dir string, env []string, argv ...string) *harnessRun {
+	t.Helper()
+	r := &harnessRun{t: t, name: name, dir: dir, evidence: filepath.Join(dir, "model"), screen: filepath.Join(dir, "screen.txt")}
+	os.MkdirAll(r.evidence, 0o700)
+	r.cmd = realharness.NetnsCommand("peer", r.evidence, r.screen, env, argv...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cmd.Stdin, r.in = pr, pw
+	stderr, _ := os.Create(filepath.Join(dir, "netns.stderr"))
+	r.cmd.Stdout, r.cmd.Stderr = stderr, stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	t.Cleanup(func() {
+		r.in.Close()
+		done := make(chan struct{})
+		go func() { r.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			r.cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s evidence kept in %s (model requests in model/, terminal in screen.txt)", name, dir)
+		}
+	})
+	return r
+}
+
+// typeText types s into the harness's terminal.
+func (r *harnessRun) typeText(s string) {
+	line, _ := json.Marshal(s)
+	r.in.Write(append(line, '\n'))
+}
+
+// requests returns the bodies of the model requests so far, oldest first.
+func (r *harnessRun) requests() []string {
+	ents, _ := os.ReadDir(r.evidence)
+	var out []string
+	for _, e := range ents {
+		b, _ := os.ReadFile(filepath.Join(r.evidence, e.Name()))
+		out = append(out, string(b))
+	}
+	return out
+}
+
+func (r *harnessRun) screenText() string { b, _ := os.ReadFile(r.screen); return string(b) }
+
+// evidenceDir is where a harness run keeps its evidence: under $XMSG_HARNESS_EVIDENCE when
+// set (kept after the test), else in the test's temporary directory.
+func evidenceDir(t *testing.T, name string) string {
+	base := os.Getenv("XMSG_HARNESS_EVIDENCE")
+	if base == "" {
+		base = t.TempDir()
+	}
+	d := filepath.Join(base, fmt.Sprintf("%s-%s-%d", t.Name(), name, time.Now().UnixNano()))
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// waitUntil polls cond every 100 ms for at most limit (a harness's own pace bounds these
+// waits, not an assertion about speed), failing with what.
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s after %s", what, limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// claudeSession is one real Claude Code session in its own namespace, with xmsg's MCP bridge.
+type claudeSession struct {
+	*harnessRun
+	id, name string
+	debug    string
+}
+
+// claudeConfig writes what a new user's Claude Code config holds once past its first-run
+// dialogs (onboarding done, this API key approved, the folder trusted) and xmsg's MCP
+// bridge, into the config directory shared by the test's sessions (the daemon's
+// --sessions-dir is its sessions/).
+func claudeConfig(t *testing.T, d *daemon, key string, cwds []string, settings map[string]any) (cfgDir, mcpPath string) {
+	cfgDir = filepath.Dir(d.sess)
+	projects := map[string]any{}
+	for _, c := range cwds {
+		os.MkdirAll(c, 0o700)
+		projects[c] = map[string]any{"hasTrustDialogAccepted": true, "hasCompletedProjectOnboarding": true}
+	}
+	global := map[string]any{"hasCompletedOnboarding": true, "theme": "dark", "numStartups": 3, "bypassPermissionsModeAccepted": true,
+		"customApiKeyResponses": map[string]any{"approved": []string{key[len(key)-20:]}, "rejected": []string{}}, "projects": projects}
+	write := func(name string, v any) string {
+		b, _ := json.Marshal(v)
+		p := filepath.Join(cfgDir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write(".claude.json", global)
+	write("settings.json", settings)
+	mcpPath = write("mcp.json", map[string]any{"mcpServers": map[string]any{"xmsg": map[string]any{"command": os.Args[0], "args": []string{"mcp"},
+		"env": map[string]string{ostest.RoleEnv: "xmsg", "XDG_RUNTIME_DIR": d.rt}}}})
+	return cfgDir, mcpPath
+}
+
+const claudeKey = "sk-ant-api03-xmsgtest-0123456789abcdefghij"
+
+// startRealClaude starts Claude Code in cwd (its session name derives from it) and waits until
+// xmsg lists it and its MCP bridge is connected.
+func startRealClaude(t *testing.T, d *daemon, bin, cfgDir, mcpPath, cwd string, extra ...string) *claudeSession {
+	t.Helper()
+	name := filepath.Base(cwd)
+	ev := evidenceDir(t, "claude-"+name)
+	c := &claudeSession{debug: filepath.Join(ev, "debug.txt")}
+	env := []string{"HOME=" + cfgDir, "CLAUDE_CONFIG_DIR=" + cfgDir, "XDG_RUNTIME_DIR=" + d.rt, "ANTHROPIC_BASE_URL={{MODEL}}",
+		"ANTHROPIC_API_KEY=" + claudeKey, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1",
+		"ENABLE_TOOL_SEARCH=false", "TERM=xterm-256color", "IS_SANDBOX=1"}
+	args := append([]string{bin, "--mcp-config", mcpPath, "--strict-mcp-config", "--debug-file", c.debug}, extra...)
+	c.harnessRun = startHarness(t, "claude "+name, ev, env, append([]string{"sh", "-c", `cd "$0" && exec "$@"`, cwd}, args...)...)
+	waitUntil(t, 90*time.Second, "claude "+name+" listed by xmsg with its MCP bridge connected", func() bool {
+		dbg, _ := os.ReadFile(c.debug)
+		if !strings.Contains(string(dbg), `MCP server "xmsg": Successfully connected`) {
+			return false
+		}
+		out, err := xmsgCmd(d.env, "list", "--json").Output()
+		if err != nil {
+			return false
+		}
+		var list []map[string]any
+		json.Unmarshal(out, &list)
+		for _, s := range list {
+			if s["harness"] == "claude" && s["cwd"] == cwd {
+				c.id, _ = s["sessionId"].(string)
+				c.name, _ = s["name"].(string)
+				return c.id != "" && strings.HasPrefix(c.name, name)
+			}
+		}
+		return false
+	})
+	return c
+}
+
+// sawRequest reports whether a model request of the session holds every one of subs.
+func (r *harnessRun) sawRequest(subs ...string) bool {
+	for _, b := range r.requests() {
+		all := true
+		for _, s := range subs {
+			// Request bodies are JSON: compare against the string as JSON escapes it.
+			var q strings.Builder
+			enc := json.NewEncoder(&q)
+			enc.SetEscapeHTML(false)
+			enc.Encode(s)
+			all = all && strings.Contains(b, strings.Trim(strings.TrimSpace(q.String()), `"`))
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRealClaudeCode runs two real Claude Code sessions (the npm package, pinned) against a
+// real daemon: each is listed with its id, name and harness; a message sent to one reaches
+// its model as a new user turn holding xmsg's envelope; the model's reply through `xmsg mcp`
+// reaches the sender's `xmsg replies --wait`; and one session sends to the other, whose reply
+// comes back to it.
+func TestRealClaudeCode(t *testing.T) {
+	bin := realharness.BinPath(realharness.Install(t, realharness.ClaudeCode), realharness.ClaudeCode)
+	d := newDaemon(t)
+	base := filepath.Dir(d.sess)
+	alice, bob := filepath.Join(base, "alice"), filepath.Join(base, "bob")
+	cfgDir, mcpPath := claudeConfig(t, d, claudeKey, []string{alice, bob},
+		map[string]any{"permissions": map[string]any{"allow": []string{"mcp__xmsg__send", "mcp__xmsg__reply", "mcp__xmsg__list"}}})
+	a := startRealClaude(t, d, bin, cfgDir, mcpPath, alice)
+	b := startRealClaude(t, d, bin, cfgDir, mcpPath, bob)
+
+	// Delivery and reply: an anonymous send reaches the model; its reply reaches replies --wait.
+	out, err := xmsgCmd(d.env, "send", a.id, "ping from the test").Output()
+	if err != nil {
+		t.Fatalf("xmsg send: %v", err)
+	}
+	mid := strings.TrimSpace(string(out))
+	if m := regexp.MustCompile(`[0-9a-f-]{36}`).FindString(mid); m != "" {
+		mid = m
+	}
+	replies, err := xmsgCmd(d.env, "replies", mid, "--wait", "60").Output()
+	if err != nil || !strings.Contains(string(replies), "pong "+mid) {
+		t.Fatalf("xmsg replies %s --wait: %v %s", mid, err, replies)
+	}
+	if !a.sawRequest(`<cross-session-message from-name="xmsg@testhost · cli `, "ping from the test", "message_id="+mid) {
+		t.Fatalf("no model request of alice holds xmsg's envelope of %s", mid)
+	}
+
+	// Alice sends to bob through her model's send tool; bob's model replies; the reply is
+	// pushed back into alice's conversation.
+	a.typeText("xmsg-send " + b.id + " hello bob\r")
+	waitUntil(t, 60*time.Second, "bob's model to see alice's message", func() bool {
+		return b.sawRequest("xmsg@testhost · claude:"+a.name, "hello bob")
+	})
+	waitUntil(t, 60*time.Second, "alice's model to see bob's reply", func() bool {
+		return a.sawRequest("reply to message_id=", "pong ")
+	})
+}

@@ -1,0 +1,90 @@
+package realharness
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xmsg/xmsg/internal/ostest"
+)
+
+// Package is a harness pinned to one version on the npm registry.
+type Package struct {
+	Name    string // e.g. "@anthropic-ai/claude-code"
+	Version string
+	Bin     string // the executable beneath node_modules/.bin
+}
+
+// The harness versions the tests run (docs/operations.md lists them).
+var (
+	ClaudeCode = Package{Name: "@anthropic-ai/claude-code", Version: "2.1.328", Bin: "claude"}
+	Codex      = Package{Name: "@openai/codex", Version: "0.169.0", Bin: "codex"}
+	Pi         = Package{Name: "@mariozechner/pi-coding-agent", Version: "0.73.1", Bin: "pi"}
+)
+
+// CacheDir is where installed harnesses are kept between runs: $XMSG_HARNESS_CACHE, else
+// $XDG_CACHE_HOME/xmsg-harness, else /var/cache/xmsg-harness for root, else
+// ~/.cache/xmsg-harness.
+func CacheDir() string {
+	if d := os.Getenv("XMSG_HARNESS_CACHE"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "xmsg-harness")
+	}
+	if os.Geteuid() == 0 {
+		return "/var/cache/xmsg-harness"
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "xmsg-harness")
+}
+
+// Install returns the prefix directory holding p, installed from the npm registry into the
+// cache the first time (npm's own cache makes a reinstall cheap). Without npm, or when the
+// registry cannot be reached, the test is skipped with the cause, or failed under CI=true.
+func Install(t testing.TB, p Package) string {
+	t.Helper()
+	npm, err := exec.LookPath("npm")
+	ostest.Need(t, err == nil, "npm on PATH (to install "+p.Name+")")
+	dir := filepath.Join(CacheDir(), strings.NewReplacer("@", "", "/", "-").Replace(p.Name)+"-"+p.Version)
+	marker := filepath.Join(dir, ".installed")
+	if _, err := os.Stat(marker); err == nil {
+		return dir
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		ostest.Need(t, false, "a writable harness cache at "+dir+": "+err.Error())
+	}
+	// One installer at a time per package (parallel test binaries share the cache).
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	syscall.Flock(int(lock.Fd()), syscall.LOCK_EX)
+	if _, err := os.Stat(marker); err == nil {
+		return dir
+	}
+	start := time.Now()
+	cmd := exec.Command(npm, "install", "--prefix", dir, "--no-audit", "--no-fund", "--no-save", "--loglevel=error", p.Name+"@"+p.Version)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		last := strings.TrimSpace(string(out))
+		if i := strings.LastIndex(last, "\n"); len(last) > 400 && i >= 0 {
+			last = last[len(last)-400:]
+		}
+		ostest.Need(t, false, fmt.Sprintf("the npm registry (npm install %s@%s: %v: %s)", p.Name, p.Version, err, last))
+	}
+	if err := os.WriteFile(marker, []byte(p.Version+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("installed %s@%s into %s in %s", p.Name, p.Version, dir, time.Since(start).Round(time.Second))
+	return dir
+}
+
+// BinPath is the executable of p installed in dir.
+func BinPath(dir string, p Package) string { return filepath.Join(dir, "node_modules", ".bin", p.Bin) }
