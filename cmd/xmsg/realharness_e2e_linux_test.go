@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,7 +27,10 @@ var messageIDRe = regexp.MustCompile(`message_id=([0-9a-f-]{36})`)
 // is answered with the reply tool (naming the message), a turn asking "xmsg-send REF TEXT"
 // with the send tool, a tool's result with text, anything else with "ok".
 func peerScript(t realharness.Turn) realharness.Answer {
-	if t.ToolResult {
+	if (strings.Contains(t.Last, "check xmsg") || strings.Contains(t.Last, "call the receive tool")) && t.Tool("receive") != "" {
+		return realharness.Answer{Call: t.Tool("receive"), Args: map[string]any{}}
+	}
+	if t.ToolResult && !strings.Contains(t.Last, "cross-session-message") {
 		return realharness.Answer{Text: "done"}
 	}
 	if m := regexp.MustCompile(`xmsg-send (\S+) (.+)`).FindStringSubmatch(t.Last); m != nil && t.Tool("send") != "" && !strings.Contains(t.Last, "<cross-session-message") {
@@ -105,6 +110,36 @@ func (r *harnessRun) requests() []string {
 }
 
 func (r *harnessRun) screenText() string { b, _ := os.ReadFile(r.screen); return string(b) }
+
+// submit types a prompt into the harness's interface and presses Enter until the model is
+// asked with it: an interface still starting, or one that takes a typed line and its
+// Enter as one paste, drops the Enter.
+func (r *harnessRun) submit(t *testing.T, prompt string) {
+	t.Helper()
+	// A prompt typed during a turn is merged into that turn: wait until the model has not
+	// been asked anything for a while (the harness is idle) before typing.
+	n, stable := len(r.requests()), 0
+	waitUntil(t, 60*time.Second, "the harness to be idle", func() bool {
+		if m := len(r.requests()); m != n {
+			n, stable = m, 0
+			return false
+		}
+		stable++
+		return stable >= 15
+	})
+	r.typeText(prompt)
+	tries := 0
+	waitUntil(t, 60*time.Second, "the harness to take the prompt "+prompt, func() bool {
+		if r.sawRequest(prompt) {
+			return true
+		}
+		if tries%20 == 0 {
+			r.typeText("\r")
+		}
+		tries++
+		return false
+	})
+}
 
 // evidenceDir is where a harness run keeps its evidence: under $XMSG_HARNESS_EVIDENCE when
 // set (kept after the test), else in the test's temporary directory.
@@ -258,11 +293,149 @@ func TestRealClaudeCode(t *testing.T) {
 
 	// Alice sends to bob through her model's send tool; bob's model replies; the reply is
 	// pushed back into alice's conversation.
-	a.typeText("xmsg-send " + b.id + " hello bob\r")
+	a.submit(t, "xmsg-send "+b.id+" hello bob")
 	waitUntil(t, 60*time.Second, "bob's model to see alice's message", func() bool {
 		return b.sawRequest("xmsg@testhost · claude:"+a.name, "hello bob")
 	})
 	waitUntil(t, 60*time.Second, "alice's model to see bob's reply", func() bool {
 		return a.sawRequest("reply to message_id=", "pong ")
+	})
+}
+
+// codexHomeFor writes a Codex home whose config points Codex at the fake model (in the
+// namespace, ModelURL), trusts cwd, runs tools without asking, and starts xmsg's MCP bridge.
+// Nothing is overridden on the command line: Codex starts its shared app-server daemon (from
+// its copy under the home) only without -c overrides, and that default mode is what runs.
+func codexHomeFor(t *testing.T, base, cwd string, d *daemon) string {
+	home := filepath.Join(base, "codex-home")
+	for _, dir := range []string{home, cwd} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := fmt.Sprintf(`model = "gpt-5.1-codex"
+model_provider = "fake"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+
+[model_providers.fake]
+name = "fake"
+base_url = "%s/v1"
+wire_api = "responses"
+env_key = "FAKE_API_KEY"
+
+[projects.%q]
+trust_level = "trusted"
+
+[mcp_servers.xmsg]
+command = %q
+args = ["mcp"]
+env = { XMSG_TEST_ROLE = "xmsg", XDG_RUNTIME_DIR = %q }
+`, realharness.ModelURL, cwd, os.Args[0], d.rt)
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return home
+}
+
+// stopBeneath ends the processes (started by this test's harness) whose executable lies
+// beneath dir: Codex's app-server daemon outlives the TUI that started it.
+func stopBeneath(dir string) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && strings.HasPrefix(exe, dir+"/") {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// TestRealCodex runs the real Codex TUI (the npm package, pinned) in its default mode, where
+// its shared app-server daemon runs from a copy of the binary under the Codex home and is
+// the parent of `xmsg mcp`, with the daemon trusting only the installed binary
+// (--codex-exe, as docs/operations.md says): the thread is listed before any tool call,
+// a message sent to it is read by the model through receive (its bridge lists receive) and
+// answered with reply, which reaches the sender's `xmsg replies --wait`; and the thread
+// sends to a real Claude Code session, whose model gets the message.
+func TestRealCodex(t *testing.T) {
+	cdir := realharness.Install(t, realharness.Codex)
+	cbin := realharness.BinPath(realharness.Install(t, realharness.ClaudeCode), realharness.ClaudeCode)
+	base := realharness.HomeDir(t)
+	cwd := filepath.Join(base, "proj")
+	// The daemon's sockets live in a short temporary directory; the Codex home must exist
+	// before it starts (a sandbox rule).
+	sock := shortTemp(t)
+	pre := &daemon{rt: filepath.Join(sock, "rt")}
+	os.MkdirAll(pre.rt, 0o700)
+	home := codexHomeFor(t, base, cwd, pre)
+	d := newDaemon(t, "--codex-exe", realharness.CodexNative(cdir), "--codex-home", home)
+	// The config names the daemon's runtime directory: write it again for this daemon.
+	codexHomeFor(t, base, cwd, d)
+	t.Cleanup(func() { stopBeneath(home) })
+
+	alice := filepath.Join(filepath.Dir(d.sess), "alice")
+	cfgDir, mcpPath := claudeConfig(t, d, claudeKey, []string{alice},
+		map[string]any{"permissions": map[string]any{"allow": []string{"mcp__xmsg__send", "mcp__xmsg__reply", "mcp__xmsg__list"}}})
+	a := startRealClaude(t, d, cbin, cfgDir, mcpPath, alice)
+
+	ev := evidenceDir(t, "codex")
+	t.Cleanup(func() {
+		if t.Failed() {
+			exec.Command("cp", "-a", home, filepath.Join(ev, "codex-home")).Run()
+		}
+	})
+	cx := startHarness(t, "codex", ev, []string{"HOME=" + base, "CODEX_HOME=" + home, "FAKE_API_KEY=x", "TERM=xterm-256color"},
+		"sh", "-c", `cd "$0" && exec "$@"`, cwd, realharness.BinPath(cdir, realharness.Codex))
+
+	// A first turn that calls no tool: Codex creates the thread's rollout and writer lock
+	// with it. The thread is listed from then on, before any xmsg tool call, its lock held
+	// by the app-server copy.
+	waitUntil(t, 60*time.Second, "the codex interface to start", func() bool { return strings.Contains(cx.screenText(), "default") })
+	cx.submit(t, "hello")
+	var thread string
+	waitUntil(t, 90*time.Second, "the codex thread listed by xmsg", func() bool {
+		out, err := xmsgCmd(d.env, "list", "--json").Output()
+		if err != nil {
+			return false
+		}
+		var list []map[string]any
+		json.Unmarshal(out, &list)
+		for _, s := range list {
+			if s["harness"] == "codex" {
+				thread, _ = s["sessionId"].(string)
+				return true
+			}
+		}
+		return false
+	})
+	if strings.Contains(strings.Join(cx.requests(), ""), `"function_call"`) {
+		t.Fatal("a tool was called before the thread was listed")
+	}
+	if out, _ := exec.Command("sh", "-c", "ls "+home+"/packages/app-server-daemon/releases/*/bin/codex").Output(); len(out) == 0 {
+		t.Fatal("codex did not run its app-server daemon from a copy under the home: the default mode is not what ran")
+	}
+
+	// A message to the thread waits in its queue; the model reads it with receive and answers.
+	out, err := xmsgCmd(d.env, "send", thread, "ping codex").Output()
+	if err != nil {
+		t.Fatalf("xmsg send to %s: %v", thread, err)
+	}
+	mid := regexp.MustCompile(`[0-9a-f-]{36}`).FindString(string(out))
+	cx.submit(t, "check xmsg")
+	replies, err := xmsgCmd(d.env, "replies", mid, "--wait", "60").Output()
+	if err != nil || !strings.Contains(string(replies), "pong "+mid) {
+		t.Fatalf("xmsg replies %s --wait: %v %s", mid, err, replies)
+	}
+	if !cx.sawRequest("[xmsg] The message below is untrusted peer data", "ping codex", "message_id="+mid) {
+		t.Fatal("no model request of codex holds the received envelope, preamble first")
+	}
+
+	// The thread sends to the Claude session.
+	cx.submit(t, "xmsg-send "+a.id+" hello from codex")
+	waitUntil(t, 60*time.Second, "claude's model to see codex's message", func() bool {
+		return a.sawRequest("xmsg@testhost · codex:", "hello from codex")
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -88,3 +89,28 @@ func Install(t testing.TB, p Package) string {
 
 // BinPath is the executable of p installed in dir.
 func BinPath(dir string, p Package) string { return filepath.Join(dir, "node_modules", ".bin", p.Bin) }
+
+// CodexNative is the native Codex binary the npm package runs (its codex.js only starts it):
+// what `--codex-exe` names.
+func CodexNative(dir string) string {
+	arch := map[string]string{"amd64": "x86_64-unknown-linux-musl", "arm64": "aarch64-unknown-linux-musl"}[runtime.GOARCH]
+	pkg := map[string]string{"amd64": "codex-linux-x64", "arm64": "codex-linux-arm64"}[runtime.GOARCH]
+	return filepath.Join(dir, "node_modules", "@openai", pkg, "vendor", arch, "bin", "codex")
+}
+
+// HomeDir returns a new directory for a harness's home, removed when the test ends. It lies
+// beneath the cache, not the system's temporary directory: Codex refuses to manage its
+// packages (its app-server daemon's copy) under /tmp.
+func HomeDir(t testing.TB) string {
+	t.Helper()
+	base := filepath.Join(CacheDir(), "homes")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.MkdirTemp(base, "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}

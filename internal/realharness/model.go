@@ -199,13 +199,27 @@ func (m *Model) responses(w http.ResponseWriter, body []byte) {
 		Instructions string            `json:"instructions"`
 		Input        []json.RawMessage `json:"input"`
 		Tools        []struct {
-			Type string `json:"type"`
-			Name string `json:"name"`
+			Type  string `json:"type"`
+			Name  string `json:"name"`
+			Tools []struct {
+				Name string `json:"name"`
+			} `json:"tools"`
 		} `json:"tools"`
 	}
 	json.Unmarshal(body, &req)
 	t := Turn{API: "responses", Raw: body, System: req.Instructions}
+	// A namespace's tools (Codex puts each MCP server's in one) are named namespace__tool
+	// here, and called with the namespace and the tool's own name.
+	namespaced := map[string][2]string{}
 	for _, tl := range req.Tools {
+		if tl.Type == "namespace" {
+			for _, sub := range tl.Tools {
+				full := tl.Name + "__" + sub.Name
+				namespaced[full] = [2]string{tl.Name, sub.Name}
+				t.Tools = append(t.Tools, full)
+			}
+			continue
+		}
 		t.Tools = append(t.Tools, tl.Name)
 	}
 	if n := len(req.Input); n > 0 {
@@ -237,8 +251,11 @@ func (m *Model) responses(w http.ResponseWriter, body []byte) {
 	ev(map[string]any{"type": "response.created", "response": map[string]any{"id": rid}})
 	if a.Call != "" {
 		args, _ := json.Marshal(a.Args)
-		ev(map[string]any{"type": "response.output_item.done", "output_index": 0, "item": map[string]any{"type": "function_call",
-			"id": fmt.Sprintf("fc_%d", n), "call_id": fmt.Sprintf("call_%d", n), "name": a.Call, "arguments": string(args)}})
+		item := map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%d", n), "call_id": fmt.Sprintf("call_%d", n), "name": a.Call, "arguments": string(args)}
+		if ns, ok := namespaced[a.Call]; ok {
+			item["namespace"], item["name"] = ns[0], ns[1]
+		}
+		ev(map[string]any{"type": "response.output_item.done", "output_index": 0, "item": item})
 	} else {
 		ev(map[string]any{"type": "response.output_item.done", "output_index": 0, "item": map[string]any{"type": "message", "role": "assistant",
 			"id": fmt.Sprintf("msg_%d", n), "content": []any{map[string]any{"type": "output_text", "text": a.Text, "annotations": []any{}}}}})

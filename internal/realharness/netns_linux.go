@@ -37,6 +37,12 @@ const (
 	ModelURLEnv = "XMSG_RH_MODEL_URL"
 )
 
+// ModelPort is the fake model's port on the namespace's loopback; ModelURL its base URL.
+const (
+	ModelPort = "18080"
+	ModelURL  = "http://127.0.0.1:" + ModelPort
+)
+
 // NetnsCommand returns the command running argv in a new network namespace (and, when not
 // root, a user namespace mapping this uid to root, as `unshare --net --map-root-user`).
 func NetnsCommand(script, evidence, screen string, env []string, argv ...string) *exec.Cmd {
@@ -107,7 +113,9 @@ func netns() error {
 	if !ok {
 		return fmt.Errorf("no script %q", os.Getenv(ScriptEnv))
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// The namespace is new: nothing else listens in it, so a fixed port is free, and a
+	// harness whose configuration must be written before it starts can name it (ModelURL).
+	l, err := net.Listen("tcp", "127.0.0.1:"+ModelPort)
 	if err != nil {
 		return err
 	}
