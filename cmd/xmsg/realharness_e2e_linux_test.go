@@ -111,6 +111,32 @@ func (r *harnessRun) requests() []string {
 
 func (r *harnessRun) screenText() string { b, _ := os.ReadFile(r.screen); return string(b) }
 
+var ansiRe = regexp.MustCompile(`\x1b\[[0-9;?<>=]*[a-zA-Z~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)`)
+
+// settle waits until the terminal has shown nothing new for a second.
+func (r *harnessRun) settle(t *testing.T) {
+	t.Helper()
+	n, quiet := len(r.screenText()), 0
+	waitUntil(t, 30*time.Second, "the terminal to settle", func() bool {
+		if m := len(r.screenText()); m != n {
+			n, quiet = m, 0
+			return false
+		}
+		quiet++
+		return quiet >= 10
+	})
+}
+
+// chosen is the text after the last selection mark (❯) the terminal drew, escapes removed.
+func chosen(screen string) string {
+	s := ansiRe.ReplaceAllString(screen, " ")
+	i := strings.LastIndex(s, "❯")
+	if i < 0 {
+		return ""
+	}
+	return strings.TrimSpace(s[i+len("❯"):])
+}
+
 // submit types a prompt into the harness's interface and presses Enter until the model is
 // asked with it: an interface still starting, or one that takes a typed line and its
 // Enter as one paste, drops the Enter.
@@ -438,4 +464,68 @@ func TestRealCodex(t *testing.T) {
 	waitUntil(t, 60*time.Second, "claude's model to see codex's message", func() bool {
 		return a.sawRequest("xmsg@testhost · codex:", "hello from codex")
 	})
+}
+
+// TestRealClaudeHeld: a real Claude Code session that bypasses permission prompts holds
+// xmsg's mail for its user (the sender asserts no permission mode), and tells xmsg so: the
+// send answers delivered as ever, but GET /v1/messages/{id} says held, then delivered when
+// the person picks Deliver (and the model then answers it), or denied when they pick Deny. A
+// bypassing session whose settings say crossSessionInbound "accept" takes the mail at once,
+// and its record says only that the line was written.
+func TestRealClaudeHeld(t *testing.T) {
+	bin := realharness.BinPath(realharness.Install(t, realharness.ClaudeCode), realharness.ClaudeCode)
+	d := newDaemon(t)
+	base := filepath.Dir(d.sess)
+	carol, dave := filepath.Join(base, "carol"), filepath.Join(base, "dave")
+	cfgDir, mcpPath := claudeConfig(t, d, claudeKey, []string{carol, dave},
+		map[string]any{"permissions": map[string]any{"allow": []string{"mcp__xmsg__send", "mcp__xmsg__reply", "mcp__xmsg__list"}}})
+	c := startRealClaude(t, d, bin, cfgDir, mcpPath, carol, "--dangerously-skip-permissions")
+	dv := startRealClaude(t, d, bin, cfgDir, mcpPath, dave, "--dangerously-skip-permissions", "--settings", `{"crossSessionInbound":"accept"}`)
+
+	send := func(to, text string) string {
+		t.Helper()
+		status, v := d.do("POST", "/v1/sessions/"+to+"/messages", `{"from":"tester","text":"`+text+`"}`)
+		if status != 202 || field(v, "outcome") != "delivered" {
+			t.Fatalf("send: %d %v, want 202 and the original's outcome delivered", status, v)
+		}
+		return field(v, "messageId").(string)
+	}
+	waitOutcome := func(mid, outcome, report string) {
+		t.Helper()
+		waitUntil(t, 60*time.Second, "message "+mid+" to read "+outcome+"/"+report, func() bool {
+			_, v := d.do("GET", "/v1/messages/"+mid, "")
+			return field(v, "outcome") == outcome && field(v, "report") == report
+		})
+	}
+	m1 := send(c.id, "first held")
+	waitOutcome(m1, "held", "held")
+	waitUntil(t, 30*time.Second, "the held message's dialog", func() bool { return strings.Contains(c.screenText(), "Deliver") })
+	// Deny is first, Deliver below it. The dialog is drawn again while it settles (its
+	// choice reset), so keys are pressed once the terminal has been quiet for a while.
+	c.settle(t)
+	c.typeText("\x1b[B")
+	c.settle(t)
+	if got := chosen(c.screenText()); !strings.HasPrefix(got, "Deliver") {
+		t.Fatalf("the dialog's choice is %.40q, want Deliver", got)
+	}
+	c.typeText("\r")
+	waitOutcome(m1, "delivered", "delivered")
+	if out, err := xmsgCmd(d.env, "replies", m1, "--wait", "60").Output(); err != nil || !strings.Contains(string(out), "pong "+m1) {
+		t.Fatalf("the delivered message was not answered: %v %s", err, out)
+	}
+
+	m2 := send(c.id, "second held")
+	waitOutcome(m2, "held", "held")
+	c.settle(t)
+	if got := chosen(c.screenText()); !strings.HasPrefix(got, "Deny") {
+		t.Fatalf("the second dialog's choice is %.40q, want Deny", got)
+	}
+	c.typeText("\r")
+	waitOutcome(m2, "denied", "denied")
+
+	m3 := send(dv.id, "accepted")
+	if out, err := xmsgCmd(d.env, "replies", m3, "--wait", "60").Output(); err != nil || !strings.Contains(string(out), "pong "+m3) {
+		t.Fatalf("crossSessionInbound accept: not answered: %v %s", err, out)
+	}
+	waitOutcome(m3, "delivered", "written")
 }

@@ -56,6 +56,10 @@ type Config struct {
 	// messagingSocketPath names one of them would have the daemon deliver to itself and
 	// report it delivered; such a delivery is refused instead.
 	OwnSockets []string
+	// ReplyTo is the reply address ("uds:<path>") of the daemon's socket for Claude Code's
+	// peer status reports, named in every inbox line with the message's id; "" for none
+	// (the lines are the original's, and a record says only that the line was written).
+	ReplyTo string
 	// Fed reaches other nodes; nil means no federation (every remote ref is unknown_peer).
 	Fed Federation
 	// Leaf, when set, makes this bus a leaf's (docs/protocol.md §7.5): it serves one local

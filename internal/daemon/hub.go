@@ -80,7 +80,28 @@ func (d *Daemon) acquireSockets() error {
 			return err
 		}
 	}
+	d.listenReports()
 	return d.fed.listen(d.onClose)
+}
+
+// listenReports binds the reply socket Claude Code sessions report held messages to, where
+// Claude Code puts inbox sockets (docs/protocol.md §6.3). Without it deliveries go on, and
+// their records say only that the line was written. A daemon in a test process shares the
+// process's pid (the socket's name) with others, so only a daemon of its own binds one.
+func (d *Daemon) listenReports() {
+	if d.c.InProcess {
+		return
+	}
+	path := claude.ReportPath(os.Getenv("XDG_RUNTIME_DIR"))
+	r, err := claude.ListenReports(path, d.log)
+	if err != nil {
+		d.log.Warn("claude reply socket not bound; held messages are not reported", "socket", path, "err", err)
+		d.facts.ClaudeReports = "none: " + err.Error()
+		return
+	}
+	d.reports = r
+	d.onClose(ignoreClosed(r.Close))
+	d.facts.ClaudeReports = path + " (Claude Code sessions report held messages there)"
 }
 
 // listenTCP binds --listen. No peer check on TCP (docs/protocol.md §2.3): the address is the
@@ -151,6 +172,10 @@ func (d *Daemon) applySandbox() error {
 		policy.RemoveFiles = []string{d.facts.SocketDir}
 	}
 	policy.ReadOnly = append(policy.ReadOnly, attestationDirs(cfg, d.log)...)
+	if d.reports != nil {
+		// The reply socket's file is removed at stop, as the self-bound sockets are.
+		policy.RemoveFiles = append(policy.RemoveFiles, filepath.Dir(d.reports.Path()))
+	}
 	if dir := creds.Dir(); dir != "" {
 		policy.ReadOnly = append(policy.ReadOnly, dir) // credential reload reads them again
 	}
@@ -220,7 +245,7 @@ func (d *Daemon) buildServers() error {
 		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log, Fed: d.fed.bus(d.store, mailboxes(cfg, d.store, d.log)),
 		Codex: codexAttester(cfg, proc, d.exe, d.files, d.sum), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
 		Claude: sessions, AckDelay: d.c.AckDelay,
-		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks),
+		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks, d.reports), ReplyTo: replyTo(d.reports),
 		Bounds: busBounds(cfg),
 	})
 	d.bus = b
@@ -254,6 +279,9 @@ func (d *Daemon) buildServers() error {
 		conns = append(conns, d.register.Conns)
 	}
 	d.fed.serve(b, d.runCtx, d.group.Add, d.onClose)
+	if d.reports != nil {
+		go d.reports.Serve(b.ClaudeReport) // ends when the socket closes (onClose)
+	}
 	go d.reloadCustody(d.runCtx)
 	d.status = func() string {
 		c, _ := b.Counts()
@@ -303,4 +331,12 @@ func createSessionDir(dir string) error {
 		return fmt.Errorf("parent %s is not a directory owned by uid %d", parent, os.Geteuid())
 	}
 	return os.Mkdir(dir, 0o700)
+}
+
+// replyTo is the reply address of r, "" without one.
+func replyTo(r *claude.Reports) string {
+	if r == nil {
+		return ""
+	}
+	return claude.Address(r.Path())
 }
