@@ -33,7 +33,9 @@ const (
 var reports = map[string]bool{ReportHeld: true, ReportDelivered: true, ReportDenied: true, ReportExpired: true, ReportRefused: true, ReportDropped: true}
 
 // Final reports whether a report settles the message (every report but held).
-func Final(report string) bool { return report != "" && report != ReportWritten && report != ReportHeld }
+func Final(report string) bool {
+	return report != "" && report != ReportWritten && report != ReportHeld
+}
 
 // MaxReportLine bounds one line read from a reporting session.
 const MaxReportLine = 64 << 10

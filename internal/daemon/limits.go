@@ -5,8 +5,8 @@ import (
 	"net"
 
 	"github.com/xmsg/xmsg/internal/activation"
-	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/agentsock"
+	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/config"
 	"github.com/xmsg/xmsg/internal/httpapi"
 	"github.com/xmsg/xmsg/internal/registersock"
