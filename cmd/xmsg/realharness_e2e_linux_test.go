@@ -500,6 +500,11 @@ func TestRealClaudeHeld(t *testing.T) {
 	m1 := send(c.id, "first held")
 	waitOutcome(m1, "held", "held")
 	waitUntil(t, 30*time.Second, "the held message's dialog", func() bool { return strings.Contains(c.screenText(), "Deliver") })
+	// Its session file says it waits for its user: xmsg doctor names it.
+	waitUntil(t, 30*time.Second, "xmsg doctor to note the waiting session", func() bool {
+		out, _ := xmsgCmd(d.env, "doctor").Output()
+		return strings.Contains(string(out), "claude sessions waiting for their user") && strings.Contains(string(out), c.id)
+	})
 	// Deny is first, Deliver below it. The dialog is drawn again while it settles (its
 	// choice reset), so keys are pressed once the terminal has been quiet for a while.
 	c.settle(t)

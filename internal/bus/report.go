@@ -70,3 +70,20 @@ func (b *Bus) reportsFor(cred peercred.Cred, id string) bool {
 	}
 	return false
 }
+
+// Waiting lists the live Claude sessions whose session file says they wait for their user
+// (status "waiting"), as "<id> (<what>)": such a session holds peer messages until the
+// person decides (xmsg doctor notes them).
+func (b *Bus) Waiting() []string {
+	var out []string
+	for _, s := range b.cfg.Claude.Scan() {
+		if s.Live && s.Status == "waiting" {
+			what := s.WaitingFor
+			if what == "" {
+				what = "its user"
+			}
+			out = append(out, s.ID+" ("+what+")")
+		}
+	}
+	return out
+}

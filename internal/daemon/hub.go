@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -253,7 +254,12 @@ func (d *Daemon) buildServers() error {
 	doctorLines := func() []string {
 		f := d.facts
 		f.SessionWatch = sessions.WatchReport() // as of now: a watch can fail, a directory be recreated
-		return append(f.Lines(), d.fed.doctor()...)
+		lines := f.Lines()
+		if w := b.Waiting(); len(w) > 0 {
+			lines = append(lines, "claude sessions waiting for their user (peer messages to them are held until the person decides; "+
+				`a session that bypasses permission prompts takes xmsg's mail with "crossSessionInbound": "accept" in its settings): `+strings.Join(w, ", "))
+		}
+		return append(lines, d.fed.doctor()...)
 	}
 	if d.socks.HTTP != nil {
 		d.addHTTP("http", httpListener(gate.Listener(d.socks.HTTP, uid, "http", d.log), cfg, d.log), doctorLines)
