@@ -33,10 +33,12 @@ func peerScript(t realharness.Turn) realharness.Answer {
 	if t.ToolResult && !strings.Contains(t.Last, "cross-session-message") {
 		return realharness.Answer{Text: "done"}
 	}
-	if m := regexp.MustCompile(`xmsg-send (\S+) (.+)`).FindStringSubmatch(t.Last); m != nil && t.Tool("send") != "" && !strings.Contains(t.Last, "<cross-session-message") {
+	if m := regexp.MustCompile(`xmsg-send (\S+) (.+)`).FindStringSubmatch(t.Last); m != nil && t.Tool("send") != "" && !strings.Contains(t.Last, "[xmsg]") {
 		return realharness.Answer{Call: t.Tool("send"), Args: map[string]any{"ref": m[1], "text": strings.TrimSpace(m[2])}}
 	}
-	if m := messageIDRe.FindAllStringSubmatch(t.Last, -1); m != nil && strings.Contains(t.Last, "cross-session-message") &&
+	// xmsg's envelopes: the Claude/Codex wrapper, or the plain one of registered sessions.
+	envelope := strings.Contains(t.Last, "cross-session-message") || strings.Contains(t.Last, "[xmsg] from=")
+	if m := messageIDRe.FindAllStringSubmatch(t.Last, -1); m != nil && envelope &&
 		!strings.Contains(t.Last, "reply to message_id=") && t.Tool("reply") != "" {
 		id := m[len(m)-1][1]
 		return realharness.Answer{Call: t.Tool("reply"), Args: map[string]any{"message_id": id, "text": "pong " + id}}
@@ -533,4 +535,69 @@ func TestRealClaudeHeld(t *testing.T) {
 		t.Fatalf("crossSessionInbound accept: not answered: %v %s", err, out)
 	}
 	waitOutcome(m3, "delivered", "written")
+}
+
+// TestRealPi runs the real pi coding agent (the npm package, pinned) with a minimal xmsg
+// extension of its own (testdata/pi-xmsg.ts: register on register.sock, mail as user
+// messages, send and reply tools on agent.sock) against a real daemon: listed as a pi
+// session with its name, a message reaches its model, and the model's reply reaches
+// `xmsg replies --wait`; it sends to a real Claude Code session, whose model gets it.
+func TestRealPi(t *testing.T) {
+	pdir := realharness.Install(t, realharness.Pi)
+	cbin := realharness.BinPath(realharness.Install(t, realharness.ClaudeCode), realharness.ClaudeCode)
+	d := newDaemon(t)
+	base := filepath.Dir(d.sess)
+	alice, cwd := filepath.Join(base, "alice"), filepath.Join(base, "pi-proj")
+	cfgDir, mcpPath := claudeConfig(t, d, claudeKey, []string{alice},
+		map[string]any{"permissions": map[string]any{"allow": []string{"mcp__xmsg__send", "mcp__xmsg__reply", "mcp__xmsg__list"}}})
+	a := startRealClaude(t, d, cbin, cfgDir, mcpPath, alice)
+
+	home := filepath.Join(base, "pi-home")
+	agentDir := filepath.Join(home, ".pi", "agent")
+	os.MkdirAll(agentDir, 0o700)
+	os.MkdirAll(cwd, 0o700)
+	models, _ := json.Marshal(map[string]any{"providers": map[string]any{"fake": map[string]any{
+		"baseUrl": realharness.ModelURL, "api": "anthropic-messages", "apiKey": "x",
+		"models": []any{map[string]any{"id": "fake-model", "name": "fake", "reasoning": false, "input": []string{"text"},
+			"contextWindow": 200000, "maxTokens": 8192, "cost": map[string]any{"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}}}}}})
+	os.WriteFile(filepath.Join(agentDir, "models.json"), models, 0o600)
+	ext, err := filepath.Abs("testdata/pi-xmsg.ts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := evidenceDir(t, "pi")
+	p := startHarness(t, "pi", ev, []string{"HOME=" + home, "XDG_RUNTIME_DIR=" + d.rt, "XMSG_PI_NAME=pia", "TERM=xterm-256color"},
+		"sh", "-c", `cd "$0" && exec "$@"`, cwd, realharness.BinPath(pdir, realharness.Pi), "--provider", "fake", "--model", "fake-model", "-e", ext)
+
+	var id string
+	waitUntil(t, 90*time.Second, "pi listed by xmsg", func() bool {
+		out, err := xmsgCmd(d.env, "list", "--json").Output()
+		if err != nil {
+			return false
+		}
+		var list []map[string]any
+		json.Unmarshal(out, &list)
+		for _, s := range list {
+			if s["harness"] == "pi" && s["name"] == "pia" {
+				id, _ = s["sessionId"].(string)
+				return true
+			}
+		}
+		return false
+	})
+	out, err := xmsgCmd(d.env, "send", id, "ping pi").Output()
+	if err != nil {
+		t.Fatalf("xmsg send %s: %v", id, err)
+	}
+	mid := regexp.MustCompile(`[0-9a-f-]{36}`).FindString(string(out))
+	if out, err := xmsgCmd(d.env, "replies", mid, "--wait", "60").Output(); err != nil || !strings.Contains(string(out), "pong "+mid) {
+		t.Fatalf("xmsg replies %s --wait: %v %s", mid, err, out)
+	}
+	if !p.sawRequest("ping pi", "message_id="+mid) {
+		t.Fatal("no model request of pi holds the message")
+	}
+	p.submit(t, "xmsg-send "+a.id+" hello from pi")
+	waitUntil(t, 60*time.Second, "claude's model to see pi's message", func() bool {
+		return a.sawRequest("xmsg@testhost · pi:pia", "hello from pi")
+	})
 }
