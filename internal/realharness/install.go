@@ -28,6 +28,9 @@ var (
 	Pi         = Package{Name: "@mariozechner/pi-coding-agent", Version: "0.73.1", Bin: "pi"}
 )
 
+// systemCache is the cache root uses, which others may read.
+const systemCache = "/var/cache/xmsg-harness"
+
 // CacheDir is where installed harnesses are kept between runs: $XMSG_HARNESS_CACHE, else
 // $XDG_CACHE_HOME/xmsg-harness, else /var/cache/xmsg-harness for root, else
 // ~/.cache/xmsg-harness.
@@ -39,7 +42,7 @@ func CacheDir() string {
 		return filepath.Join(d, "xmsg-harness")
 	}
 	if os.Geteuid() == 0 {
-		return "/var/cache/xmsg-harness"
+		return systemCache
 	}
 	home, _ := os.UserHomeDir()
 	return filepath.Join(home, ".cache", "xmsg-harness")
@@ -52,11 +55,15 @@ func Install(t testing.TB, p Package) string {
 	t.Helper()
 	npm, err := exec.LookPath("npm")
 	ostest.Need(t, err == nil, "npm on PATH (to install "+p.Name+")")
-	dir := filepath.Join(CacheDir(), strings.NewReplacer("@", "", "/", "-").Replace(p.Name)+"-"+p.Version)
-	marker := filepath.Join(dir, ".installed")
-	if _, err := os.Stat(marker); err == nil {
-		return dir
+	name := strings.NewReplacer("@", "", "/", "-").Replace(p.Name) + "-" + p.Version
+	// A user who is not root may run what root installed in the system cache (read-only).
+	for _, base := range []string{CacheDir(), systemCache} {
+		if _, err := os.Stat(filepath.Join(base, name, ".installed")); err == nil {
+			return filepath.Join(base, name)
+		}
 	}
+	dir := filepath.Join(CacheDir(), name)
+	marker := filepath.Join(dir, ".installed")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		ostest.Need(t, false, "a writable harness cache at "+dir+": "+err.Error())
 	}
@@ -104,7 +111,10 @@ func CodexNative(dir string) string {
 func HomeDir(t testing.TB) string {
 	t.Helper()
 	base := filepath.Join(CacheDir(), "homes")
-	if err := os.MkdirAll(base, 0o755); err != nil {
+	if tmp := os.TempDir(); base == tmp || strings.HasPrefix(base, tmp+"/") {
+		base = fmt.Sprintf("/var/tmp/xmsg-harness-homes-%d", os.Geteuid())
+	}
+	if err := os.MkdirAll(base, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	d, err := os.MkdirTemp(base, "h")

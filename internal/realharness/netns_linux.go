@@ -44,15 +44,20 @@ const (
 )
 
 // NetnsCommand returns the command running argv in a new network namespace (and, when not
-// root, a user namespace mapping this uid to root, as `unshare --net --map-root-user`).
+// root, a user namespace of its own, as `unshare --net --map-current-user`).
 func NetnsCommand(script, evidence, screen string, env []string, argv ...string) *exec.Cmd {
 	cmd := ostest.Command("", NetnsRole, argv...)
 	cmd.Env = append(append(cmd.Env, env...), ScriptEnv+"="+script, EvidenceEnv+"="+evidence, ScreenEnv+"="+screen)
 	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
 	if os.Geteuid() != 0 {
+		// The user keeps its own uid in the namespace (a harness that finds itself root, or its
+		// files owned by an unmapped uid, behaves otherwise than for a user); bringing up
+		// loopback takes CAP_NET_ADMIN, which the namespace's creator holds in it and keeps
+		// across exec only as an ambient capability.
 		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Geteuid(), HostID: os.Geteuid(), Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getegid(), HostID: os.Getegid(), Size: 1}}
+		attr.AmbientCaps = []uintptr{unix.CAP_NET_ADMIN}
 	}
 	cmd.SysProcAttr = attr
 	return cmd
