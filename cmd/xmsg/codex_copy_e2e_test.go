@@ -105,6 +105,9 @@ func TestCodexAppServerCopy(t *testing.T) {
 	if r := p.Call(c, map[string]any{"action": "peek", "_meta": map[string]any{"threadId": thread}}); r["status"] != "error" {
 		t.Errorf("a deleted copy: peek answered %v, want a refusal", r)
 	}
+	if listed(thread) {
+		t.Error("a deleted copy's thread is still listed")
+	}
 }
 
 // TestMCPReceiveOnlyUnderCodex: the bridge offers receive only when the daemon attests a

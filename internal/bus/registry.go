@@ -2,6 +2,7 @@ package bus
 
 import (
 	"errors"
+	"github.com/xmsg/xmsg/internal/codex"
 	"log/slog"
 	"os"
 	"sort"
@@ -229,13 +230,17 @@ func (b *Bus) Alive(r *Registration) bool {
 	return b.cfg.Proc.Alive(r.PID, r.Start)
 }
 
-// regAlive reports whether r is live: its process is (Alive), and an agy session still holds
-// its presence lock (docs/protocol.md §3.3).
+// regAlive reports whether r is live: its process is (Alive), an agy session still holds
+// its presence lock (docs/protocol.md §3.3), and a Codex lease's process still runs a trusted
+// Codex executable (a copy deleted, replaced or no longer equal to a --codex-exe ends it).
 func (b *Bus) regAlive(r *Registration) bool {
 	if r.agy != nil && !b.cfg.Agy.Held(r.agy.presence) {
 		return false
 	}
-	return b.Alive(r)
+	if !b.Alive(r) {
+		return false
+	}
+	return r.Harness != codex.Name || b.cfg.Codex.IsCodex(r.PID)
 }
 
 // registrations is a snapshot of every registration, live or not, in listing order: agy,
