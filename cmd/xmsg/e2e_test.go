@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "agentapi" {
 		os.Exit(fakeAgentapi())
 	}
-	ostest.Main(m, daemontest.Roles(), fedRoles, leafRoles, custodyRoles, relaunchRoles, ostest.Roles{
+	ostest.Main(m, daemontest.Roles(), fedRoles, leafRoles, custodyRoles, relaunchRoles, realHarnessRoles, ostest.Roles{
 		"worker": func() int { worker(); return 0 },
 		"xmsg": func() int {
 			// Run as the real CLI: e2e tests start the daemon from this same binary, which

@@ -612,10 +612,11 @@ func TestLeafNode(t *testing.T) {
 		if _, err := os.Lstat(s.leaf.path("rt/xmsg/agent.sock")); err == nil {
 			t.Errorf("leaf created agent.sock")
 		}
-		// Positive control: the same check sees the hub's four listeners.
+		// Positive control: the same check sees the hub's five listeners (its three sockets,
+		// the reply socket of Claude Code's reports, the federation listener).
 		hu, ht, _ := procSockets(t, s.hub.cmd.Process.Pid)
-		if len(hu) != 3 || len(ht) != 1 {
-			t.Errorf("hub listeners: unix %q tcp %q, want 3 and 1", hu, ht)
+		if len(hu) != 4 || len(ht) != 1 {
+			t.Errorf("hub listeners: unix %q tcp %q, want 4 and 1", hu, ht)
 		}
 	})
 

@@ -14,7 +14,7 @@ import (
 // mcpAbout names the bridge's tools from its own table, so that its help cannot drift from
 // tools/list.
 var mcpAbout = "Run by an agent session as its MCP server (docs/protocol.md §2.8). Its tools: " +
-	strings.Join(mcp.ToolNames(), ", ") + " (--reply-only: reply alone; receive is for Codex threads).\n"
+	strings.Join(mcp.ToolNames(), ", ") + " (--reply-only: reply alone; receive is listed only to a bridge below an attested Codex process).\n"
 
 // mcpFlags: mcp runs the MCP bridge on stdin/stdout (docs/protocol.md §2.8, §10.2).
 func mcpFlags(fs *flag.FlagSet, s stdio) func([]string) error {

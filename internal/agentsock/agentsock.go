@@ -293,6 +293,14 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	}
 	switch req.Action {
 	case "send", "reply", "poll", "ack", "peek", "credential":
+	case "harness":
+		// Which harness the caller's ancestry belongs to (no attestation of a thread): the
+		// MCP bridge asks once at start, to offer receive only under Codex.
+		h := s.cfg.Bus.Ancestry(cred.PID)
+		if !peer.Alive() {
+			h = ""
+		}
+		return encode(harnessResp{Status: "ok", Harness: h}), true
 	case "mcp_start":
 		// agy attestation without credentials: the chain above the peer must hold a
 		// conversation's presence lock from a trusted agy executable.
@@ -318,7 +326,7 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 		return errorLine(ledger.BadRequest, detail), true
 	}
 	var err2 error
-	if *att == nil || !s.cfg.Bus.Recheck(**att) {
+	if *att == nil || !(**att).Recheck() {
 		*att = nil
 		a, err := s.cfg.Bus.Attest(cred.PID, req.Meta)
 		// The walk read /proc/<pid> again. If the pid was recycled between the check before
@@ -355,9 +363,14 @@ func (s *Server) frame(c net.Conn, cred peercred.Cred, actor string, peer *peerc
 	case "poll", "ack", "peek":
 		return s.queue(caller, req), true
 	case "credential":
-		return s.credential(c, caller, cred.PID, line, func() bool { return peer.Alive() && s.cfg.Bus.Recheck(**att) })
+		return s.credential(c, caller, cred.PID, line, func() bool { return peer.Alive() && (**att).Recheck() })
 	}
 	return s.reply(caller, req), true
+}
+
+type harnessResp struct {
+	Status  string `json:"status"`
+	Harness string `json:"harness"`
 }
 
 type mcpStartResp struct {

@@ -19,8 +19,8 @@ type Bus interface {
 	Host() string
 	Harnesses() *harness.Registry
 	Attest(pid int, meta json.RawMessage) (bus.Attested, error)
-	Recheck(a bus.Attested) bool
 	Agy() bus.Agy
+	Ancestry(pid int) string
 	Send(ctx context.Context, s bus.Send) (bus.Delivery, error)
 	Reply(ctx context.Context, caller bus.Caller, messageID, text string) (bus.ReplyResult, error)
 	Poll(ctx context.Context, r *bus.Registration, wait time.Duration) (*bus.Queued, error)

@@ -31,8 +31,8 @@ func TestRecheckSeesCloserSession(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if a.Caller.SessionID != "11111111-aaaa-bbbb-cccc-000000000001" || !b.Recheck(a) {
-				t.Fatalf("attested %+v (recheck %v), want this process's session, still so", a.Caller, b.Recheck(a))
+			if a.Caller.SessionID != "11111111-aaaa-bbbb-cccc-000000000001" || !a.Recheck() {
+				t.Fatalf("attested %+v (recheck %v), want this process's session, still so", a.Caller, a.Recheck())
 			}
 			start, err := peercred.Proc{}.StartTime(child.Process.Pid)
 			if err != nil {
@@ -55,14 +55,14 @@ func TestRecheckSeesCloserSession(t *testing.T) {
 				defer b.Unregister(r)
 				want = r.SessionID
 			}
-			if b.Recheck(a) {
+			if a.Recheck() {
 				t.Fatalf("recheck still says %s after the caller itself became session %s", a.Caller.SessionID, want)
 			}
 			a, err = b.Attest(child.Process.Pid, nil)
 			if err != nil || a.Caller.SessionID != want {
 				t.Fatalf("attested again: %+v %v, want session %s", a.Caller, err, want)
 			}
-			if !b.Recheck(a) {
+			if !a.Recheck() {
 				t.Fatal("the new attestation does not hold")
 			}
 		})
@@ -96,7 +96,7 @@ func TestRecheckSeesCloserSessionOfRegistered(t *testing.T) {
 	}
 	defer b.Unregister(r)
 	a, err := b.Attest(pid, nil)
-	if err != nil || a.Caller.SessionID != r.SessionID || !b.Recheck(a) {
+	if err != nil || a.Caller.SessionID != r.SessionID || !a.Recheck() {
 		t.Fatalf("attested %+v %v, want the registered parent %s, still so", a.Caller, err, r.SessionID)
 	}
 	start, _ := proc.StartTime(pid)
@@ -106,7 +106,7 @@ func TestRecheckSeesCloserSessionOfRegistered(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "s", "erin.json"), raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if b.Recheck(a) {
+	if a.Recheck() {
 		t.Fatal("recheck still holds after the caller itself wrote a session file")
 	}
 	if a, err = b.Attest(pid, nil); err != nil || a.Caller.SessionID != want {

@@ -57,6 +57,10 @@ type Config struct {
 	// messagingSocketPath names one of them would have the daemon deliver to itself and
 	// report it delivered; such a delivery is refused instead.
 	OwnSockets []string
+	// ReplyTo is the reply address ("uds:<path>") of the daemon's socket for Claude Code's
+	// peer status reports, named in every inbox line with the message's id; "" for none
+	// (the lines are the original's, and a record says only that the line was written).
+	ReplyTo string
 	// Fed reaches other nodes; nil means no federation (every remote ref is unknown_peer).
 	Fed Federation
 	// Leaf, when set, makes this bus a leaf's (docs/protocol.md §7.5): it serves one local
@@ -262,6 +266,7 @@ func (b *Bus) Sessions(cwd, status string) []SessionView {
 			keep(claudeView(s))
 		}
 	}
+	b.codexThreads()
 	for _, r := range b.liveRegistrations() {
 		if r.agy != nil {
 			keep(b.agyView(r))
@@ -364,6 +369,13 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 	if pinned == nil || (pinned.Admission() != harness.SessionFile && pinned.Admission() != harness.Presence) {
 		if t, err, ok := b.resolveRegistered(pinned, bare, isPID, pid); ok {
 			return t, err
+		}
+		// A Codex thread that has not called an xmsg tool yet is found by its lock.
+		if b.cfg.Codex != nil && (pinned == nil || pinned.Name() == codex.Name) {
+			b.codexThreads()
+			if t, err, ok := b.resolveRegistered(pinned, bare, isPID, pid); ok {
+				return t, err
+			}
 		}
 	}
 	if len(dead) > 0 {
@@ -536,6 +548,7 @@ type Attested struct {
 	// closer are the processes between the caller and that ancestor (the caller included):
 	// none was a session at the walk, and Recheck says no once one is.
 	closer []peercred.Stat
+	bus    *Bus
 }
 
 // Attest walks pid's ancestry once (identify) and remembers whom it found.
@@ -545,7 +558,7 @@ func (b *Bus) Attest(pid int, meta json.RawMessage) (Attested, error) {
 		return Attested{}, err
 	}
 	st := chain[len(chain)-1]
-	return Attested{Caller: c, pid: st.PID, start: st.StartTime, closer: chain[:len(chain)-1]}, nil
+	return Attested{Caller: c, pid: st.PID, start: st.StartTime, closer: chain[:len(chain)-1], bus: b}, nil
 }
 
 // Recheck reports whether a's session is still the one it was: the ancestor still runs with
@@ -558,7 +571,8 @@ func (b *Bus) Attest(pid int, meta json.RawMessage) (Attested, error) {
 // frame); when Recheck says no, the caller attests again (and gets the walk's full answer,
 // including a refusal for lack of resources). A Codex caller is never remembered: its
 // thread is named per call.
-func (b *Bus) Recheck(a Attested) bool {
+func (a Attested) Recheck() bool {
+	b := a.bus
 	c := a.Caller
 	switch {
 	case c.reg != nil:

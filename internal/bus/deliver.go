@@ -109,7 +109,7 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 	}
 	slot.committed()
 	if inbox != nil {
-		line, err := envelope.ClaudeLine(a.fromName, envelope.ClaudeBody(a.text, msg.ID))
+		line, err := envelope.ClaudeLineReported(a.fromName, envelope.ClaudeBody(a.text, msg.ID), b.cfg.ReplyTo, msg.ID)
 		if err == nil {
 			err = inbox.Write(line)
 		}
@@ -139,6 +139,10 @@ func (b *Bus) record(t Target, a arrival) (store.Message, error) {
 		Outcome: ledger.Delivered.String(), RecipientHarness: t.Harness, ReturnHost: a.returnHost, ThreadID: a.threadID}
 	if msg.ThreadID == "" {
 		msg.ThreadID = id
+	}
+	if h := b.h.Lookup(t.Harness); h != nil && h.Delivery() == harness.Inbox {
+		// Written to the inbox is all that is known until the session reports (report.go).
+		msg.Report = claude.ReportWritten
 	}
 	if a.ret != nil {
 		msg.ReturnHarness, msg.ReturnSessionID, msg.PushReplies = a.ret.Harness, a.ret.SessionID, a.push

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"errors"
+	"github.com/xmsg/xmsg/internal/codex"
 	"log/slog"
 	"os"
 	"sort"
@@ -21,6 +22,7 @@ import (
 // uid-admitted session is durable, though: it belongs to the session process, not to the
 // registration (see RegisterSession).
 type Registration struct {
+	bus          *Bus   // the bus it is installed in (Current)
 	Harness      string // a harness name (Config.Harnesses)
 	SessionID    string // "svc:<name>" or "<harness>:<uuid v4>"
 	Name         string
@@ -45,7 +47,8 @@ type Registration struct {
 func (r *Registration) Replaced() <-chan struct{} { return r.replaced }
 
 // Current reports whether r is still the registration in force for its session id.
-func (b *Bus) Current(r *Registration) bool {
+func (r *Registration) Current() bool {
+	b := r.bus
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.regs[r.SessionID] == r
@@ -54,6 +57,7 @@ func (b *Bus) Current(r *Registration) bool {
 // install makes r the registration for its id, ending an older one it replaces. Callers hold
 // b.mu and have checked that replacing is allowed.
 func (b *Bus) install(r *Registration) {
+	r.bus = b
 	r.replaced = make(chan struct{})
 	if old := b.regs[r.SessionID]; old != nil && old != r {
 		close(old.replaced)
@@ -230,13 +234,17 @@ func (b *Bus) Alive(r *Registration) bool {
 	return b.cfg.Proc.Alive(r.PID, r.Start)
 }
 
-// regAlive reports whether r is live: its process is (Alive), and an agy session still holds
-// its presence lock (docs/protocol.md §3.3).
+// regAlive reports whether r is live: its process is (Alive), an agy session still holds
+// its presence lock (docs/protocol.md §3.3), and a Codex lease's process still runs a trusted
+// Codex executable (a copy deleted, replaced or no longer equal to a --codex-exe ends it).
 func (b *Bus) regAlive(r *Registration) bool {
 	if r.agy != nil && !b.cfg.Agy.Held(r.agy.presence) {
 		return false
 	}
-	return b.Alive(r)
+	if !b.Alive(r) {
+		return false
+	}
+	return r.Harness != codex.Name || b.cfg.Codex.IsCodex(r.PID)
 }
 
 // registrations is a snapshot of every registration, live or not, in listing order: agy,

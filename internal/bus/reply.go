@@ -305,18 +305,21 @@ func (b *Bus) fresh(rs []store.Reply) []store.Reply {
 
 // MessageView is the answer of GET /v1/messages/{id}.
 type MessageView struct {
-	ID               string      `json:"id"`
-	CreatedAt        int64       `json:"createdAt"`
-	SessionID        string      `json:"sessionId"`
-	FromName         string      `json:"fromName"`
-	Bytes            int         `json:"bytes"`
-	Outcome          string      `json:"outcome"`
-	RecipientHarness string      `json:"recipientHarness"`
-	ReturnHarness    *string     `json:"returnHarness"`
-	ReturnSessionID  *string     `json:"returnSessionId"`
-	PushReplies      bool        `json:"pushReplies"`
-	ThreadID         string      `json:"threadId"`
-	Replies          []ReplyView `json:"replies"`
+	ID               string  `json:"id"`
+	CreatedAt        int64   `json:"createdAt"`
+	SessionID        string  `json:"sessionId"`
+	FromName         string  `json:"fromName"`
+	Bytes            int     `json:"bytes"`
+	Outcome          string  `json:"outcome"`
+	RecipientHarness string  `json:"recipientHarness"`
+	ReturnHarness    *string `json:"returnHarness"`
+	ReturnSessionID  *string `json:"returnSessionId"`
+	PushReplies      bool    `json:"pushReplies"`
+	ThreadID         string  `json:"threadId"`
+	// Report is what a Claude Code recipient said of the message (its peer status), or
+	// "written": its line reached the session's inbox and nothing more is known.
+	Report  string      `json:"report,omitempty"`
+	Replies []ReplyView `json:"replies"`
 }
 
 // messageNotFound names the message that was not found, once (the original reused the session
@@ -348,7 +351,7 @@ func (b *Bus) Message(id string) (MessageView, error) {
 	}
 	v := MessageView{ID: m.ID, CreatedAt: m.CreatedAt, SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, Outcome: m.Outcome,
 		RecipientHarness: m.RecipientHarness, ReturnHarness: strOrNil(m.ReturnHarness), ReturnSessionID: strOrNil(m.ReturnSessionID),
-		PushReplies: m.PushReplies, ThreadID: m.ThreadID, Replies: []ReplyView{}}
+		PushReplies: m.PushReplies, ThreadID: m.ThreadID, Report: m.Report, Replies: []ReplyView{}}
 	for _, r := range replies {
 		v.Replies = append(v.Replies, replyView(r))
 	}

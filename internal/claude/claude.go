@@ -49,6 +49,9 @@ type File struct {
 	UpdatedAt           json.RawMessage `json:"updatedAt"`
 	ProcStart           json.RawMessage `json:"procStart"`
 	MessagingSocketPath string          `json:"messagingSocketPath"`
+	// WaitingFor says what a session whose status is "waiting" waits for ("permission
+	// prompt": among others, a held peer message's Deliver/Deny dialog).
+	WaitingFor string `json:"waitingFor"`
 }
 
 // Session is one discovered session.

@@ -2,10 +2,12 @@ package codex
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/safeopen"
 )
 
 // Config of an Attester.
@@ -16,10 +18,20 @@ type Config struct {
 	// daemon passes the exehelper's.
 	Exe   func(pid int) (string, error)
 	Files func(pid int) ([]peercred.OpenFile, error)
+	// ExeDigest reads pid's canonical executable and the SHA-256 of the running file
+	// (peercred.Proc.ExeDigest, or the exehelper's); nil: no copy is ever attested.
+	ExeDigest func(pid int) (path, sum string, err error)
+	// FileDigest is the SHA-256 of a trusted executable, read now; nil reads the file here.
+	FileDigest func(path string) (string, error)
+	// Locks reads /proc/locks (Threads); nil: threads are found only by their calls.
+	Locks func() ([]peercred.Lock, error)
 }
 
 // Attester checks Codex sessions. Safe for concurrent use.
-type Attester struct{ cfg Config }
+type Attester struct {
+	cfg     Config
+	digests peercred.Digests
+}
 
 // New returns an attester, or nil when no Codex executable or home is configured (then no
 // process is ever a Codex session).
@@ -27,7 +39,11 @@ func New(cfg Config) *Attester {
 	if len(cfg.Exes) == 0 || len(cfg.Homes) == 0 {
 		return nil
 	}
-	return &Attester{cfg: cfg}
+	a := &Attester{cfg: cfg}
+	if a.cfg.FileDigest == nil {
+		a.cfg.FileDigest = a.digests.File
+	}
+	return a
 }
 
 // Lease is an attested thread: the process that writes it, and the lock whose removal ends it.
@@ -38,10 +54,60 @@ type Lease struct {
 	Cwd    string // from the rollout header
 }
 
-// IsCodex reports whether pid runs one of the trusted Codex executables. Both sides are
-// canonicalized now, as for services: a re-pointed symlink or a deleted binary fails.
+// IsCodex reports whether pid runs a trusted Codex executable: one of `--codex-exe`, or a
+// copy of one that Codex manages under a Codex home. Both sides are canonicalized now, as for
+// services: a re-pointed symlink or a deleted binary fails.
+//
+// A copy is what Codex's shared app-server daemon runs: the TUI copies its own binary to
+// <home>/packages/app-server-daemon/releases/<version>/bin/codex and starts the daemon from
+// there, a path that changes with every version. It is attested by what it is: an executable
+// beneath a configured home whose content, read through the running file itself, has the
+// SHA-256 of a trusted executable read now. A copy that differs by a byte, lies outside every
+// home, or was deleted or replaced since it started is refused.
 func (a *Attester) IsCodex(pid int) bool {
-	return a != nil && peercred.RunsOneOf(a.cfg.Exe, pid, a.cfg.Exes)
+	if a == nil {
+		return false
+	}
+	path, err := a.cfg.Exe(pid)
+	if err != nil {
+		return false
+	}
+	for _, t := range a.cfg.Exes {
+		if want, err := peercred.Canonical(t); err == nil && want == path {
+			return true
+		}
+	}
+	return a.isCopy(pid, path)
+}
+
+// isCopy reports whether pid, running the executable at path, runs a copy of a trusted Codex
+// executable under a Codex home (IsCodex).
+func (a *Attester) isCopy(pid int, path string) bool {
+	if a.cfg.ExeDigest == nil || !a.underHome(path) {
+		return false
+	}
+	got, sum, err := a.cfg.ExeDigest(pid)
+	if err != nil || got != path || sum == "" {
+		return false
+	}
+	for _, t := range a.cfg.Exes {
+		want, err := a.cfg.FileDigest(t)
+		if err == nil && want == sum {
+			return true
+		}
+	}
+	return false
+}
+
+// underHome reports whether path lies beneath one of the configured homes (canonical now).
+func (a *Attester) underHome(path string) bool {
+	for _, h := range a.cfg.Homes {
+		home, err := peercred.Canonical(h)
+		if err == nil && strings.HasPrefix(path, home+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // Attest checks that pid, a trusted Codex process, writes thread: it holds the thread's
@@ -111,3 +177,68 @@ func attestHome(home string, pid int, thread string, files []peercred.OpenFile) 
 
 // LockDir is the directory a lease's lock lives in (what the lock watch follows).
 func LockDir(lock string) string { return filepath.Dir(lock) }
+
+// MaxThreads bounds how many lock files Threads reads per home.
+const MaxThreads = 1024
+
+// Threads lists the threads a trusted Codex process is writing now, before any of them has
+// called an xmsg tool: for each writer lock under a configured home, the process the kernel
+// shows holding it (/proc/locks) must be a trusted Codex process (IsCodex) and pass Attest
+// for that thread (it holds the lock and the rollout open, whose header names the thread).
+// skip reports a thread already known, which is not attested again.
+func (a *Attester) Threads(skip func(thread string) bool) []Lease {
+	if a == nil || a.cfg.Locks == nil {
+		return nil
+	}
+	var locks []peercred.Lock
+	var out []Lease
+	for _, h := range a.cfg.Homes {
+		home, err := peercred.Canonical(h)
+		if err != nil {
+			continue
+		}
+		d, err := os.Open(filepath.Join(home, "thread-writer-locks"))
+		if err != nil {
+			continue
+		}
+		names, _ := d.Readdirnames(MaxThreads)
+		d.Close()
+		for _, n := range names {
+			thread, err := ValidID(strings.TrimSuffix(n, ".lock"))
+			if err != nil || n != thread+".lock" || skip(thread) {
+				continue
+			}
+			id, err := statBeneath(home, filepath.Join("thread-writer-locks", n))
+			if err != nil {
+				continue
+			}
+			if locks == nil {
+				if locks, err = a.cfg.Locks(); err != nil {
+					return out
+				}
+			}
+			for _, pid := range holders(locks, id) {
+				if !a.IsCodex(pid) {
+					continue
+				}
+				if lease, err := a.Attest(pid, thread); err == nil {
+					out = append(out, lease)
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// holders are the pids /proc/locks shows holding an exclusive lock on the file id.
+func holders(locks []peercred.Lock, id safeopen.ID) []int {
+	var pids []int
+	for _, l := range locks {
+		if (l.Kind == "FLOCK" || l.Kind == "POSIX") && l.Exclusive && l.PID > 0 &&
+			l.Major == id.Major() && l.Minor == id.Minor() && l.Ino == id.Ino {
+			pids = append(pids, l.PID)
+		}
+	}
+	return pids
+}

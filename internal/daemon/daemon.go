@@ -22,6 +22,7 @@ import (
 	"github.com/xmsg/xmsg/internal/agentsock"
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/config"
 	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/doctor"
@@ -80,6 +81,8 @@ type Daemon struct {
 	notify  *notify.Notifier
 	exe     func(pid int) (string, error)                              // nil: no service executables to attest
 	files   func(pid int) ([]peercred.OpenFile, error)                 // the helper's; nil: read /proc directly
+	sum     func(pid int) (string, string, error)                      // the helper's ExeDigest; nil: read /proc directly
+	reports *claude.Reports                                            // the reply socket of Claude Code's peer status reports; nil: none
 	agySend func(agy.Credentials, string, string) (agy.Outcome, error) // nil: agy not configured
 	fed     *federation                                                // fed.go; its methods are no-ops without federation
 	custody *custody.Holder                                            // custody.go; nil: no secrets held

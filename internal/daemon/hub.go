@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -85,7 +86,28 @@ func (d *Daemon) acquireSockets() error {
 			return err
 		}
 	}
+	d.listenReports()
 	return d.fed.listen(d.onClose)
+}
+
+// listenReports binds the reply socket Claude Code sessions report held messages to, where
+// Claude Code puts inbox sockets (docs/protocol.md §6.3). Without it deliveries go on, and
+// their records say only that the line was written. A daemon in a test process shares the
+// process's pid (the socket's name) with others, so only a daemon of its own binds one.
+func (d *Daemon) listenReports() {
+	if d.c.InProcess {
+		return
+	}
+	path := claude.ReportPath(os.Getenv("XDG_RUNTIME_DIR"))
+	r, err := claude.ListenReports(path, d.log)
+	if err != nil {
+		d.log.Warn("claude reply socket not bound; held messages are not reported", "socket", path, "err", err)
+		d.facts.ClaudeReports = "none: " + err.Error()
+		return
+	}
+	d.reports = r
+	d.onClose(ignoreClosed(r.Close))
+	d.facts.ClaudeReports = path + " (Claude Code sessions report held messages there)"
 }
 
 // listenTCP binds --listen. No peer check on TCP (docs/protocol.md §2.3): the address is the
@@ -132,7 +154,7 @@ func (d *Daemon) startExeHelper() error {
 		return err
 	}
 	d.onClose(helper.Close)
-	d.exe, d.files = helper.Exe, helper.OpenFiles
+	d.exe, d.files, d.sum = helper.Exe, helper.OpenFiles, helper.ExeDigest
 	return nil
 }
 
@@ -156,6 +178,10 @@ func (d *Daemon) applySandbox() error {
 		policy.RemoveFiles = []string{d.facts.SocketDir}
 	}
 	policy.ReadOnly = append(policy.ReadOnly, attestationDirs(cfg, d.log)...)
+	if d.reports != nil {
+		// The reply socket's file is removed at stop, as the self-bound sockets are.
+		policy.RemoveFiles = append(policy.RemoveFiles, filepath.Dir(d.reports.Path()))
+	}
 	if dir := creds.Dir(); dir != "" {
 		policy.ReadOnly = append(policy.ReadOnly, dir) // credential reload reads them again
 	}
@@ -228,9 +254,9 @@ func (d *Daemon) buildServers() error {
 	b := bus.New(bus.Config{
 		Host: cfg.HostLabel, MaxBody: cfg.MaxBody, ReplyTTL: cfg.ReplyTTL, IdemTTL: cfg.IdempotencyTTL,
 		SvcExe: cfg.SvcExe, Store: d.store, Proc: proc, Exe: d.exe, Log: d.log, Fed: d.fed.bus(d.store, mail),
-		Codex: codexAttester(cfg, proc, d.exe, d.files), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
+		Codex: codexAttester(cfg, proc, d.exe, d.files, d.sum), Agy: agyAttester(cfg, proc, d.exe, d.files), AgySend: d.agySend,
 		Claude: sessions, AckDelay: d.c.AckDelay,
-		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks),
+		MaxWaiters: cfg.Limits.HTTPMaxWaiters, OwnSockets: ownSockets(d.socks, d.reports), ReplyTo: replyTo(d.reports),
 		Bounds: busBounds(cfg),
 		Events: events.stream,
 	})
@@ -240,7 +266,12 @@ func (d *Daemon) buildServers() error {
 	doctorLines := func() []string {
 		f := d.facts
 		f.SessionWatch = sessions.WatchReport() // as of now: a watch can fail, a directory be recreated
-		return append(append(f.Lines(), storeLine(d.store.Info())), d.fed.doctor()...)
+		lines := append(f.Lines(), storeLine(d.store.Info()))
+		if w := b.Claude().Waiting(); len(w) > 0 {
+			lines = append(lines, "claude sessions waiting for their user (peer messages to them are held until the person decides; "+
+				`a session that bypasses permission prompts takes xmsg's mail with "crossSessionInbound": "accept" in its settings): `+strings.Join(w, ", "))
+		}
+		return append(lines, d.fed.doctor()...)
 	}
 	if d.socks.HTTP != nil {
 		d.addHTTP("http", httpListener(gate.Listener(d.socks.HTTP, uid, "http", d.log), cfg, d.log), doctorLines)
@@ -266,6 +297,9 @@ func (d *Daemon) buildServers() error {
 		conns = append(conns, d.register.Conns)
 	}
 	d.fed.serve(b, d.runCtx, d.group.Add, d.onClose)
+	if d.reports != nil {
+		go d.reports.Serve(b.Claude().Report) // ends when the socket closes (onClose)
+	}
 	go d.reloadCustody(d.runCtx)
 	d.status = func() string {
 		c, _ := b.Counts()
@@ -330,4 +364,12 @@ func storeLine(in store.Info) string {
 		last = in.LastBackup.Format(time.RFC3339)
 	}
 	return fmt.Sprintf("store: %s, format %d, %d bytes, last backup %s", in.Path, in.Format, in.Size, last)
+}
+
+// replyTo is the reply address of r, "" without one.
+func replyTo(r *claude.Reports) string {
+	if r == nil {
+		return ""
+	}
+	return claude.Address(r.Path())
 }

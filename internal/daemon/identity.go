@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 
 	"github.com/xmsg/xmsg/internal/agy"
@@ -24,7 +25,15 @@ func needsExeHelper(cfg *config.Config) bool {
 // now cannot be allowed (Landlock rules hold open directories) and is reported.
 func attestationDirs(cfg *config.Config, log *slog.Logger) []string {
 	var out []string
-	for _, h := range append(append([]string(nil), cfg.CodexHome...), cfg.AgyPresenceDir) {
+	dirs := append(append([]string(nil), cfg.CodexHome...), cfg.AgyPresenceDir)
+	// A Codex app-server copy is attested against the content of the trusted executables,
+	// read at each attestation: the directories holding them are read-only rules too.
+	for _, exe := range cfg.CodexExe {
+		if c, err := peercred.Canonical(exe); err == nil {
+			dirs = append(dirs, filepath.Dir(c))
+		}
+	}
+	for _, h := range dirs {
 		if h == "" {
 			continue
 		}
@@ -39,14 +48,18 @@ func attestationDirs(cfg *config.Config, log *slog.Logger) []string {
 
 // codexAttester builds the Codex attester (nil when Codex is not configured). exe and files
 // are the exehelper's in a sandboxed daemon; nil means this process reads /proc itself.
-func codexAttester(cfg *config.Config, proc peercred.Proc, exe func(int) (string, error), files func(int) ([]peercred.OpenFile, error)) *codex.Attester {
+func codexAttester(cfg *config.Config, proc peercred.Proc, exe func(int) (string, error), files func(int) ([]peercred.OpenFile, error), sum func(int) (string, string, error)) *codex.Attester {
 	if exe == nil {
 		exe = proc.Exe
 	}
 	if files == nil {
 		files = proc.OpenFiles
 	}
-	return codex.New(codex.Config{Exes: cfg.CodexExe, Homes: cfg.CodexHome, Exe: exe, Files: files})
+	if sum == nil {
+		var digests peercred.Digests
+		sum = func(pid int) (string, string, error) { return proc.ExeDigest(pid, &digests) }
+	}
+	return codex.New(codex.Config{Exes: cfg.CodexExe, Homes: cfg.CodexHome, Exe: exe, Files: files, ExeDigest: sum, Locks: proc.Locks})
 }
 
 // agyAttester builds the Antigravity attester (nil when agy is not configured).

@@ -6,6 +6,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/activation"
 	"github.com/xmsg/xmsg/internal/agentsock"
+	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/config"
 	"github.com/xmsg/xmsg/internal/httpapi"
 	"github.com/xmsg/xmsg/internal/registersock"
@@ -52,8 +53,11 @@ func registerLimits(c registersock.Config, cfg *config.Config) registersock.Conf
 
 // ownSockets are the paths the daemon's Unix listeners are bound to (self-bound or passed by
 // systemd), for the bus to refuse a session inbox that is one of them.
-func ownSockets(socks *activation.Sockets) []string {
+func ownSockets(socks *activation.Sockets, reports *claude.Reports) []string {
 	var out []string
+	if reports != nil {
+		out = append(out, reports.Path())
+	}
 	for _, l := range []net.Listener{socks.HTTP, socks.Agent, socks.Register} {
 		if l == nil {
 			continue

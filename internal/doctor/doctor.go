@@ -46,6 +46,9 @@ type Facts struct {
 	// Pidfd is "yes" when process liveness is checked through pidfds, else why not (then
 	// /proc is read on every check); "" = no line.
 	Pidfd string `json:"pidfd,omitempty"`
+	// ClaudeReports is the daemon's reply socket for Claude Code's peer status reports, or
+	// why it has none ("none: ..."); "" off a daemon.
+	ClaudeReports string `json:"claude_reports,omitempty"`
 	// Relaunched names the session directory whose appearance made the daemon start again with
 	// its sockets handed over (internal/relaunch); "" = it was not.
 	Relaunched string `json:"relaunched,omitempty"`
@@ -143,6 +146,9 @@ func (f Facts) Lines() []string {
 	// request rescans the session directories, or reads /proc for every liveness check.
 	if f.SessionWatch != "" {
 		l = append(l, "session dirs: "+f.SessionWatch)
+	}
+	if f.ClaudeReports != "" {
+		l = append(l, "claude reports: "+f.ClaudeReports)
 	}
 	switch f.Pidfd {
 	case "":

@@ -239,6 +239,11 @@ type claudeMessage struct {
 type claudeLine struct {
 	Type    string        `json:"type"`
 	Message claudeMessage `json:"message"`
+	// The reply address and message id Claude Code reports a held message's status to
+	// and by (its peer_message_status); absent when the daemon has no reply socket.
+	From  string `json:"from,omitempty"`
+	MsgID string `json:"msg_id,omitempty"`
+	MsgV  int    `json:"msgV,omitempty"`
 }
 
 // ClaudeLine is the line written to a Claude session's inbox socket (§6.3):
@@ -249,10 +254,18 @@ type claudeLine struct {
 // the original xmsg byte for byte (docs/protocol.md §6.3); it parses to the same content
 // either way.
 func ClaudeLine(fromName, body string) ([]byte, error) {
-	return jsonline.Encode(claudeLine{
-		Type:    "user",
-		Message: claudeMessage{Role: "user", Content: ClaudeContent(fromName, body)},
-	})
+	return ClaudeLineReported(fromName, body, "", "")
+}
+
+// ClaudeLineReported is ClaudeLine with a reply address (replyTo, "uds:<path>") and the
+// message's id (msgID, a UUID), under which the session reports the status of a message it
+// holds (docs/protocol.md §6.3). Either "" leaves both out: the original line.
+func ClaudeLineReported(fromName, body, replyTo, msgID string) ([]byte, error) {
+	l := claudeLine{Type: "user", Message: claudeMessage{Role: "user", Content: ClaudeContent(fromName, body)}}
+	if replyTo != "" && msgID != "" {
+		l.From, l.MsgID, l.MsgV = replyTo, msgID, 1
+	}
+	return jsonline.Encode(l)
 }
 
 // Details of the errors returned by ValidIdempotencyKey.

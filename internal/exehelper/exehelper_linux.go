@@ -27,6 +27,7 @@ type answer struct {
 	Seq   uint32              `json:"seq"`
 	Path  string              `json:"path,omitempty"`
 	Files []peercred.OpenFile `json:"files,omitempty"`
+	Sum   string              `json:"sum,omitempty"`
 	Error string              `json:"error,omitempty"`
 }
 
@@ -34,6 +35,7 @@ type answer struct {
 const (
 	opExe   = 1 // which executable runs pid N (peercred.Proc.Exe)
 	opFiles = 2 // which files pid N holds open (peercred.Proc.OpenFiles)
+	opSum   = 3 // which executable runs pid N, and its content's SHA-256 (peercred.Proc.ExeDigest)
 )
 
 const requestLen = 12
@@ -101,6 +103,13 @@ func (c *Client) OpenFiles(pid int) ([]peercred.OpenFile, error) {
 	return a.Files, err
 }
 
+// ExeDigest returns the canonical executable of pid and the SHA-256 of the running file, as
+// peercred.Proc.ExeDigest does.
+func (c *Client) ExeDigest(pid int) (string, string, error) {
+	a, err := c.ask(opSum, pid)
+	return a.Path, a.Sum, err
+}
+
 func (c *Client) ask(op uint32, pid int) (answer, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -151,6 +160,7 @@ func Serve() error {
 	r := bufio.NewReader(f)
 	enc := json.NewEncoder(f)
 	proc := peercred.Proc{}
+	var digests peercred.Digests
 	for {
 		var req [requestLen]byte
 		if _, err := io.ReadFull(r, req[:]); err != nil {
@@ -167,11 +177,13 @@ func Serve() error {
 			a.Path, err = proc.Exe(pid)
 		case opFiles:
 			a.Files, err = proc.OpenFiles(pid)
+		case opSum:
+			a.Path, a.Sum, err = proc.ExeDigest(pid, &digests)
 		default:
 			err = errors.New("exehelper: unknown question")
 		}
 		if err != nil {
-			a.Error, a.Path, a.Files = err.Error(), "", nil
+			a.Error, a.Path, a.Files, a.Sum = err.Error(), "", nil, ""
 		}
 		if err := enc.Encode(a); err != nil {
 			return err

@@ -22,6 +22,9 @@ func (c *Client) Exe(pid int) (string, error) { return "", errUnsupported }
 // OpenFiles fails off Linux.
 func (c *Client) OpenFiles(pid int) ([]peercred.OpenFile, error) { return nil, errUnsupported }
 
+// ExeDigest fails off Linux.
+func (c *Client) ExeDigest(pid int) (string, string, error) { return "", "", errUnsupported }
+
 // Close does nothing.
 func (c *Client) Close() error { return nil }
 

@@ -74,6 +74,10 @@ type bridge struct {
 	cfg  Config
 	outM sync.Mutex
 	http *http.Client
+	// codex: the bridge runs below an attested Codex process, whose threads read their
+	// mail with the receive tool; decided once at start from the bridge's ancestry, never
+	// from a request's _meta.
+	codex bool
 }
 
 // Run serves requests from cfg.In until it reaches EOF (then nil, after in-flight calls have
@@ -95,6 +99,9 @@ func Run(ctx context.Context, cfg Config) error {
 			},
 			DisableKeepAlives: true,
 		},
+	}
+	if !cfg.ReplyOnly && !cfg.AgyStart {
+		b.codex = b.underCodex(ctx)
 	}
 	type item struct {
 		line []byte
@@ -316,9 +323,11 @@ func (b *bridge) handle(ctx context.Context, req request) *response {
 				return errorResponse(req.id, codeInvalidParams, "Invalid params: arguments must be an object")
 			}
 		}
-		switch name {
-		case "list", "send", "reply", "receive":
-		default:
+		known := false
+		for _, t := range b.tools() {
+			known = known || t.Name == name
+		}
+		if !known && !(b.cfg.ReplyOnly && name != "receive") {
 			return errorResponse(req.id, codeInvalidParams, "Unknown tool: "+name)
 		}
 		meta, _, _ := params.Raw("_meta")
@@ -414,11 +423,30 @@ func (b *bridge) tools() []tool {
 	switch {
 	case b.cfg.ReplyOnly:
 		return []tool{allTools[2]}
-	case b.cfg.AgyStart:
-		// An agy session's messages reach it through agentapi, never through a queue here.
-		return allTools[:3]
+	case b.codex:
+		return allTools
 	}
-	return allTools
+	// Every other session (Claude, pi, agy, a service, none) gets its messages delivered,
+	// never through a queue read here.
+	return allTools[:3]
+}
+
+// underCodex asks agent.sock which harness this process descends from; only a trusted Codex
+// process makes receive meaningful. An unreachable daemon offers no receive.
+func (b *bridge) underCodex(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ans, err := b.agentFrames(ctx, []map[string]any{{"action": "harness"}})
+	if err != nil {
+		b.cfg.Log.Debug("mcp: harness of the ancestry unknown", "err", err)
+		return false
+	}
+	obj, err := jsonline.Decode(ans[0].raw)
+	if err != nil {
+		return false
+	}
+	h, _ := obj.String("harness")
+	return h == "codex"
 }
 
 type content struct {

@@ -116,8 +116,21 @@ func toolNames(t *testing.T, line string) []string {
 
 func TestToolsList(t *testing.T) {
 	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
-	if got := toolNames(t, run(t, mcp.Config{}, list)[0]); strings.Join(got, ",") != "list,send,reply,receive" {
-		t.Fatalf("tools: got %v, want exactly [list send reply receive]", got)
+	// receive only below an attested Codex process, as the daemon says at the bridge's start;
+	// a Claude, pi or plain bridge, or one whose daemon is unreachable, lists three tools.
+	if got := toolNames(t, run(t, mcp.Config{}, list)[0]); strings.Join(got, ",") != "list,send,reply" {
+		t.Fatalf("tools without a daemon: got %v, want exactly [list send reply]", got)
+	}
+	for harness, want := range map[string]string{"codex": "list,send,reply,receive", "claude": "list,send,reply", "pi": "list,send,reply", "": "list,send,reply"} {
+		f := newFakeAgentSock(t)
+		f.harness = harness
+		if got := toolNames(t, run(t, mcp.Config{AgentSock: f.path}, list)[0]); strings.Join(got, ",") != want {
+			t.Fatalf("tools under %q: got %v, want exactly [%s]", harness, got, want)
+		}
+		got := run(t, mcp.Config{AgentSock: f.path}, strings.TrimSuffix(receiveCall, "\n"))
+		if unknown := strings.Contains(got[0], "Unknown tool: receive"); unknown != (harness != "codex") {
+			t.Fatalf("receive under %q: %s", harness, got[0])
+		}
 	}
 	// An agy session's messages arrive through agentapi: no receive tool for it.
 	if got := toolNames(t, run(t, mcp.Config{AgyStart: true, AgentSock: filepath.Join(t.TempDir(), "none.sock")}, list)[0]); strings.Join(got, ",") != "list,send,reply" {

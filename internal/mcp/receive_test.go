@@ -15,18 +15,20 @@ import (
 	"github.com/xmsg/xmsg/internal/mcp"
 )
 
-// fakeAgentSock is a real agent.sock listener that answers peek with two messages and records
-// every frame it reads, with how much the bridge had written to its client by then.
+// fakeAgentSock is a real agent.sock listener that answers peek with two messages, the
+// harness frame with harness, and records every frame it reads, with how much the bridge had
+// written to its client by then.
 type fakeAgentSock struct {
-	path   string
-	mu     sync.Mutex
-	frames []map[string]any
-	outAt  []int
-	out    interface{ Len() int }
+	path    string
+	harness string
+	mu      sync.Mutex
+	frames  []map[string]any
+	outAt   []int
+	out     interface{ Len() int }
 }
 
 func newFakeAgentSock(t *testing.T) *fakeAgentSock {
-	f := &fakeAgentSock{path: filepath.Join(t.TempDir(), "agent.sock")}
+	f := &fakeAgentSock{path: filepath.Join(t.TempDir(), "agent.sock"), harness: "codex"}
 	l, err := net.Listen("unix", f.path)
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +65,8 @@ func (f *fakeAgentSock) serve(c net.Conn) {
 		f.outAt = append(f.outAt, n)
 		f.mu.Unlock()
 		switch fr["action"] {
+		case "harness":
+			c.Write([]byte(`{"status":"ok","harness":"` + f.harness + `"}` + "\n"))
 		case "peek":
 			c.Write([]byte(`{"status":"ok","messages":[{"action":"deliver","messageId":"m1","envelope":"E1"},{"action":"deliver","messageId":"m2","envelope":"E2"}],"waiting":0}` + "\n"))
 		default:
@@ -121,7 +125,7 @@ func TestReceiveAcksOnlyWritten(t *testing.T) {
 			t.Fatalf("ack %s sent before the result was written", ids[i])
 		}
 	}
-	for _, fr := range f.frames {
+	for _, fr := range f.frames[1:] { // the first asks for the harness, at start
 		if m, _ := fr["_meta"].(map[string]any); m["threadId"] != "t" {
 			t.Fatalf("frame %v without the thread's _meta", fr)
 		}

@@ -22,7 +22,6 @@ type Bus interface {
 	Agy() bus.Agy
 	Unregister(r *bus.Registration)
 	Alive(r *bus.Registration) bool
-	Current(r *bus.Registration) bool
 	Poll(ctx context.Context, r *bus.Registration, wait time.Duration) (*bus.Queued, error)
 	Ack(ctx context.Context, r *bus.Registration, messageID string) error
 	Reply(ctx context.Context, caller bus.Caller, messageID, text string) (bus.ReplyResult, error)

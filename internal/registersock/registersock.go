@@ -440,7 +440,7 @@ func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 			s.refuse(actor, "frame", "registered process exited or its pid was reused")
 			return
 		}
-		if !s.cfg.Bus.Current(reg) {
+		if !reg.Current() {
 			return // replaced; the watcher above has cancelled ctx
 		}
 		resp, audit, ok := s.frame(ctx, c, reg, f.line)
@@ -505,7 +505,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 			s.refuse(actor, "poll", "registered process exited or its pid was reused")
 			return nil, nil, false
 		}
-		if waited && !s.cfg.Bus.Current(reg) {
+		if waited && !reg.Current() {
 			return nil, nil, false // taken over while waiting: the new connection gets it
 		}
 		return encodeDeliver(deliverFrame(s.origin(reg), p)), nil, true

@@ -73,6 +73,10 @@ type Message struct {
 	ReturnHost       string `json:"returnHost,omitempty"`
 	PushReplies      bool   `json:"pushReplies"`
 	ThreadID         string `json:"threadId"`
+	// Report is what the recipient session last said of the message (a Claude Code
+	// session's peer status: "held", "delivered", "denied", ...), or "written" when its line
+	// was written to the session's inbox and no report has come; "" for other harnesses.
+	Report string `json:"report,omitempty"`
 }
 
 // Reply is a reply attached to a stored message by its recipient.
@@ -475,6 +479,20 @@ func put(b *bolt.Bucket, key []byte, v any) error {
 // Message returns the message with id.
 func (t *Tx) Message(id string) (Message, bool, error) {
 	return get[Message](t.btx.Bucket(bucketMessages), []byte(id))
+}
+
+// ReportMessage changes the message with id as change says, in one transaction: change gets
+// the stored message and reports whether to write it back. found is false when no such
+// message is stored.
+func (s *Store) ReportMessage(id string, change func(*Message) bool) (found bool, err error) {
+	err = s.Update(func(tx *Tx) error {
+		m, ok, err := tx.Message(id)
+		if found = ok; err != nil || !ok || !change(&m) {
+			return err
+		}
+		return tx.PutMessage(m)
+	})
+	return found, err
 }
 
 // PutMessage inserts or replaces a message.
