@@ -33,7 +33,7 @@ type statusReply struct {
 // ends its life (denied, expired, delivery_failed).
 func (m *statusMessage) terminal() bool {
 	switch o, _ := ledger.ParseOutcome(m.Outcome); o {
-	case ledger.Denied, ledger.Expired, ledger.Undelivered:
+	case ledger.Denied, ledger.Expired, ledger.Dropped, ledger.Undelivered:
 		return true
 	}
 	return len(m.Replies) > 0

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"github.com/xmsg/xmsg/internal/claude"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -11,13 +12,13 @@ import (
 // person's decision, then delivered to the model, or denied (by the person, or refused by
 // the session's policy), expired (no decision in time), dropped (the session's ingress
 // guard discarded it). The exact status is kept beside it (MessageView.Report).
-var reportOutcomes = map[string]string{
-	claude.ReportHeld:      "held",
-	claude.ReportDelivered: "delivered",
-	claude.ReportDenied:    "denied",
-	claude.ReportRefused:   "denied",
-	claude.ReportExpired:   "expired",
-	claude.ReportDropped:   "dropped",
+var reportOutcomes = map[string]ledger.Outcome{
+	claude.ReportHeld:      ledger.Held,
+	claude.ReportDelivered: ledger.Delivered,
+	claude.ReportDenied:    ledger.Denied,
+	claude.ReportRefused:   ledger.Denied,
+	claude.ReportExpired:   ledger.Expired,
+	claude.ReportDropped:   ledger.Dropped,
 }
 
 // Claude is the bus's Claude Code side: what only Claude sessions ask of it or tell it (the
@@ -55,13 +56,15 @@ func (c Claude) Report(cred peercred.Cred, r claude.Report) {
 		if claude.Final(m.Report) {
 			return false
 		}
-		m.Report, m.Outcome = r.Status, outcome
+		m.Report, m.Outcome = r.Status, outcome.String()
 		return true
 	}); err != nil {
 		b.cfg.Log.Error("recording claude report", "message_id", r.MessageID, "err", err)
 		return
 	}
 	b.cfg.Log.Info("claude report", "message_id", r.MessageID, "session_id", m.SessionID, "status", r.Status)
+	b.cfg.Events.Emit(ledger.Event{Kind: ledger.Reported, Transport: ledger.Daemon, MessageID: r.MessageID, From: m.FromName,
+		To: m.SessionID, Harness: claude.Name, Outcome: outcome, Detail: r.Status})
 }
 
 // reportsFor reports whether cred is the process of the live Claude session id: its

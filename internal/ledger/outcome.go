@@ -16,6 +16,7 @@ const (
 	Held        // the recipient's harness holds it for a person's decision
 	Denied      // the recipient's person refused it
 	Expired     // the recipient's harness dropped it undecided, or retention removed it
+	Dropped     // the recipient's harness discarded it unseen (its ingress guard)
 	// Reply push outcomes (the `pushOutcome` field).
 	Pushed
 	SenderGone
@@ -33,6 +34,7 @@ var outcomes = [numOutcomes]string{
 	Held:         "held",
 	Denied:       "denied",
 	Expired:      "expired",
+	Dropped:      "dropped",
 	Pushed:       "pushed",
 	SenderGone:   "sender_gone",
 	PushFailed:   "push_failed",
