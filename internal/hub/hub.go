@@ -41,8 +41,11 @@ type Mailboxes struct {
 }
 
 // settleRide is how long a settled row's delete waits for a commit made anyway (a send's, most
-// often the next mail's) before a commit is made for it.
-const settleRide = 5 * time.Millisecond
+// often the next mail's) before a commit is made for it. Nothing waits for that commit (the
+// leaf was answered, the row is out of every batch), so it may be long enough that a hub
+// whose CPUs are all busy, where a 5 ms timer fires before the next commit is scheduled,
+// still makes no commit of its own for it.
+const settleRide = 50 * time.Millisecond
 
 // New returns the mailboxes kept in st, each bounded to max messages and maxBytes of stored
 // rows (0: limits.LeafMailboxMax and LeafMailboxMaxBytes; < 0: no bound).
