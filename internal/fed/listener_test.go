@@ -145,6 +145,19 @@ func TestHandshakeTokens(t *testing.T) {
 	}
 }
 
+// TestSourceShareFollowsFleet: a source may hold half the pending pool, or all of it when more
+// peers may connect than half the pool holds (a fleet behind one NAT). Mutant tried: srcShare
+// returning perSrc whatever the fleet: red.
+func TestSourceShareFollowsFleet(t *testing.T) {
+	c := sizeCapacity(0, 20000)
+	if got := c.srcShare(10); got != c.perSrc || c.perSrc != c.pending/2 {
+		t.Errorf("share with 10 peers = %d, want half the pool %d", got, c.pending/2)
+	}
+	if got := c.srcShare(10000); got != c.pending {
+		t.Errorf("share with 10,000 peers = %d, want the whole pool %d", got, c.pending)
+	}
+}
+
 // TestHandshakeBudgetFollowsFleet: the per-source handshake bucket holds the whole configured
 // fleet. 10,000 leaves behind one address restarting with the hub: every one gets its token
 // at once, and those that must come again (a handshake lost) are all refilled within
