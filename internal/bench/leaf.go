@@ -256,12 +256,10 @@ func (l *leafEnv) setup() error {
 		if err != nil {
 			return err
 		}
-		listenPort, err := freePort()
-		if err != nil {
-			return err
-		}
 		reg := filepath.Join(leaf.rt, "register.sock")
-		c, err := l.start(name, []string{"serve", "--leaf", "--leaf-principal", "svc:bench", "--listen", "127.0.0.1:" + strconv.Itoa(listenPort),
+		// Port 0: the kernel's choice, so that fifty leaves starting at once cannot race for
+		// a port found free a moment before.
+		c, err := l.start(name, []string{"serve", "--leaf", "--leaf-principal", "svc:bench", "--listen", "127.0.0.1:0",
 			"--db-path", filepath.Join(leaf.dir, "xmsg.db"), "--leaf-register-sock", reg, "--peers-file", leafPeers,
 			"--fed-cert", leaf.cert, "--fed-key", leaf.key, "--fed-reload-interval-secs", "0", "--host-label", name}, leaf.rt)
 		if err != nil {
