@@ -27,7 +27,10 @@ with like. Daemon CPU per operation is reported only for a daemon of its own.
 
 With --leaf it measures the leaf path instead: a hub and a leaf daemon of its own (pinned mTLS
 on loopback, default limits), senders on the hub's http.sock, one service draining on the
-leaf's register socket, against the same service draining on the hub in the same run.
+leaf's register socket, against the same service draining on the hub in the same run. With
+--leaves N (N > 1) it starts N leaf daemons and adds a path whose senders spread their messages
+over all of them, each leaf's service draining; its "daemon CPU/op" is the hub's and "leaf
+CPU/op" the leaves' together, per message, beside the hub's own service path.
 `
 
 func benchFlags(fs *flag.FlagSet, s stdio) func([]string) error {
@@ -44,6 +47,7 @@ func benchFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 	fs.IntVar(&o.Runs, "runs", 3, "runs (figures are medians with the range over the runs)")
 	fs.IntVar(&o.Size, "size", 200, "message text bytes")
 	leafPath := fs.Bool("leaf", false, "measure hub -> leaf -> service (two daemons of its own) instead")
+	fs.IntVar(&o.Leaves, "leaves", 1, "with --leaf: leaf daemons (each its own process and certificate); more than one adds the path through all of them")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	return func(pos []string) error {

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,6 +256,14 @@ type fleetLeaf struct {
 	back     time.Time // the first success after the last failure
 	failed   bool
 	got      map[string]bool // ids of the mail pulled (and acked)
+	dups     int             // mail pulled again after it was acked
+}
+
+// duplicates is how many rows l pulled that it had acked before.
+func (l *fleetLeaf) duplicates() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dups
 }
 
 // received is how many distinct messages l pulled.
@@ -326,6 +335,9 @@ func (l *fleetLeaf) run(stop <-chan struct{}) {
 				if l.got == nil {
 					l.got = map[string]bool{}
 				}
+				if l.got[row.ID] {
+					l.dups++
+				}
 				l.got[row.ID] = true
 				l.mu.Unlock()
 				if _, err := fmt.Fprintf(c, "POST /fed/v2/inbox/%s/ack HTTP/1.1\r\nHost: hub\r\nContent-Length: 0\r\n\r\n", row.ID); err != nil {
@@ -378,8 +390,9 @@ func (l *fleetLeaf) since(t0 time.Time) (time.Time, bool) {
 // TestFedLeafFleetReconnect: leaves behind one source address (a fleet of simulated leaves
 // in this process, each with its own pinned certificate, all from 192.0.2.1) connected to a
 // real hub; the hub is killed and restarted; every leaf is back, and the figure is how long
-// that took (the goal: 1,000 leaves within 10 s; the per-source bounds must not serialise
-// them). XMSG_LONG=1: 1,000 leaves; else 200.
+// that took (the goal: 10,000 leaves within 10 s; the per-source bounds must not serialise
+// them). XMSG_LONG=1: 1,000 leaves; XMSG_FLEET=N: N; else 200. Then one message to each
+// leaf: none may be lost or come twice.
 func TestFedLeafFleetReconnect(t *testing.T) {
 	np := newNetPair(t)
 	_, exe := ostest.WorldExe(t, "xmsg")
@@ -388,12 +401,17 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 	if long() {
 		n = 1000
 	}
+	if v, err := strconv.Atoi(os.Getenv("XMSG_FLEET")); err == nil && v > 0 {
+		n = v
+	}
 	peers := map[string]map[string]any{}
 	leaves := make([]*fleetLeaf, n)
 	for i := range n {
-		name := fmt.Sprintf("leaf%04d", i)
+		// Short names and pins without their optional prefix: 10,000 peers must fit the
+		// peers file's 1 MiB.
+		name := fmt.Sprintf("l%05d", i)
 		cert := fedtest.New(t, name, nil, fedtest.Options{})
-		peers[name] = map[string]any{"pin": cert.Pin, "leaf": true}
+		peers[name] = map[string]any{"pin": strings.TrimPrefix(cert.Pin, "sha256:"), "leaf": true}
 		pair, _ := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
 		leaves[i] = &fleetLeaf{ns: np.a, addr: hub.addr(),
 			tls: &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}}
@@ -436,11 +454,17 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 	time.Sleep(time.Second) // every leaf in its long-poll
 	hub.kill()
 	t1 := time.Now()
+	own0 := ownCPU()
 	hub.restart()
 	serving := time.Since(t1)
 	again, back := allBack(t1, 120*time.Second)
-	t.Logf("%d leaves behind one source address: all connected in %v at first; after a hub kill and restart (serving again %v after the kill) all back %v after the kill (2 CPUs shared with the fleet and other work)",
-		n, first.Round(10*time.Millisecond), serving.Round(10*time.Millisecond), again.Round(10*time.Millisecond))
+	// What the comeback cost in CPU, the hub's (from its start) and the fleet's (this
+	// process): on a machine of few CPUs shared with the fleet, that, not the admission
+	// bounds, is what the time to come back measures.
+	hubCPU, fleetCPU := time.Duration(cpuTicks(hub.cmd.Process.Pid))*10*time.Millisecond, ownCPU()-own0
+	t.Logf("%d leaves behind one source address: all connected in %v at first; after a hub kill and restart (serving again %v after the kill) all back %v after the kill (2 CPUs shared with the fleet and other work); CPU until then: hub %v (%.2f ms per leaf), the fleet's TLS clients %v (%.2f ms per leaf)",
+		n, first.Round(10*time.Millisecond), serving.Round(10*time.Millisecond), again.Round(10*time.Millisecond),
+		hubCPU.Round(10*time.Millisecond), float64(hubCPU)/1e6/float64(n), fleetCPU.Round(10*time.Millisecond), float64(fleetCPU)/1e6/float64(n))
 	if back != n {
 		t.Errorf("%d of %d leaves back after the restart", back, n)
 	}
@@ -458,8 +482,8 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 
 	// Each leaf receives a message sent to it through the hub.
 	for i := range n {
-		if status, v, _ := hub.http("POST", fmt.Sprintf("/v1/sessions/bot@leaf%04d/messages", i), `{"from":"cli","text":"hello leaf"}`); status != 202 {
-			t.Fatalf("send to leaf%04d: %d %v", i, status, v)
+		if status, v, _ := hub.http("POST", fmt.Sprintf("/v1/sessions/bot@l%05d/messages", i), `{"from":"cli","text":"hello leaf"}`); status != 202 {
+			t.Fatalf("send to l%05d: %d %v", i, status, v)
 		}
 	}
 	deadline := time.Now().Add(60 * time.Second)
@@ -476,9 +500,13 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("one message to each of %d leaves through the hub: %d delivered (%.0f %%)", n, got, 100*float64(got)/float64(n))
-	if got != n {
-		t.Errorf("%d of %d leaves received their message", got, n)
+	dups := 0
+	for _, l := range leaves {
+		dups += l.duplicates()
+	}
+	t.Logf("one message to each of %d leaves through the hub: %d delivered (%.0f %%), %d lost, %d delivered twice", n, got, 100*float64(got)/float64(n), n-got, dups)
+	if got != n || dups != 0 {
+		t.Errorf("%d of %d leaves received their message, %d twice", got, n, dups)
 	}
 	if strings.Contains(hub.stderr.String(), "refused for capacity") {
 		t.Logf("hub log has capacity refusals:\n%s", hub.stderr)
@@ -498,6 +526,15 @@ func rssKB(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// ownCPU is this process's user+system CPU time so far.
+func ownCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // cpuTicks is a process's user+system CPU time in clock ticks (1/100 s).

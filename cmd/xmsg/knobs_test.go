@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"runtime/pprof"
 	"time"
 )
 
@@ -11,5 +13,20 @@ func init() {
 	testAckDelay = func() time.Duration {
 		d, _ := time.ParseDuration(os.Getenv("XMSG_TEST_ACK_DELAY"))
 		return max(d, 0)
+	}
+	testCPUProfile = func() func() {
+		prefix := os.Getenv("XMSG_TEST_CPUPROFILE")
+		if prefix == "" {
+			return nil
+		}
+		f, err := os.Create(fmt.Sprintf("%s.%d", prefix, os.Getpid()))
+		if err != nil {
+			return nil
+		}
+		if pprof.StartCPUProfile(f) != nil {
+			f.Close()
+			return nil
+		}
+		return func() { pprof.StopCPUProfile(); f.Close() }
 	}
 }

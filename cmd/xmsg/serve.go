@@ -54,6 +54,9 @@ func serve(args []string, stdout io.Writer) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
+	if stop := testCPUProfile(); stop != nil {
+		defer stop()
+	}
 	d := xdaemon.New(xdaemon.Config{Config: cfg, Log: newLogger(cfg.LogLevel, os.Stderr), AckDelay: testAckDelay(), Args: args})
 	defer d.Close()
 	started, err := d.Start(ctx)
@@ -85,3 +88,9 @@ func serve(args []string, stdout io.Writer) error {
 // so that a test can kill the daemon in the window a real crash after an ack would hit. A
 // knob only a test binary has cannot be set on a real daemon by a stray environment variable.
 var testAckDelay = func() time.Duration { return 0 }
+
+// testCPUProfile starts a CPU profile of the daemon and returns what stops it (nil: none);
+// always nil in the xmsg binary. In the test binary (knobs_test.go) XMSG_TEST_CPUPROFILE=PREFIX
+// writes PREFIX.PID, so that a bench run as that binary profiles its hub and each leaf: the
+// file is opened before the daemon's sandbox is applied.
+var testCPUProfile = func() func() { return nil }

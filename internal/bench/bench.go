@@ -51,6 +51,7 @@ type Options struct {
 	Stale    int // stale session files for the growth path
 	Runs     int
 	Size     int // message text bytes
+	Leaves   int // the leaf path's leaf daemons (RunLeaf; 0 or 1: one)
 
 	Progress io.Writer // a progress line ("" = none)
 
@@ -70,7 +71,10 @@ type Figure struct {
 	P50us  float64 `json:"p50_us,omitempty"`
 	P99us  float64 `json:"p99_us,omitempty"`
 	PerSec float64 `json:"per_sec"`
-	CPUus  float64 `json:"daemon_cpu_us_per_op,omitempty"` // daemon CPU per op (own daemon only)
+	CPUus  float64 `json:"daemon_cpu_us_per_op,omitempty"` // daemon CPU per op (own daemon only; the leaf path's: the hub's)
+	// LeafCPUus is, on the leaf paths through leaves, the CPU of every leaf daemon together
+	// per op.
+	LeafCPUus float64 `json:"leaf_cpu_us_per_op,omitempty"`
 	// MachineCPUus is the whole machine's busy CPU per op (daemon, clients, sessions,
 	// services, and anything else running), from /proc/stat: with the CPU count it bounds
 	// the throughput this machine can give the path at all.

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/xmsg/xmsg/internal/peercred"
 )
 
 // The leaf path (issue 22): hub → leaf → service. Two daemons of its own, each in its own
@@ -77,10 +79,11 @@ type leafEnv struct {
 	o           Options
 	e           *env
 	dir         string
-	hub, leaf   *exec.Cmd
+	hub         *exec.Cmd
+	leaves      []*exec.Cmd // leaves[0] is "leaf", the one the one-leaf paths use
 	hubHTTP     string
 	hubRegister string
-	leafReg     string
+	leafRegs    []string // each leaf's register socket, as leaves
 	mu          sync.Mutex
 	stopped     bool
 	interrupted atomic.Bool
@@ -94,7 +97,7 @@ func (l *leafEnv) stop() {
 		return
 	}
 	l.stopped = true
-	for _, c := range []*exec.Cmd{l.leaf, l.hub} {
+	for _, c := range append(append([]*exec.Cmd(nil), l.leaves...), l.hub) {
 		if c == nil || c.Process == nil {
 			continue
 		}
@@ -168,37 +171,49 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// setup writes both nodes' credentials and peers files and starts the two daemons.
+// leafName is the peer name of leaf i: "leaf", then "leaf1", "leaf2", ...
+func leafName(i int) string {
+	if i == 0 {
+		return "leaf"
+	}
+	return "leaf" + strconv.Itoa(i)
+}
+
+// setup writes the nodes' credentials and peers files and starts the hub and the leaves
+// (o.Leaves, at least one), each its own process with its own certificate.
 func (l *leafEnv) setup() error {
 	type node struct{ dir, rt, cert, key, pin string }
-	nodes := map[string]*node{}
-	for _, name := range []string{"hub", "leaf"} {
+	mk := func(name string) (*node, error) {
 		n := &node{dir: filepath.Join(l.dir, name)}
 		n.rt = filepath.Join(n.dir, "rt")
 		for _, d := range []string{n.dir, n.rt, filepath.Join(n.dir, "sessions")} {
 			if err := os.Mkdir(d, 0o700); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		c, k, pin, err := leafCert(name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		n.cert, n.key, n.pin = filepath.Join(n.dir, "cert.pem"), filepath.Join(n.dir, "key.pem"), pin
 		if err := os.WriteFile(n.cert, c, 0o600); err != nil {
-			return err
+			return nil, err
 		}
-		if err := os.WriteFile(n.key, k, 0o600); err != nil {
-			return err
-		}
-		nodes[name] = n
+		return n, os.WriteFile(n.key, k, 0o600)
 	}
-	hub, leaf := nodes["hub"], nodes["leaf"]
-	fedPort, err := freePort()
+	hub, err := mk("hub")
 	if err != nil {
 		return err
 	}
-	listenPort, err := freePort()
+	leaves := make([]*node, max(l.o.Leaves, 1))
+	hubPeerSet := map[string]any{}
+	for i := range leaves {
+		if leaves[i], err = mk(leafName(i)); err != nil {
+			return err
+		}
+		hubPeerSet[leafName(i)] = map[string]any{"pin": leaves[i].pin, "leaf": true, "allow": []string{"send", "reply"}}
+	}
+	fedPort, err := freePort()
 	if err != nil {
 		return err
 	}
@@ -207,11 +222,7 @@ func (l *leafEnv) setup() error {
 		p := filepath.Join(n.dir, "peers.json")
 		return p, os.WriteFile(p, raw, 0o600)
 	}
-	hubPeers, err := peers(hub, map[string]any{"leaf": map[string]any{"pin": leaf.pin, "leaf": true, "allow": []string{"send", "reply"}}})
-	if err != nil {
-		return err
-	}
-	leafPeers, err := peers(leaf, map[string]any{"hub": map[string]any{"address": "127.0.0.1:" + strconv.Itoa(fedPort), "pin": hub.pin}})
+	hubPeers, err := peers(hub, hubPeerSet)
 	if err != nil {
 		return err
 	}
@@ -220,7 +231,7 @@ func (l *leafEnv) setup() error {
 		return err
 	}
 	l.hubHTTP, l.hubRegister = filepath.Join(hub.rt, "http.sock"), filepath.Join(hub.rt, "register.sock")
-	conns := strconv.Itoa(4*min(l.o.Clients, 8) + 64)
+	conns := strconv.Itoa(4*l.senders() + 64)
 	// Default limits otherwise: the fed rate, the queue share, the mailbox bounds.
 	if l.hub, err = l.start("hub", []string{"serve", "--db-path", filepath.Join(hub.dir, "xmsg.db"), "--sessions-dir", filepath.Join(hub.dir, "sessions"),
 		"--http-sock", l.hubHTTP, "--agent-sock", filepath.Join(hub.rt, "agent.sock"), "--register-sock", l.hubRegister, "--host-label", "hub",
@@ -239,22 +250,45 @@ func (l *leafEnv) setup() error {
 	}); err != nil {
 		return l.startErr("hub", err)
 	}
-	l.leafReg = filepath.Join(leaf.rt, "register.sock")
-	if l.leaf, err = l.start("leaf", []string{"serve", "--leaf", "--leaf-principal", "svc:bench", "--listen", "127.0.0.1:" + strconv.Itoa(listenPort),
-		"--db-path", filepath.Join(leaf.dir, "xmsg.db"), "--leaf-register-sock", l.leafReg, "--peers-file", leafPeers,
-		"--fed-cert", leaf.cert, "--fed-key", leaf.key, "--fed-reload-interval-secs", "0", "--host-label", "leaf"}, leaf.rt); err != nil {
-		return err
-	}
-	if err := waitFor(func() bool {
-		c, err := net.Dial("unix", l.leafReg)
-		if err == nil {
-			c.Close()
+	for i, leaf := range leaves {
+		name := leafName(i)
+		leafPeers, err := peers(leaf, map[string]any{"hub": map[string]any{"address": "127.0.0.1:" + strconv.Itoa(fedPort), "pin": hub.pin}})
+		if err != nil {
+			return err
 		}
-		return err == nil
-	}); err != nil {
-		return l.startErr("leaf", err)
+		reg := filepath.Join(leaf.rt, "register.sock")
+		// Port 0: the kernel's choice, so that fifty leaves starting at once cannot race for
+		// a port found free a moment before.
+		c, err := l.start(name, []string{"serve", "--leaf", "--leaf-principal", "svc:bench", "--listen", "127.0.0.1:0",
+			"--db-path", filepath.Join(leaf.dir, "xmsg.db"), "--leaf-register-sock", reg, "--peers-file", leafPeers,
+			"--fed-cert", leaf.cert, "--fed-key", leaf.key, "--fed-reload-interval-secs", "0", "--host-label", name}, leaf.rt)
+		if err != nil {
+			return err
+		}
+		l.mu.Lock()
+		l.leaves, l.leafRegs = append(l.leaves, c), append(l.leafRegs, reg)
+		l.mu.Unlock()
+	}
+	for i, reg := range l.leafRegs {
+		if err := waitFor(func() bool {
+			c, err := net.Dial("unix", reg)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		}); err != nil {
+			return l.startErr(leafName(i), err)
+		}
 	}
 	return nil
+}
+
+// senders is the number of concurrent senders of the draining paths.
+func (l *leafEnv) senders() int {
+	if l.o.Leaves > 1 {
+		return min(l.o.Clients, 16)
+	}
+	return min(l.o.Clients, 8)
 }
 
 func waitFor(ok func() bool) error {
@@ -287,8 +321,27 @@ func (l *leafEnv) run() (*Result, error) {
 	}
 	defer base.close()
 	e.base = base
-	res := &Result{Size: l.o.Size, CPUs: runtime.NumCPU(), Daemon: "hub and leaf, own processes on temporary paths (pid: the hub's)", DaemonPID: l.hub.Process.Pid}
-	senders := min(l.o.Clients, 8)
+	res := &Result{Size: l.o.Size, CPUs: runtime.NumCPU(), DaemonPID: l.hub.Process.Pid,
+		Daemon: fmt.Sprintf("a hub and %d leaf daemon(s), own processes on temporary paths (daemon CPU: the hub's; leaf CPU: the leaves' together)", len(l.leaves))}
+	senders := l.senders()
+	type path struct {
+		name        string
+		socks, refs []string
+		senders, n  int
+	}
+	paths := []path{
+		{"1 client -> svc on the hub (http), one at a time", []string{l.hubRegister}, []string{"svc:bench"}, 0, l.o.Count},
+		{"1 client -> hub -> leaf -> svc, one at a time", l.leafRegs[:1], []string{"svc:bench@leaf"}, 0, l.o.Count},
+		{fmt.Sprintf("1 consumer drains on the hub, %d senders", senders), []string{l.hubRegister}, []string{"svc:bench"}, senders, 4 * l.o.Count},
+		{fmt.Sprintf("hub -> leaf -> svc, 1 consumer drains, %d senders", senders), l.leafRegs[:1], []string{"svc:bench@leaf"}, senders, 4 * l.o.Count},
+	}
+	if n := len(l.leaves); n > 1 {
+		refs := make([]string, n)
+		for i := range refs {
+			refs[i] = "svc:bench@" + leafName(i)
+		}
+		paths = append(paths, path{fmt.Sprintf("hub -> %d leaves -> svc on each, %d senders", n, senders), l.leafRegs, refs, senders, 4 * l.o.Count})
+	}
 	for i := range l.o.Runs {
 		e.prog.run = fmt.Sprintf("run %d/%d", i+1, l.o.Runs)
 		var r Run
@@ -301,17 +354,9 @@ func (l *leafEnv) run() (*Result, error) {
 			return nil, err
 		}
 		r.FsyncP50us, r.CommitP50us, r.RTTP50us = percentile(fsync, 50), percentile(commit, 50), percentile(rtt, 50)
-		for _, p := range []struct {
-			name, sock, ref string
-			senders, n      int
-		}{
-			{"1 client -> svc on the hub (http), one at a time", l.hubRegister, "svc:bench", 0, l.o.Count},
-			{"1 client -> hub -> leaf -> svc, one at a time", l.leafReg, "svc:bench@leaf", 0, l.o.Count},
-			{fmt.Sprintf("1 consumer drains on the hub, %d senders", senders), l.hubRegister, "svc:bench", senders, 4 * l.o.Count},
-			{fmt.Sprintf("hub -> leaf -> svc, 1 consumer drains, %d senders", senders), l.leafReg, "svc:bench@leaf", senders, 4 * l.o.Count},
-		} {
+		for _, p := range paths {
 			e.prog.set(p.name, p.n)
-			f, err := l.drain(p.name, p.sock, p.ref, p.senders, p.n)
+			f, err := l.drain(p.name, p.socks, p.refs, p.senders, p.n)
 			if err != nil {
 				return nil, err
 			}
@@ -325,83 +370,135 @@ func (l *leafEnv) run() (*Result, error) {
 	return res, nil
 }
 
-// drain: senders post n messages to ref on the hub's http.sock (a 503 is retried after
-// 1 ms) while one consumer on sock drains svc:bench; each text carries its send time. With
-// no senders, one client sends one message at a time, the next once the consumer has it:
-// the latency of the path itself, with no backlog in it.
-func (l *leafEnv) drain(name, sock, ref string, senders, n int) (Figure, error) {
+// cpu is the user+system CPU time of the hub and of the leaves together, in µs (-1: unknown).
+func (l *leafEnv) cpu() (hub, leaves float64) {
+	get := func(c *exec.Cmd) float64 {
+		d, err := peercred.Proc{}.CPUTime(c.Process.Pid)
+		if err != nil {
+			return -1
+		}
+		return us(d)
+	}
+	hub = get(l.hub)
+	for _, c := range l.leaves {
+		v := get(c)
+		if v < 0 {
+			return hub, -1
+		}
+		leaves += v
+	}
+	return hub, leaves
+}
+
+// drain: senders post n messages to refs on the hub's http.sock (message i to refs[i mod
+// len(refs)]; a 503 is retried after 1 ms) while one consumer on each of socks drains
+// svc:bench there; each text carries its send time. With no senders (and one sock), one
+// client sends one message at a time, the next once the consumer has it: the latency of the
+// path itself, with no backlog in it.
+func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figure, error) {
 	lockstep := senders == 0
 	senders = max(senders, 1)
 	received := make(chan struct{}, 1)
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		return Figure{}, err
+	type consumer struct {
+		c net.Conn
+		r *bufio.Reader
 	}
-	defer c.Close()
-	r := bufio.NewReaderSize(c, 1<<20)
-	call := func(v any) (map[string]any, error) {
+	call := func(c consumer, v any) (map[string]any, error) {
 		raw, _ := json.Marshal(v)
-		if _, err := c.Write(append(raw, '\n')); err != nil {
+		if _, err := c.c.Write(append(raw, '\n')); err != nil {
 			return nil, err
 		}
-		line, err := r.ReadBytes('\n')
+		line, err := c.r.ReadBytes('\n')
 		if err != nil {
 			return nil, err
 		}
 		var out map[string]any
 		return out, json.Unmarshal(line, &out)
 	}
-	if got, err := call(map[string]any{"harness": "svc", "name": "bench", "cwd": "/"}); err != nil || got["status"] != "ok" {
-		return Figure{}, fmt.Errorf("bench: register svc:bench on %s: %v %v", sock, got, err)
+	var cons []consumer
+	defer func() {
+		for _, c := range cons {
+			c.c.Close()
+		}
+	}()
+	for _, sock := range socks {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			return Figure{}, err
+		}
+		cn := consumer{c, bufio.NewReaderSize(c, 1<<20)}
+		cons = append(cons, cn)
+		if got, err := call(cn, map[string]any{"harness": "svc", "name": "bench", "cwd": "/"}); err != nil || got["status"] != "ok" {
+			return Figure{}, fmt.Errorf("bench: register svc:bench on %s: %v %v", sock, got, err)
+		}
 	}
-	type recv struct {
+	var (
+		mu   sync.Mutex
 		lat  []float64
-		at   time.Time
-		err  error
-		seen int
-	}
-	got := make(chan recv, 1)
+		seen = map[string]bool{}
+		last time.Time
+		all  = make(chan struct{})
+	)
+	got := make(chan error, len(cons))
+	hub0, leaves0 := l.cpu()
 	cpu0 := machineCPU()
 	t0 := time.Now()
-	go func() {
-		var rv recv
-		seen := map[string]bool{}
-		for len(seen) < n {
-			m, err := call(map[string]any{"action": "poll", "waitSecs": 30})
-			if err != nil {
-				rv.err = err
-				break
-			}
-			if m["action"] == "timeout" {
-				rv.err = fmt.Errorf("bench: %s: nothing for 30 s after %d messages", name, len(seen))
-				break
-			}
-			id, _ := m["messageId"].(string)
-			text, _ := m["text"].(string)
-			if !seen[id] {
-				seen[id] = true
-				l.e.prog.tick(1)
-				if ts, ok := strings.CutPrefix(text, "t="); ok {
-					ts, _, _ = strings.Cut(ts, " ")
-					if sent, err := strconv.ParseInt(ts, 10, 64); err == nil {
-						rv.lat = append(rv.lat, us(time.Duration(time.Now().UnixNano()-sent)))
+	for _, cn := range cons {
+		go func() {
+			for {
+				m, err := call(cn, map[string]any{"action": "poll", "waitSecs": 30})
+				if err != nil {
+					got <- err
+					return
+				}
+				if m["action"] == "timeout" {
+					mu.Lock()
+					k := len(seen)
+					mu.Unlock()
+					if k >= n {
+						got <- nil
+						return
+					}
+					got <- fmt.Errorf("bench: %s: nothing for 30 s after %d messages", name, k)
+					return
+				}
+				id, _ := m["messageId"].(string)
+				text, _ := m["text"].(string)
+				mu.Lock()
+				if !seen[id] {
+					seen[id] = true
+					l.e.prog.tick(1)
+					if ts, ok := strings.CutPrefix(text, "t="); ok {
+						ts, _, _ = strings.Cut(ts, " ")
+						if sent, err := strconv.ParseInt(ts, 10, 64); err == nil {
+							lat = append(lat, us(time.Duration(time.Now().UnixNano()-sent)))
+						}
+					}
+					if len(seen) == n {
+						last = time.Now()
+						close(all)
 					}
 				}
-			}
-			if _, err := call(map[string]any{"action": "ack", "messageId": id}); err != nil {
-				rv.err = err
-				break
-			}
-			if lockstep {
+				mu.Unlock()
+				if _, err := call(cn, map[string]any{"action": "ack", "messageId": id}); err != nil {
+					got <- err
+					return
+				}
+				if lockstep {
+					select {
+					case received <- struct{}{}:
+					default:
+					}
+				}
 				select {
-				case received <- struct{}{}:
+				case <-all:
+					got <- nil
+					return
 				default:
 				}
 			}
-		}
-		rv.at, rv.seen = time.Now(), len(seen)
-		got <- rv
-	}()
+		}()
+	}
 	var refused atomic.Int64
 	var next atomic.Int64
 	errs := make(chan error, senders)
@@ -418,6 +515,7 @@ func (l *leafEnv) drain(name, sock, ref string, senders, n int) (Figure, error) 
 			}
 			defer h.close()
 			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				ref := refs[int(i)%len(refs)]
 				for {
 					body, _ := json.Marshal(map[string]string{"from": "bench", "text": fmt.Sprintf("t=%d i=%d %s", time.Now().UnixNano(), i, pad)})
 					st, raw, err := h.do("POST", "/v1/sessions/"+ref+"/messages", body)
@@ -452,15 +550,27 @@ func (l *leafEnv) drain(name, sock, ref string, senders, n int) (Figure, error) 
 			return Figure{}, err
 		}
 	}
-	rv := <-got
-	if rv.err != nil {
-		return Figure{}, rv.err
+	select {
+	case <-all:
+	case err := <-got:
+		if err != nil {
+			return Figure{}, err
+		}
+		<-all
 	}
-	wall := rv.at.Sub(t0)
-	f := Figure{Path: name, N: rv.seen, PerSec: float64(rv.seen) / wall.Seconds(), P50us: percentile(rv.lat, 50), P99us: percentile(rv.lat, 99),
-		Refused: int(refused.Load()), Note: "received by the consumer per second; p50/p99 from the send to the consumer"}
+	mu.Lock()
+	wall, k := last.Sub(t0), len(seen)
+	mu.Unlock()
+	f := Figure{Path: name, N: k, PerSec: float64(k) / wall.Seconds(), P50us: percentile(lat, 50), P99us: percentile(lat, 99),
+		Refused: int(refused.Load()), Note: "received by the consumers per second; p50/p99 from the send to the consumer"}
 	if cpu0 >= 0 {
-		f.MachineCPUus = (machineCPU() - cpu0) / float64(rv.seen)
+		f.MachineCPUus = (machineCPU() - cpu0) / float64(k)
+	}
+	if hub1, leaves1 := l.cpu(); hub0 >= 0 && hub1 >= 0 {
+		f.CPUus = (hub1 - hub0) / float64(k)
+		if leaves0 >= 0 && leaves1 >= 0 && !strings.Contains(name, "on the hub") {
+			f.LeafCPUus = (leaves1 - leaves0) / float64(k)
+		}
 	}
 	return f, nil
 }

@@ -47,8 +47,19 @@ func (r *Result) Text(w io.Writer) {
 		"machine CPU/op is every process's, so ops/s cannot exceed CPUs × 1 s / machine CPU/op)\n\n",
 		col(func(x Run) float64 { return x.FsyncP50us }).fmt(" µs", 0), col(func(x Run) float64 { return x.CommitP50us }).fmt(" µs", 0),
 		col(func(x Run) float64 { return x.RTTP50us }).fmt(" µs", 0))
+	// The leaf path through leaves adds their CPU: a column only such a result has.
+	leafCPU := false
+	for _, run := range r.Runs {
+		for _, f := range run.Figures {
+			leafCPU = leafCPU || f.LeafCPUus > 0
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "path\tp50\tp99\tx commit\tx fsync\tits commit p50\tops/s\tdaemon CPU/op\tmachine CPU/op\t")
+	header := "path\tp50\tp99\tx commit\tx fsync\tits commit p50\tops/s\tdaemon CPU/op\tmachine CPU/op\t"
+	if leafCPU {
+		header += "leaf CPU/op\t"
+	}
+	fmt.Fprintln(tw, header)
 	if len(r.Runs) == 0 {
 		tw.Flush()
 		return
@@ -74,7 +85,11 @@ func (r *Result) Text(w io.Writer) {
 		if r := fig(func(f Figure) float64 { return float64(f.Refused) }); r.Max > 0 {
 			name += " [" + r.fmt(" refused", 0) + ", retried]"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name,
+		last := ""
+		if leafCPU {
+			last = cell(func(f Figure) float64 { return f.LeafCPUus }, " µs", 0) + "\t"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name,
 			cell(func(f Figure) float64 { return f.P50us }, " µs", 0),
 			cell(func(f Figure) float64 { return f.P99us }, " µs", 0),
 			cell(func(f Figure) float64 { return f.XCommit }, "x", 2),
@@ -82,7 +97,7 @@ func (r *Result) Text(w io.Writer) {
 			cell(func(f Figure) float64 { return f.CommitP50us }, " µs", 0),
 			cell(func(f Figure) float64 { return f.PerSec }, "", 0),
 			cell(func(f Figure) float64 { return f.CPUus }, " µs", 0),
-			cell(func(f Figure) float64 { return f.MachineCPUus }, " µs", 0))
+			cell(func(f Figure) float64 { return f.MachineCPUus }, " µs", 0), last)
 	}
 	tw.Flush()
 	if len(r.Runs[0].Growth) > 0 {

@@ -53,6 +53,10 @@ type Config struct {
 	// AckDelay holds acknowledged deletes this long before committing them (0 = ride the next
 	// commit, or make one after 5 ms). Only tests set it, to stand for a crash right after an ack.
 	AckDelay time.Duration
+	// AckRide is how long acknowledged deletes wait for a commit made anyway before one is made
+	// for them (0: 5 ms). A leaf waits longer: its commits come with each batch it pulls, and
+	// a crash before the delete's commit only delivers the row again (at-least-once).
+	AckRide time.Duration
 	// OwnSockets are the paths of the daemon's own listening sockets. A session file whose
 	// messagingSocketPath names one of them would have the daemon deliver to itself and
 	// report it delivered; such a delivery is refused instead.

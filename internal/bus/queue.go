@@ -535,11 +535,15 @@ func (b *Bus) wakeFlusher() {
 }
 
 // flushAcks makes a commit for acknowledged deletes that no other commit carried within
-// ackRide (or AckDelay) of their ack. It runs until Close, then commits what is left.
+// ackRide (or AckRide, or AckDelay) of their ack. It runs until Close, then commits what is
+// left.
 func (b *Bus) flushAcks() {
 	q := &b.q
 	defer close(q.done)
 	wait := ackRide
+	if b.cfg.AckRide > 0 {
+		wait = b.cfg.AckRide
+	}
 	if b.cfg.AckDelay > 0 {
 		wait = b.cfg.AckDelay
 	}

@@ -309,3 +309,48 @@ func TestLoneAckIsCommitted(t *testing.T) {
 		waitABit()
 	}
 }
+
+// TestAckRide: with AckRide (a leaf's), an acknowledged delete waits for a commit made anyway
+// instead of one of its own after 5 ms: none is made for it, and the next send's commit
+// carries it. The pause is the mutant's chance to commit, never a bound the code must meet.
+// Mutant tried: flushAcks ignoring AckRide: red.
+func TestAckRide(t *testing.T) {
+	b, _ := newBusWith(t, func(c *Config) { c.AckRide = time.Hour })
+	ctx := context.Background()
+	// The retention purge at start is a commit of its own, on its own goroutine: done
+	// before anything is counted (the bound is a hang guard).
+	for deadline := time.Now().Add(10 * time.Second); b.cfg.Store.Commits() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	r, err := b.RegisterSession("pi", "q", "/", self(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(text string) {
+		if _, err := b.Send(ctx, Send{To: envelope.ParseRef(r.SessionID), Text: text, Bytes: len(text), FromName: "a", Principal: "p"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("m0")
+	p, err := b.Poll(ctx, r, 0)
+	if err != nil || p == nil {
+		t.Fatalf("poll = %+v, %v", p, err)
+	}
+	queued := func() bool {
+		var q bool
+		b.cfg.Store.View(func(tx *store.Tx) (err error) { q, err = tx.Queued(r.SessionID, p.ID); return err })
+		return q
+	}
+	commits := b.cfg.Store.Commits()
+	if err := b.Ack(ctx, r, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // 20 times the default ride
+	if n := b.cfg.Store.Commits() - commits; n != 0 || !queued() {
+		t.Fatalf("after the ack: %d commits, row stored %v; want none and still stored", n, queued())
+	}
+	send("m1")
+	if n := b.cfg.Store.Commits() - commits; n != 1 || queued() {
+		t.Fatalf("after the next send: %d commits, row stored %v; want one, carrying the delete", n, queued())
+	}
+}

@@ -58,6 +58,18 @@ func sizeCapacity(flag int, nofile uint64) capacity {
 	return c
 }
 
+// srcShare is how many pending connections one source address may hold: half the pool, or
+// all of it when more peers may connect than half the pool holds (a fleet of leaves behind one
+// NAT, which reconnects at once after a hub restart). A source at its share makes room only
+// among its own connections; with the whole pool, a flood from one address still takes room
+// only from itself (it is the source holding most), never from another address's handshakes.
+func (c capacity) srcShare(inbound int) int {
+	if inbound > c.perSrc {
+		return max(c.pending, c.perSrc)
+	}
+	return c.perSrc
+}
+
 // room is how many connections each peer that may connect keeps for itself: one, when the
 // budget holds one for each of them, else none (first come, and a warning says so).
 func (c capacity) room(inbound int) int {

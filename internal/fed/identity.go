@@ -128,15 +128,10 @@ func (ps *Peers) Inbound(chain []*x509.Certificate) (*Peer, error) {
 		return nil, refused("no client certificate")
 	}
 	pin := SPKIPin(chain[0])
-	var pinned *Peer
+	pinned := ps.byPin[string(pin)]
 	var cas []*Peer
-	for _, p := range ps.All() {
-		switch {
-		case p.Pin != nil:
-			if bytes.Equal(p.Pin, pin) {
-				pinned = p
-			}
-		case matchCA(p, chain, x509.ExtKeyUsageClientAuth) == nil:
+	for _, p := range ps.cas {
+		if matchCA(p, chain, x509.ExtKeyUsageClientAuth) == nil {
 			cas = append(cas, p)
 		}
 	}

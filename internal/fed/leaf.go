@@ -178,9 +178,10 @@ type PullAnswer struct {
 	Rows     []hub.Row `json:"rows"`
 }
 
-// inboxPull is POST /fed/v2/inbox: ack, then pull. The acks commit before the batch is read,
-// so the batch never holds what was just acked; an answer lost on the way is no loss (the
-// acks are done, the rows come again).
+// inboxPull is POST /fed/v2/inbox: ack, then pull. The acks are taken before the batch is
+// read, so the batch never holds what was just acked; their deletes ride the hub's next
+// commit (hub.Mailboxes.Ack), so a pull costs the hub no commit of its own. An answer lost on
+// the way is no loss (the acks are taken, the rows come again).
 func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.leaf(w, r)
 	if !ok {

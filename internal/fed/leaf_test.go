@@ -58,9 +58,22 @@ func (nd *node) pull(hub string) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-func (nd *node) mailbox(peer string) int { return nd.n.Mailboxes().Len(peer) }
+// mailbox is peer's mail as committed, once the acks and rejects taken so far are: they ride
+// the hub's next commit (hub.Mailboxes.Ack), which this makes.
+func (nd *node) mailbox(peer string) int {
+	nd.settled()
+	return nd.n.Mailboxes().Len(peer)
+}
+
+// settled makes a commit, which carries the acks and rejects taken so far.
+func (nd *node) settled() {
+	if err := nd.store.Update(func(*store.Tx) error { return nil }); err != nil {
+		nd.t.Fatal(err)
+	}
+}
 
 func (nd *node) outcome(id string) string {
+	nd.settled()
 	v, err := nd.bus.Message(id)
 	if err != nil {
 		return err.Error()

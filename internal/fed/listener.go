@@ -27,11 +27,14 @@ const (
 	// staleHandshake: a pending connection this old may make room although it spoke; a
 	// handshake takes milliseconds, so only one stalled on purpose is that slow.
 	staleHandshake = time.Second
-	// Handshakes per second per source address, a token bucket: the burst holds a thousand
-	// leaves behind one NAT reconnecting after a hub restart; a connection over the rate
-	// waits for its token (at most maxTokenWait) instead of being refused.
+	// Handshakes per second per source address, a token bucket (hsBudget): the burst holds
+	// every peer that may connect, at least hsBurst, so a fleet of leaves behind one NAT
+	// reconnects at once after a hub restart, and it refills in hsRefill, at least hsRate a
+	// second; a connection over the rate waits for its token (at most maxTokenWait) instead of
+	// being refused.
 	hsRate           = 128
 	hsBurst          = 1024
+	hsRefill         = 8 * time.Second
 	maxTokenWait     = 2 * time.Second
 	maxSourceBuckets = 4096 // per-source buckets kept; full ones are dropped first
 	// maxBusy bounds the authenticated connections being answered 503 hub_busy at once.
@@ -199,10 +202,12 @@ func (l *listener) acceptLoop() {
 // long until it may start). A nil pending means refused, for reason.
 func (l *listener) admit(c net.Conn, src netip.Addr, now time.Time) (p *pending, wait time.Duration, victim *pending, reason string) {
 	key := sourceKey(src)
+	inbound := l.n.st.Load().peers.inbound
+	rate, burst := hsBudget(inbound)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case len(l.bySrc[key]) >= l.cap.perSrc:
+	case len(l.bySrc[key]) >= l.cap.srcShare(inbound):
 		// Over its own share: it makes room only among its own source's connections.
 		if victim = pick(l.bySrc[key], now); victim == nil {
 			return nil, 0, nil, "pending connections of this source address at their bound"
@@ -212,11 +217,17 @@ func (l *listener) admit(c net.Conn, src netip.Addr, now time.Time) (p *pending,
 			return nil, 0, nil, "pending pool full of handshakes in progress"
 		}
 	}
-	wait, ok := l.token(key, now)
+	wait, ok := l.token(key, now, rate, burst)
 	if !ok {
 		return nil, 0, nil, "handshakes per second of this source address over the rate"
 	}
 	if victim != nil {
+		if victim.quiet() {
+			// It read nothing, so no handshake was spent on it: its token goes back. A fleet
+			// reconnecting at once evicts its own connections that were a moment late to
+			// speak, and those must not use up the budget the fleet needs to come back.
+			l.refund(victim.key, burst)
+		}
 		l.drop(victim)
 		l.markEvicted(victim.key, now)
 	}
@@ -352,14 +363,24 @@ type hsBucket struct {
 	last   time.Time
 }
 
-// token takes one handshake token of key, possibly in advance: wait is when it exists.
-// False: it would not exist within maxTokenWait (nothing is taken).
-func (l *listener) token(key netip.Addr, now time.Time) (time.Duration, bool) {
+// hsBudget is the per-source handshake bucket of a hub whose peers file names inbound peers
+// that may connect: a burst of all of them (at least hsBurst), refilled in hsRefill (at least
+// hsRate a second). One address can thus make the hub do no more handshakes than its own
+// configured fleet does when it comes back after a restart, which the hub must afford anyway
+// (those peers may as well come from as many addresses, which no per-source bound limits).
+func hsBudget(inbound int) (rate, burst float64) {
+	return max(hsRate, float64(inbound)/hsRefill.Seconds()), max(hsBurst, float64(inbound))
+}
+
+// token takes one handshake token of key from a bucket of rate and burst, possibly in
+// advance: wait is when it exists. False: it would not exist within maxTokenWait (nothing is
+// taken).
+func (l *listener) token(key netip.Addr, now time.Time, rate, burst float64) (time.Duration, bool) {
 	b := l.buckets[key]
 	if b == nil {
 		if len(l.buckets) >= maxSourceBuckets {
 			for k, o := range l.buckets {
-				if o.tokens+now.Sub(o.last).Seconds()*hsRate >= hsBurst {
+				if o.tokens+now.Sub(o.last).Seconds()*rate >= burst {
 					delete(l.buckets, k)
 				}
 			}
@@ -370,22 +391,29 @@ func (l *listener) token(key netip.Addr, now time.Time) (time.Duration, bool) {
 			b = l.buckets[key]
 		}
 		if b == nil {
-			b = &hsBucket{tokens: hsBurst, last: now}
+			b = &hsBucket{tokens: burst, last: now}
 			l.buckets[key] = b
 		}
 	}
-	b.tokens = min(hsBurst, b.tokens+now.Sub(b.last).Seconds()*hsRate)
+	b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*rate)
 	b.last = now
 	if b.tokens >= 1 {
 		b.tokens--
 		return 0, true
 	}
-	wait := time.Duration((1 - b.tokens) / hsRate * float64(time.Second))
+	wait := time.Duration((1 - b.tokens) / rate * float64(time.Second))
 	if wait > maxTokenWait {
 		return 0, false
 	}
 	b.tokens--
 	return wait, true
+}
+
+// refund gives key's bucket back a token taken for a connection that never handshook.
+func (l *listener) refund(key netip.Addr, burst float64) {
+	if b := l.buckets[key]; b != nil {
+		b.tokens = min(burst, b.tokens+1)
+	}
 }
 
 func (l *listener) handshake(p *pending, wait time.Duration) {

@@ -125,25 +125,77 @@ func TestHandshakeTokens(t *testing.T) {
 	now := time.Unix(1000, 0)
 	src := netip.MustParseAddr("192.0.2.7")
 	for i := range hsBurst {
-		if w, ok := l.token(src, now); !ok || w != 0 {
+		if w, ok := l.token(src, now, hsRate, hsBurst); !ok || w != 0 {
 			t.Fatalf("token %d: wait %v ok %v", i, w, ok)
 		}
 	}
-	w, ok := l.token(src, now)
+	w, ok := l.token(src, now, hsRate, hsBurst)
 	if !ok || w <= 0 || w > 20*time.Millisecond {
 		t.Errorf("first over the burst: wait %v ok %v, want a short wait", w, ok)
 	}
 	for range hsRate * 2 {
-		l.token(src, now)
+		l.token(src, now, hsRate, hsBurst)
 	}
-	if _, ok := l.token(src, now); ok {
+	if _, ok := l.token(src, now, hsRate, hsBurst); ok {
 		t.Error("a token more than maxTokenWait ahead was given")
 	}
-	if w, ok := l.token(netip.MustParseAddr("192.0.2.8"), now); !ok || w != 0 {
+	if w, ok := l.token(netip.MustParseAddr("192.0.2.8"), now, hsRate, hsBurst); !ok || w != 0 {
 		t.Errorf("another source: wait %v ok %v", w, ok)
 	}
-	if w, ok := l.token(src, now.Add(3*time.Second)); !ok || w != 0 {
+	if w, ok := l.token(src, now.Add(3*time.Second), hsRate, hsBurst); !ok || w != 0 {
 		t.Errorf("after refill: wait %v ok %v", w, ok)
+	}
+}
+
+// TestSourceShareFollowsFleet: a source may hold half the pending pool, or all of it when more
+// peers may connect than half the pool holds (a fleet behind one NAT). Mutant tried: srcShare
+// returning perSrc whatever the fleet: red.
+func TestSourceShareFollowsFleet(t *testing.T) {
+	c := sizeCapacity(0, 20000)
+	if got := c.srcShare(10); got != c.perSrc || c.perSrc != c.pending/2 {
+		t.Errorf("share with 10 peers = %d, want half the pool %d", got, c.pending/2)
+	}
+	if got := c.srcShare(10000); got != c.pending {
+		t.Errorf("share with 10,000 peers = %d, want the whole pool %d", got, c.pending)
+	}
+}
+
+// TestHandshakeBudgetFollowsFleet: the per-source handshake bucket holds the whole configured
+// fleet. 10,000 leaves behind one address restarting with the hub: every one gets its token
+// at once, and those that must come again (a handshake lost) are all refilled within
+// hsRefill; a small hub keeps the fixed bounds, so one address flooding it gets no more than
+// before. Mutant tried: hsBudget returning (hsRate, hsBurst) whatever the fleet: red.
+func TestHandshakeBudgetFollowsFleet(t *testing.T) {
+	if rate, burst := hsBudget(10); rate != hsRate || burst != hsBurst {
+		t.Errorf("budget of 10 peers = %v/s burst %v; want the fixed %d/s burst %d", rate, burst, hsRate, hsBurst)
+	}
+	const fleet = 10000
+	rate, burst := hsBudget(fleet)
+	l := &listener{buckets: map[netip.Addr]*hsBucket{}}
+	src := netip.MustParseAddr("192.0.2.7")
+	now := time.Unix(1000, 0)
+	for i := range fleet {
+		if w, ok := l.token(src, now, rate, burst); !ok || w != 0 {
+			t.Fatalf("leaf %d of %d behind one address: wait %v ok %v; want its token at once", i, fleet, w, ok)
+		}
+	}
+	// All of them again (every handshake lost): tokens for them all within hsRefill, and the
+	// last one's wait no longer than maxTokenWait past the refill of those before.
+	got := 0
+	for at := now; at.Sub(now) <= hsRefill && got < fleet; at = at.Add(100 * time.Millisecond) {
+		for got < fleet {
+			w, ok := l.token(src, at, rate, burst)
+			if !ok || w > 0 {
+				if ok { // taken in advance: it counts, at its time
+					got++
+				}
+				break
+			}
+			got++
+		}
+	}
+	if got < fleet {
+		t.Errorf("only %d of %d leaves had a token again within %v", got, fleet, hsRefill)
 	}
 }
 

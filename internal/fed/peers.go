@@ -71,6 +71,10 @@ type Peers struct {
 	inbound  int
 	fromless bool
 	froms    []netip.Prefix // every `from` entry of those peers
+	// byPin and cas are what an inbound certificate is judged against (identity.go): a hub
+	// of thousands of pinned leaves finds the pin with one lookup, not a pass over them all.
+	byPin map[string]*Peer
+	cas   []*Peer // peers judged by a CA, sorted by name
 }
 
 // Inbound reports whether p may connect to us at all: an outbound-only peer is refused in
@@ -158,8 +162,7 @@ func ParsePeers(raw []byte, readCA ReadCA) (*Peers, error) {
 	default:
 		return nil, errors.New("fed: peers: want a JSON object or array")
 	}
-	ps := &Peers{byName: map[string]*Peer{}}
-	pins := map[string]string{}
+	ps := &Peers{byName: map[string]*Peer{}, byPin: map[string]*Peer{}}
 	for _, e := range entries {
 		p, err := parsePeer(e.key, e.raw, readCA)
 		if err != nil {
@@ -170,10 +173,10 @@ func ParsePeers(raw []byte, readCA ReadCA) (*Peers, error) {
 		}
 		if p.Pin != nil {
 			// One pin, one peer: an inbound certificate must name exactly one.
-			if other, dup := pins[string(p.Pin)]; dup {
-				return nil, fmt.Errorf("fed: peers: peer %q: field \"pin\": same pin as peer %q", p.Name, other)
+			if other, dup := ps.byPin[string(p.Pin)]; dup {
+				return nil, fmt.Errorf("fed: peers: peer %q: field \"pin\": same pin as peer %q", p.Name, other.Name)
 			}
-			pins[string(p.Pin)] = p.Name
+			ps.byPin[string(p.Pin)] = p
 		}
 		ps.byName[p.Name] = p
 		ps.names = append(ps.names, p.Name)
@@ -184,6 +187,11 @@ func ParsePeers(raw []byte, readCA ReadCA) (*Peers, error) {
 		}
 	}
 	sort.Strings(ps.names)
+	for _, n := range ps.names {
+		if p := ps.byName[n]; p.Pin == nil {
+			ps.cas = append(ps.cas, p)
+		}
+	}
 	return ps, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/bus"
@@ -36,7 +37,18 @@ type Mailboxes struct {
 	wake          wake.Set // keyed by peer
 	// Events is where a leaf's acks and rejects are announced (nil: nowhere); set before use.
 	Events *ledger.Stream
+	// settling holds, per peer, the rows a leaf acked or rejected whose delete waits for a
+	// commit (settle): they are never handed out again meanwhile.
+	mu       sync.Mutex
+	settling map[string]map[string]bool
 }
+
+// settleRide is how long a settled row's delete waits for a commit made anyway (a send's, most
+// often the next mail's) before a commit is made for it. Nothing waits for that commit (the
+// leaf was answered, the row is out of every batch), so it may be long enough that a hub
+// whose CPUs are all busy, where a 5 ms timer fires before the next commit is scheduled,
+// still makes no commit of its own for it.
+const settleRide = 50 * time.Millisecond
 
 // New returns the mailboxes kept in st, each bounded to max messages and maxBytes of stored
 // rows (0: limits.LeafMailboxMax and LeafMailboxMaxBytes; < 0: no bound).
@@ -93,7 +105,10 @@ func (m *Mailboxes) Batch(ctx context.Context, peer string, wait time.Duration, 
 	var rows []store.MailboxEntry
 	_, err := m.wake.Until(ctx, peer, min(wait, MaxWait), func() (bool, error) {
 		err := m.store.View(func(tx *store.Tx) (err error) {
-			rows, err = tx.MailboxBatch(peer, maxN, maxBytes)
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			settling := m.settling[peer]
+			rows, err = tx.MailboxBatch(peer, maxN, maxBytes, func(id string) bool { return settling[id] })
 			return err
 		})
 		return len(rows) > 0, err
@@ -114,16 +129,42 @@ func (m *Mailboxes) Reject(peer string, ids []string) (int, error) {
 	return m.settle(peer, ids, ledger.Failed, "inbox_reject")
 }
 
-// settle removes ids from peer's mailbox and records outcome for each one removed.
+// settle removes ids from peer's mailbox and records outcome for each one removed. It
+// answers at once: the rows of ids that are there (and not settling already) are marked
+// settling, never handed out again, and their deletes and records ride the next commit, which
+// is most often the next mail's (a commit is made for them when none comes within
+// settleRide). A crash before that commit hands them out again: the leaf knows each by its id
+// and acks it again, so a leaf's ack costs the hub no commit of its own.
 func (m *Mailboxes) settle(peer string, ids []string, kind ledger.Kind, request string) (int, error) {
 	outcome := ledger.Delivered.String()
 	if kind == ledger.Failed {
 		outcome = ledger.NotFound.String() // what the leaf found for it: no such service
 	}
-	var done []string
-	err := m.store.Update(func(tx *store.Tx) error {
-		done = done[:0]
+	var fresh []string
+	err := m.store.View(func(tx *store.Tx) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		for _, id := range ids {
+			if !m.settling[peer][id] && tx.InMailbox(peer, id) {
+				if m.settling == nil {
+					m.settling = map[string]map[string]bool{}
+				}
+				if m.settling[peer] == nil {
+					m.settling[peer] = map[string]bool{}
+				}
+				m.settling[peer][id] = true
+				fresh = append(fresh, id)
+			}
+		}
+		return nil
+	})
+	if err != nil || len(fresh) == 0 {
+		return 0, err
+	}
+	var done []string
+	committed := m.store.Defer(func(tx *store.Tx) error {
+		done = done[:0]
+		for _, id := range fresh {
 			ok, err := tx.AckMailbox(peer, id)
 			if err != nil {
 				return err
@@ -138,17 +179,37 @@ func (m *Mailboxes) settle(peer string, ids []string, kind ledger.Kind, request 
 		}
 		return nil
 	})
-	if err != nil {
-		return 0, err
-	}
-	for _, id := range done {
-		e := ledger.Event{Kind: kind, Request: request, Transport: ledger.Fed, From: "fed:" + peer, Peer: peer, MessageID: id, Outcome: ledger.Delivered}
-		if kind == ledger.Failed {
-			e.Outcome, e.Code = ledger.NoOutcome, new(ledger.NotFound)
+	go func() {
+		t := time.NewTimer(settleRide)
+		var err error
+		select {
+		case err = <-committed:
+			t.Stop()
+		case <-t.C:
+			m.store.Update(func(*store.Tx) error { return nil }) // carries it
+			err = <-committed
 		}
-		m.Events.Emit(e)
-	}
-	return len(done), nil
+		if err != nil {
+			m.log.Error("committing a leaf's acks failed; its rows stay queued", "peer", peer, "ids", len(fresh), "err", err)
+			done = nil
+		}
+		m.mu.Lock()
+		for _, id := range fresh {
+			delete(m.settling[peer], id)
+		}
+		if len(m.settling[peer]) == 0 {
+			delete(m.settling, peer)
+		}
+		m.mu.Unlock()
+		for _, id := range done {
+			e := ledger.Event{Kind: kind, Request: request, Transport: ledger.Fed, From: "fed:" + peer, Peer: peer, MessageID: id, Outcome: ledger.Delivered}
+			if kind == ledger.Failed {
+				e.Outcome, e.Code = ledger.NoOutcome, new(ledger.NotFound)
+			}
+			m.Events.Emit(e)
+		}
+	}()
+	return len(fresh), nil
 }
 
 // record records what leaf peer said of message id: from now on the message and its

@@ -44,6 +44,10 @@ const (
 	// queue (bus.DefaultQueueShare), and 1 MiB of stored rows past the first.
 	Batch      = bus.DefaultQueueShare
 	BatchBytes = 1 << 20
+	// AckRide is how long the service's acks wait on a leaf for a commit made anyway (the
+	// next batch's) before one is made for them (bus.Config.AckRide): a crash in that time
+	// delivers those rows to the service again, from the leaf's queue.
+	AckRide = time.Second
 )
 
 // Bus is what a pull loop asks of the leaf's bus: recording pulled rows into its service's

@@ -111,13 +111,17 @@ func (t *Tx) MailboxSize(peer string) (n, bytes int) {
 }
 
 // MailboxBatch returns peer's oldest mail: at most maxN rows, and beyond the first row no
-// more than maxBytes of encoded rows (the first is always returned, whatever its size).
-func (t *Tx) MailboxBatch(peer string, maxN, maxBytes int) ([]MailboxEntry, error) {
+// more than maxBytes of encoded rows (the first is always returned, whatever its size),
+// passing over the ids skip names (nil: none).
+func (t *Tx) MailboxBatch(peer string, maxN, maxBytes int, skip func(id string) bool) ([]MailboxEntry, error) {
 	prefix := mailboxKey(peer, "")
 	var out []MailboxEntry
 	size := 0
 	c := t.btx.Bucket(bucketMailbox).Cursor()
 	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix) && len(out) < maxN; k, v = c.Next() {
+		if skip != nil && skip(string(k[len(prefix):])) {
+			continue
+		}
 		if size += len(v); len(out) > 0 && size > maxBytes {
 			break
 		}
@@ -139,6 +143,11 @@ func (t *Tx) MailboxHead(peer string) (MailboxEntry, bool, error) {
 		return MailboxEntry{}, false, nil
 	}
 	return get[MailboxEntry](b, k)
+}
+
+// InMailbox reports whether peer's mail id is there.
+func (t *Tx) InMailbox(peer, id string) bool {
+	return t.btx.Bucket(bucketMailbox).Get(mailboxKey(peer, id)) != nil
 }
 
 // AckMailbox deletes peer's mail id; it reports whether it was there.

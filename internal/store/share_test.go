@@ -83,7 +83,7 @@ func TestPutMailboxMax(t *testing.T) {
 		t.Fatalf("under the byte bound: %v", err)
 	}
 	var rows []MailboxEntry
-	st.View(func(tx *Tx) (err error) { rows, err = tx.MailboxBatch("l1", 2, 1<<20); return err })
+	st.View(func(tx *Tx) (err error) { rows, err = tx.MailboxBatch("l1", 2, 1<<20, nil); return err })
 	if len(rows) != 2 || rows[0].ID != "0" || rows[1].ID != "1" {
 		t.Errorf("batch = %+v", rows)
 	}
