@@ -387,6 +387,15 @@ func TestMetricsScrape(t *testing.T) {
 		t.Errorf("no bytes counted")
 	}
 	promtool(t, before)
+	// Every commit the sends made is in the histogram, and its +Inf bucket is its count.
+	if n, _ := metric(t, d, "xmsg_store_commit_duration_seconds_count"); n < 1 {
+		t.Errorf("%v commits timed after 20 sends", n)
+	} else if inf, _ := metric(t, d, `xmsg_store_commit_duration_seconds_bucket{le="+Inf"}`); inf < n {
+		t.Errorf("+Inf bucket %v below the count %v", inf, n)
+	}
+	if c, raw := metric(t, d, `xmsg_connections{socket="register"}`); c != 0 || !strings.Contains(raw, `xmsg_connections{socket="register"} `) {
+		t.Errorf("register.sock connections %v with none open, or not reported", c)
+	}
 	const senders = 10_000
 	var wg sync.WaitGroup
 	for w := range 16 {

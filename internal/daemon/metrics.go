@@ -132,6 +132,13 @@ func (t *tier) Metrics(w io.Writer) {
 		for _, h := range sortedKeys(bySession) {
 			m.sample("xmsg_sessions", float64(bySession[h]), "harness", h)
 		}
+		m.family("xmsg_connections", "gauge", "Connections served now on each JSON-line socket.")
+		if t.d.agent != nil {
+			m.sample("xmsg_connections", float64(t.d.agent.Conns()), "socket", "agent")
+		}
+		if t.d.register != nil {
+			m.sample("xmsg_connections", float64(t.d.register.Conns()), "socket", "register")
+		}
 		m.family("xmsg_reply_waiters", "gauge", "Reply long-polls waiting now.")
 		c, _ := b.Counts()
 		m.sample("xmsg_reply_waiters", float64(c.Waiters))
@@ -161,6 +168,16 @@ func (t *tier) Metrics(w io.Writer) {
 				m.sample("xmsg_queue_depth", float64(depth[name]), "service", name)
 			}
 		}
+		per, n, sum := st.CommitTimes()
+		m.family("xmsg_store_commit_duration_seconds", "histogram", "Time of each store commit (its writes and fsyncs): what a send waits for the disk.")
+		var cum uint64
+		for i, le := range store.CommitBuckets {
+			cum += per[i]
+			m.sample("xmsg_store_commit_duration_seconds_bucket", float64(cum), "le", strconv.FormatFloat(le, 'g', -1, 64))
+		}
+		m.sample("xmsg_store_commit_duration_seconds_bucket", float64(n), "le", "+Inf")
+		m.sample("xmsg_store_commit_duration_seconds_sum", sum)
+		m.sample("xmsg_store_commit_duration_seconds_count", float64(n))
 		if fi, err := os.Stat(t.d.cfg.DBPath); err == nil {
 			m.family("xmsg_store_size_bytes", "gauge", "Size of the store's file.")
 			m.sample("xmsg_store_size_bytes", float64(fi.Size()))

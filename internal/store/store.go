@@ -135,6 +135,7 @@ type Store struct {
 	closed  bool
 	shut    atomic.Bool // closed, readable without mu
 	commits atomic.Uint64
+	times   commitTimes // durations of the commits that succeeded (metrics)
 }
 
 // Closed reports whether Close was called: no write can be stored any more.
@@ -411,6 +412,7 @@ func (s *Store) commit(batch []*op) {
 	errs := make([]error, len(batch))
 	failed := make([]bool, len(batch))
 	for {
+		start := time.Now()
 		err := s.db.Update(func(btx *bolt.Tx) error {
 			tx := &Tx{btx: btx}
 			for i, o := range batch {
@@ -429,6 +431,7 @@ func (s *Store) commit(batch []*op) {
 		}
 		if err == nil {
 			s.commits.Add(1)
+			s.times.observe(time.Since(start))
 		}
 		for i := range errs {
 			if !failed[i] {
