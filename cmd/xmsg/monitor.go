@@ -22,7 +22,6 @@ import (
 // away it exits 1 with one line.
 func monitorFlags(fs *flag.FlagSet, st stdio) func([]string) error {
 	sock, asJSON := clientFlags(fs)
-	tcpURL := fs.String("url", "", "watch the daemon on this TCP listener instead of http.sock (env XMSG_URL)")
 	from := fs.String("from", "", "only events whose attested sender contains this")
 	to := fs.String("to", "", "only events whose recipient contains this")
 	harness := fs.String("harness", "", "only events of this recipient harness")
@@ -49,10 +48,12 @@ func monitorFlags(fs *flag.FlagSet, st stdio) func([]string) error {
 			}
 			q.Set("since", at.UTC().Format(time.RFC3339Nano))
 		}
-		c, err := runningClient(*tcpURL, *sock)
+		// http.sock only: the TCP listener checks no peer and never serves the stream.
+		sockPath, err := httpSockPath(*sock)
 		if err != nil {
 			return err
 		}
+		c := newBusClient(sockPath)
 		path := "/v1/events"
 		if len(q) > 0 {
 			path += "?" + q.Encode()
@@ -253,9 +254,10 @@ func (c *busClient) stream(path string) (*http.Response, error) {
 	return nil, exitError{code, fmt.Errorf("%s: %s", e.Error, e.Detail)}
 }
 
-const monitorAbout = `Streams the running daemon's message events (GET /v1/events on http.sock, or --url for a TCP
-listener): one line per event with its time, kind, message id, attested sender, recipient,
-harness, transport, outcome or code and size; never the text. --json prints one JSON object per
-line. Filters narrow what is shown; --since first replays what the store still holds. A monitor
-that falls behind is told how many events it missed; the daemon never waits for it. At most 2
-monitors per process and 8 per tier (docs/operations.md, "Watching a tier").`
+const monitorAbout = `Streams the running daemon's message events (GET /v1/events, on http.sock
+only: the TCP listener checks no peer and refuses it): one line per event with its time, kind,
+message id, attested sender, recipient, harness, transport, outcome or code and size; never
+the text. --json prints one JSON object per line. Filters narrow what is shown; --since first
+replays what the store still holds. A monitor that falls behind is told how many events it
+missed; the daemon never waits for it. At most 2 monitors per process and 8 per tier
+(docs/operations.md, "Watching a tier").`

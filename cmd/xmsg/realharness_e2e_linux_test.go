@@ -113,7 +113,6 @@ func (r *harnessRun) requests() []string {
 
 func (r *harnessRun) screenText() string { b, _ := os.ReadFile(r.screen); return string(b) }
 
-var ansiRe = regexp.MustCompile(`\x1b\[[0-9;?<>=]*[a-zA-Z~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)`)
 
 // settle waits until the terminal has shown nothing new for a second.
 func (r *harnessRun) settle(t *testing.T) {
@@ -127,23 +126,6 @@ func (r *harnessRun) settle(t *testing.T) {
 		quiet++
 		return quiet >= 10
 	})
-}
-
-// chosen is the text after the last selection mark (❯) the terminal drew with something
-// after it, escapes removed: the input prompt's own empty mark, drawn again below a dialog,
-// is not a choice.
-func chosen(screen string) string {
-	s := ansiRe.ReplaceAllString(screen, " ")
-	for {
-		i := strings.LastIndex(s, "❯")
-		if i < 0 {
-			return ""
-		}
-		if rest := strings.TrimSpace(s[i+len("❯"):]); rest != "" {
-			return rest
-		}
-		s = s[:i]
-	}
 }
 
 // submit types a prompt into the harness's interface and presses Enter until the model is
@@ -514,36 +496,44 @@ func TestRealClaudeHeld(t *testing.T) {
 		out, _ := xmsgCmd(d.env, "doctor").Output()
 		return strings.Contains(string(out), "claude sessions waiting for their user") && strings.Contains(string(out), c.id)
 	})
-	// Deny is first, Deliver below it. The dialog is drawn again while it settles (its
-	// choice reset), so keys are pressed once the terminal has been quiet for a while.
+	// Deny is the dialog's first choice, its default: Enter denies. The dialog is drawn again
+	// while it settles, so keys are pressed once the terminal has been quiet for a while.
 	c.settle(t)
-	// The arrow is pressed again while the choice still reads Deny: a loaded machine can draw
-	// the dialog once more after the first press (its choice reset). Bounded by the wait.
-	waitUntil(t, 60*time.Second, "the dialog to choose Deliver", func() bool {
-		got := chosen(c.screenText())
-		if strings.HasPrefix(got, "Deliver") {
-			return true
-		}
-		if strings.HasPrefix(got, "Deny") {
-			c.typeText("\x1b[B")
-			c.settle(t)
-		}
-		return false
-	})
 	c.typeText("\r")
-	waitOutcome(m1, "delivered", "delivered")
-	if out, err := xmsgCmd(d.env, "replies", m1, "--wait", "60").Output(); err != nil || !strings.Contains(string(out), "pong "+m1) {
-		t.Fatalf("the delivered message was not answered: %v %s", err, out)
-	}
+	waitOutcome(m1, "denied", "denied")
 
-	m2 := send(c.id, "second held")
-	waitOutcome(m2, "held", "held")
-	c.settle(t)
-	if got := chosen(c.screenText()); !strings.HasPrefix(got, "Deny") {
-		t.Fatalf("the second dialog's choice is %.40q, want Deny", got)
+	// Deliver is below Deny. The terminal's bytes cannot say which choice is marked (the
+	// interface moves the mark without drawing the line again), and on a loaded machine an
+	// arrow pressed while the dialog is drawn once more is lost: then the message reads
+	// denied, truthfully, and another is sent. What is tested is xmsg's record of what the
+	// person chose, so each try is checked by that record. Bounded: three tries.
+	delivered := false
+	for try := 1; try <= 3 && !delivered; try++ {
+		m := send(c.id, fmt.Sprint("held, try ", try))
+		waitOutcome(m, "held", "held")
+		c.settle(t)
+		c.typeText("\x1b[B")
+		c.settle(t)
+		c.typeText("\r")
+		var got string
+		waitUntil(t, 60*time.Second, "message "+m+" to be decided", func() bool {
+			_, v := d.do("GET", "/v1/messages/"+m, "")
+			got, _ = field(v, "outcome").(string)
+			return got == "delivered" || got == "denied"
+		})
+		if got == "denied" {
+			t.Logf("try %d: the arrow was lost, the message was denied (and recorded so); trying again", try)
+			continue
+		}
+		waitOutcome(m, "delivered", "delivered")
+		if out, err := xmsgCmd(d.env, "replies", m, "--wait", "60").Output(); err != nil || !strings.Contains(string(out), "pong "+m) {
+			t.Fatalf("the delivered message was not answered: %v %s", err, out)
+		}
+		delivered = true
 	}
-	c.typeText("\r")
-	waitOutcome(m2, "denied", "denied")
+	if !delivered {
+		t.Fatal("three held messages, none delivered: Deliver was never chosen")
+	}
 
 	m3 := send(dv.id, "accepted")
 	if out, err := xmsgCmd(d.env, "replies", m3, "--wait", "60").Output(); err != nil || !strings.Contains(string(out), "pong "+m3) {

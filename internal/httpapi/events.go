@@ -147,6 +147,14 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 		refuse(&bus.Error{Code: ledger.NotFound, Detail: "this daemon serves no event stream"})
 		return
 	}
+	// The stream names every message's id, sender and recipient, and a message id is all a
+	// reply read asks for: it is served only where the peer gate admitted the caller as the
+	// tier's own uid. The TCP listener checks no peer (any local user can connect), so it
+	// refuses, as it does backups; its /metrics are counts with bounded labels only.
+	if h.cfg.Socket == "tcp" {
+		refuse(&bus.Error{Code: ledger.OpDenied, Detail: "the event stream is served on http.sock only (its peers are checked)"})
+		return
+	}
 	f, since, err := parseEventFilter(r)
 	if err != nil {
 		refuse(&bus.Error{Code: ledger.BadRequest, Detail: err.Error()})

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +106,27 @@ func TestEventsBadQuery(t *testing.T) {
 	}
 	if w.Len() != 0 {
 		t.Errorf("%d watches left attached", w.Len())
+	}
+}
+
+// TestEventsRefusedOnTCP: the TCP listener checks no peer, so it never serves the event
+// stream (every message's id, sender and recipient; an id is all a reply read asks for):
+// 403 op_denied, and no watch is attached. Mutant tried: the socket check removed: 200 and
+// a stream (the reviewer's finding before the fix).
+func TestEventsRefusedOnTCP(t *testing.T) {
+	w := ledger.NewWatchers(8, 64)
+	s := ledger.NewStream(w)
+	path, _ := serveHandler(t, Handler(Config{Log: slog.New(slog.DiscardHandler), Socket: "tcp", Bus: streamBus{s: s}, Tier: &seamTier{t: t, w: w, s: s}}), nil)
+	resp, err := unixClient(path).Get("http://localhost/v1/events") // a Host the TCP listener admits
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), `"op_denied"`) {
+		t.Fatalf("GET /v1/events on tcp: %d %s, want 403 op_denied", resp.StatusCode, body)
+	}
+	if w.Len() != 0 {
+		t.Errorf("%d watches attached on tcp", w.Len())
 	}
 }
