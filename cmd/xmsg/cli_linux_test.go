@@ -3,7 +3,10 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,5 +59,64 @@ func TestListenRelayRefusesOtherUID(t *testing.T) {
 	}
 	if out, _, _ := cliRun(t, d.env, "", "replies", msg); !strings.HasSuffix(out, ": relayed\n") {
 		t.Errorf("the owner's reply is not recorded: %q", out)
+	}
+}
+
+// relayImpostor is the test binary in a role: it listens on the socket path in its last
+// argument as whatever uid it was started as, prints "ready", and answers every line ok,
+// taking whatever text it is sent: a socket another uid planted where replies are relayed.
+func relayImpostor() int {
+	l, err := net.Listen("unix", os.Args[len(os.Args)-1])
+	if err != nil {
+		fmt.Println("listen:", err)
+		return 1
+	}
+	fmt.Println("ready")
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return 0
+		}
+		go func() {
+			defer c.Close()
+			if _, err := bufio.NewReader(c).ReadBytes('\n'); err == nil {
+				c.Write([]byte(`{"status":"ok","messageId":"stolen"}` + "\n"))
+			}
+		}()
+	}
+}
+
+// TestReplyRelayOnlyToOwnUID: `xmsg reply` hands its text only to a reply socket whose server
+// the kernel says is of its own uid. A socket another real user planted in the relay directory
+// (which a shared --register-sock directory would allow) gets nothing, and reply says nobody
+// took it. Mutant tried: relayOne without the SO_PEERCRED check (red: the impostor's ok is
+// taken as the reply's answer).
+func TestReplyRelayOnlyToOwnUID(t *testing.T) {
+	other := ostest.AddUser(t)
+	dir, bin := ostest.WorldExe(t, "impostor")
+	relays := filepath.Join(dir, "listen")
+	if err := os.Mkdir(relays, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(relays, 0o777) // past the umask: the other user must be able to bind in it
+	cmd := ostest.Command(bin, "relay-impostor", filepath.Join(relays, "cli:x.sock"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: other.UID, Gid: other.GID}}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("impostor: %q %v", line, err)
+	}
+	ans, err := relayReply(relays, "some-id", "a secret reply")
+	if err == nil || ans.Status == "ok" {
+		t.Fatalf("the reply went to another uid's socket: %+v %v", ans, err)
+	}
+	if !strings.Contains(err.Error(), "no xmsg listen is running") {
+		t.Errorf("reply's answer: %v, want that no listen of ours took it", err)
 	}
 }

@@ -30,7 +30,8 @@ func TestMain(m *testing.M) {
 		os.Exit(fakeAgentapi())
 	}
 	ostest.Main(m, daemontest.Roles(), fedRoles, leafRoles, custodyRoles, relaunchRoles, realHarnessRoles, ostest.Roles{
-		"worker": func() int { worker(); return 0 },
+		"worker":         func() int { worker(); return 0 },
+		"relay-impostor": relayImpostor,
 		"xmsg": func() int {
 			// Run as the real CLI: e2e tests start the daemon from this same binary, which
 			// keeps the suite to one build.

@@ -389,6 +389,9 @@ func relayReply(dir, id, text string) (replyAnswer, error) {
 	return replyAnswer{}, exitError{exitRefused, fmt.Errorf("not_recipient: none of the %d xmsg listen sessions here received message %s", tried, quoteIfOdd(id))}
 }
 
+// relayOne hands the reply to one listen's socket, and only to a process of our own uid: the
+// text goes nowhere the kernel does not say is ours (SO_PEERCRED), whatever directory the
+// socket was found in (a --register-sock in a shared directory, a socket planted there).
 func relayOne(sock string, frame []byte) (replyAnswer, error) {
 	var ans replyAnswer
 	c, err := net.DialTimeout("unix", sock, 2*time.Second)
@@ -396,6 +399,17 @@ func relayOne(sock string, frame []byte) (replyAnswer, error) {
 		return ans, err
 	}
 	defer c.Close()
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return ans, errors.New("reply socket: not a Unix connection")
+	}
+	cred, err := peercred.FromConn(uc)
+	if err != nil {
+		return ans, err
+	}
+	if cred.UID != uint32(os.Geteuid()) {
+		return ans, fmt.Errorf("reply socket %s is served by uid %d, not ours: skipped", sock, cred.UID)
+	}
 	c.SetDeadline(time.Now().Add(60 * time.Second))
 	if _, err := c.Write(append(frame, '\n')); err != nil {
 		return ans, err

@@ -113,7 +113,6 @@ func (r *harnessRun) requests() []string {
 
 func (r *harnessRun) screenText() string { b, _ := os.ReadFile(r.screen); return string(b) }
 
-
 // settle waits until the terminal has shown nothing new for a second.
 func (r *harnessRun) settle(t *testing.T) {
 	t.Helper()
