@@ -33,7 +33,8 @@ type statusReply struct {
 // ends its life (denied, expired, delivery_failed).
 func (m *statusMessage) terminal() bool {
 	switch o, _ := ledger.ParseOutcome(m.Outcome); o {
-	case ledger.Denied, ledger.Expired, ledger.Dropped, ledger.Undelivered:
+	case ledger.Denied, ledger.Expired, ledger.Dropped, ledger.Undelivered,
+		ledger.NoRecipient, ledger.AmbiguousRecipient, ledger.RecipientGone, ledger.NotTaken:
 		return true
 	}
 	return len(m.Replies) > 0

@@ -59,10 +59,15 @@ func (b *Bus) Accept(ctx context.Context, in Inbound, t Target, unresolved error
 		return stored, err
 	}
 	if unresolved != nil {
-		outcome := "failed"
-		switch code := AsError(unresolved).Code; code {
-		case ledger.NotFound, ledger.Ambiguous, ledger.Gone:
-			outcome = code.String() // the record names why nobody got it
+		// The record names why nobody got it.
+		outcome := ledger.NotTaken.String()
+		switch AsError(unresolved).Code {
+		case ledger.NotFound:
+			outcome = ledger.NoRecipient.String()
+		case ledger.Ambiguous:
+			outcome = ledger.AmbiguousRecipient.String()
+		case ledger.Gone:
+			outcome = ledger.RecipientGone.String()
 		}
 		m := store.Message{ID: in.ID, CreatedAt: b.nowUnix(), SessionID: in.Ref, FromName: in.FromName, Bytes: len(in.Body), Outcome: outcome,
 			ReturnHost: in.Peer, ThreadID: in.ID}
@@ -87,11 +92,11 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 	switch m.Outcome {
 	case ledger.Delivered.String(), ledger.Queued.String(), ledger.Accepted.String():
 		return Delivery{SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, MessageID: m.ID, Outcome: parseOutcome(m.Outcome), Harness: m.RecipientHarness}, true, nil
-	case ledger.NotFound.String():
+	case ledger.NoRecipient.String():
 		return Delivery{}, true, notFound(m.SessionID)
-	case ledger.Ambiguous.String():
+	case ledger.AmbiguousRecipient.String():
 		return Delivery{}, true, errorf(ledger.Ambiguous, "%s", m.SessionID)
-	case ledger.Gone.String():
+	case ledger.RecipientGone.String():
 		return Delivery{}, true, errorf(ledger.Gone, "session %s exited", m.SessionID)
 	}
 	return Delivery{}, true, errorf(ledger.DeliveryFailed, "delivery of message '%s' failed", id)

@@ -19,6 +19,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/principal"
 )
 
@@ -166,7 +167,10 @@ func (s *Server) peer(w http.ResponseWriter, r *http.Request) (*Peer, bool) {
 }
 
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	max := s.n.cfg.MaxBody + 4096 // §5.6: fed body limit
+	// The envelope may carry a text of max_body bytes JSON-escaped, as a local send's request
+	// may: the one rule of every socket (limits.RequestCap), so a text this node's senders may
+	// send is never refused by a peer for its escaping. The text itself is checked below.
+	max := limits.RequestCap(s.n.cfg.MaxBody)
 	if r.ContentLength > int64(max) {
 		writeError(w, apiError(ledger.PayloadTooLarge, "body %d exceeds limit %d", r.ContentLength, max))
 		return nil, false

@@ -564,3 +564,21 @@ func TestPrincipalValidation(t *testing.T) {
 		t.Errorf("queued %d, want only the valid one", got)
 	}
 }
+
+// TestEscapedTextCrossesNodes: a text of exactly max_body bytes that JSON escapes to six
+// times its size (control bytes) is taken by the sending node and by its peer alike: the
+// envelope's cap is the local request's (limits.RequestCap). Mutant tried: the old cap,
+// max_body+4096 (red: the peer answers payload_too_large).
+func TestEscapedTextCrossesNodes(t *testing.T) {
+	a, b := pair(t, "")
+	caller := bus.Caller{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
+	text := strings.Repeat("\x01", 65536)
+	d, err := a.bus.Send(context.Background(), bus.Send{To: envelope.ParseRef("svc:bot@b"), Text: text, Bytes: len(text),
+		FromName: "xmsg@a · svc:bot", Principal: "session:svc:bot", Caller: &caller})
+	if err != nil {
+		t.Fatalf("a max_body text, escaped six times over: %v", err)
+	}
+	if got := b.queued("svc:bot"); got != 1 || d.MessageID == "" {
+		t.Fatalf("b queued %d (%+v), want the message", got, d)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/leaf"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/ratelog"
 	"github.com/xmsg/xmsg/internal/version"
 )
@@ -321,7 +322,7 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) {
 // RequestCap is the largest send request body for a text limit of maxBody: every byte of the
 // text escaped as \u00XX (6 bytes), and 4,096 for the rest of the object, as agent.sock's
 // frame cap.
-func RequestCap(maxBody int) int { return maxBody*6 + 4096 }
+func RequestCap(maxBody int) int { return limits.RequestCap(maxBody) }
 
 // SendRequest is the body of POST /v1/sessions/{ref}/messages.
 type SendRequest struct {

@@ -138,7 +138,7 @@ func (m *Mailboxes) Reject(peer string, ids []string) (int, error) {
 func (m *Mailboxes) settle(peer string, ids []string, kind ledger.Kind, request string) (int, error) {
 	outcome := ledger.Delivered.String()
 	if kind == ledger.Failed {
-		outcome = ledger.NotFound.String() // what the leaf found for it: no such service
+		outcome = ledger.NoRecipient.String() // what the leaf found for it: no such service
 	}
 	var fresh []string
 	err := m.store.View(func(tx *store.Tx) error {

@@ -17,6 +17,12 @@ const (
 	Denied      // the recipient's person refused it
 	Expired     // the recipient's harness dropped it undecided, or retention removed it
 	Dropped     // the recipient's harness discarded it unseen (its ingress guard)
+	// What a receiving node records of a message it could not hand to anyone (an inbound
+	// envelope whose target did not resolve, a leaf's rejected row): why nobody got it.
+	NoRecipient        // no session matched its target
+	AmbiguousRecipient // more than one did
+	RecipientGone      // the session had exited
+	NotTaken           // anything else
 	// Reply push outcomes (the `pushOutcome` field).
 	Pushed
 	SenderGone
@@ -26,19 +32,23 @@ const (
 )
 
 var outcomes = [numOutcomes]string{
-	NoOutcome:    "",
-	Delivered:    "delivered",
-	Queued:       "queued",
-	Accepted:     "accepted",
-	Undelivered:  "delivery_failed",
-	Held:         "held",
-	Denied:       "denied",
-	Expired:      "expired",
-	Dropped:      "dropped",
-	Pushed:       "pushed",
-	SenderGone:   "sender_gone",
-	PushFailed:   "push_failed",
-	PushDisabled: "disabled",
+	NoOutcome:          "",
+	Delivered:          "delivered",
+	Queued:             "queued",
+	Accepted:           "accepted",
+	Undelivered:        "delivery_failed",
+	Held:               "held",
+	Denied:             "denied",
+	Expired:            "expired",
+	Dropped:            "dropped",
+	NoRecipient:        "not_found",
+	AmbiguousRecipient: "ambiguous",
+	RecipientGone:      "gone",
+	NotTaken:           "failed",
+	Pushed:             "pushed",
+	SenderGone:         "sender_gone",
+	PushFailed:         "push_failed",
+	PushDisabled:       "disabled",
 }
 
 // String is the outcome's wire word ("" for NoOutcome).

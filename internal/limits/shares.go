@@ -25,3 +25,9 @@ func Or[T ~int | ~int64](v, def T) T {
 	}
 	return v
 }
+
+// RequestCap is the largest request that may carry a text of maxBody bytes: every byte of the
+// text JSON-escaped (at most 6 bytes each, \u00XX), plus 4,096 for the rest of the object. The
+// one rule of http.sock's send, agent.sock's frame and the federation envelope, so a text one
+// accepts is never refused by another for its escaping.
+func RequestCap(maxBody int) int { return maxBody*6 + 4096 }

@@ -1,19 +1,29 @@
 package store
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"sort"
+)
 
 // MessagesSince calls fn for each message created at or after at (Unix seconds), in creation
-// order, until fn returns false. It reads every row: message ids are mostly UUID v7 (time
-// order), but a peer's are its own, so no key range is trusted to hold them all. The bucket
-// is bounded by retention.
+// order (ties in key order), until fn returns false. It reads every row: message ids are
+// mostly UUID v7 (time order), but a peer's are its own, so neither a key range nor key order
+// is trusted; the rows are sorted by their time. The bucket is bounded by retention.
 func (t *Tx) MessagesSince(at int64, fn func(Message) bool) error {
+	var rows []Message
 	c := t.btx.Bucket(bucketMessages).Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		var m Message
 		if err := json.Unmarshal(v, &m); err != nil {
 			return err
 		}
-		if m.CreatedAt >= at && !fn(m) {
+		if m.CreatedAt >= at {
+			rows = append(rows, m)
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].CreatedAt < rows[j].CreatedAt })
+	for _, m := range rows {
+		if !fn(m) {
 			return nil
 		}
 	}
