@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/custody"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 const execUsage = "usage: xmsg exec --credential NAME[=ENVVAR] [--credential ...] [--fd N] [--agent-sock P] -- CMD [ARGS...]"
@@ -132,7 +133,7 @@ func fetchCredentials(sock string, wants []credentialWant) ([]*os.File, error) {
 				f.Close()
 			}
 			if ans.Error == "" {
-				ans.Error, ans.Detail = "internal", "no descriptor with the answer"
+				ans.Error, ans.Detail = ledger.Internal.String(), "no descriptor with the answer"
 			}
 			return fail(exitError{exitRefused, fmt.Errorf("exec: credential %s: %s: %s", w.name, ans.Error, ans.Detail)})
 		}

@@ -315,7 +315,7 @@ func (l *listener) serveRelay(ln *net.UnixListener) {
 			if json.Unmarshal(line, &f) != nil || f.MessageID == "" || f.Text == "" {
 				ans = replyAnswer{Status: "error", Error: ledger.BadRequest.String(), Detail: "want messageId and text"}
 			} else if ans, err = l.reply(f.MessageID, f.Text); err != nil {
-				ans = replyAnswer{Status: "error", Error: "service_unavailable", Detail: err.Error()}
+				ans = replyAnswer{Status: "error", Error: ledger.ServiceUnavailable.String(), Detail: err.Error()}
 			}
 			out, _ := json.Marshal(ans)
 			c.Write(append(out, '\n'))
@@ -378,7 +378,7 @@ func relayReply(dir, id, text string) (replyAnswer, error) {
 		switch {
 		case ans.Status == "ok":
 			return ans, nil
-		case ans.Error == "not_recipient":
+		case ans.Error == ledger.NotRecipient.String():
 			continue
 		}
 		return ans, exitError{exitRefused, fmt.Errorf("%s: %s", ans.Error, ans.Detail)}

@@ -80,7 +80,8 @@ func statusFlags(fs *flag.FlagSet, st stdio) func([]string) error {
 			// A reply wakes the long-poll at once; an outcome change is seen within a poll
 			// (5 s at most).
 			var replies []statusReply
-			q := fmt.Sprintf("%s/replies?after=0&wait=%d", path, int(min(left, 5*time.Second).Seconds()+0.5))
+			// At least a second: a wait rounded down to 0 near the deadline would poll in a loop.
+			q := fmt.Sprintf("%s/replies?after=0&wait=%d", path, max(1, int(min(left, 5*time.Second).Seconds()+0.5)))
 			if err := c.do("GET", q, nil, &replies); err != nil {
 				return err
 			}

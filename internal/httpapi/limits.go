@@ -200,7 +200,7 @@ func (l *limitListener) refuse(c net.Conn, holder int, reason string, limit int)
 		if drain != shortDrain {
 			defer func() { <-l.drains }()
 		}
-		answerAndClose(c, http.StatusServiceUnavailable, "service_unavailable", detail, drain)
+		answerAndClose(c, http.StatusServiceUnavailable, ledger.ServiceUnavailable.String(), detail, drain)
 	}()
 }
 
@@ -290,7 +290,7 @@ func (c *limitConn) refuseBusy() {
 	l.mu.Lock()
 	c.closing, c.since = true, time.Now()
 	l.mu.Unlock()
-	answerAndClose(c, http.StatusServiceUnavailable, "service_unavailable", fmt.Sprintf("%s (limit %d); retry later", reason, l.lim.MaxPerPID), 500*time.Millisecond)
+	answerAndClose(c, http.StatusServiceUnavailable, ledger.ServiceUnavailable.String(), fmt.Sprintf("%s (limit %d); retry later", reason, l.lim.MaxPerPID), 500*time.Millisecond)
 }
 
 // holderKind names what a holder is, for answers: a process, or (TCP) a connection.

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/version"
 	"io"
 	"log/slog"
@@ -669,7 +670,7 @@ func (b *bridge) agyStartOnce(ctx context.Context) (refused bool) {
 	}
 	if ans.Status != "ok" {
 		b.cfg.Log.Warn("mcp: agy attestation refused", "code", ans.Error, "detail", ans.Detail)
-		return ans.Error == "unattested"
+		return ans.Error == ledger.Unattested.String()
 	}
 	b.cfg.Log.Debug("mcp: agy session attested", "session_id", ans.SessionID)
 	io.Copy(io.Discard, r) // until the daemon closes it (restart, idle timeout)
