@@ -242,16 +242,7 @@ func (c *busClient) stream(path string) (*http.Response, error) {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var e struct{ Error, Detail string }
-	json.Unmarshal(raw, &e)
-	code := exitRefused
-	if resp.StatusCode >= 500 {
-		code = exitBusError
-	}
-	if e.Error == "" {
-		e.Error, e.Detail = strconv.Itoa(resp.StatusCode), strings.TrimSpace(string(raw))
-	}
-	return nil, exitError{code, fmt.Errorf("%s: %s", e.Error, e.Detail)}
+	return nil, answerError(resp.StatusCode, raw)
 }
 
 const monitorAbout = `Streams the running daemon's message events (GET /v1/events, on http.sock
