@@ -134,6 +134,10 @@ func TestCustodyHandOver(t *testing.T) {
 	if !strings.Contains(doc, "custody: tok pin "+pin) || !strings.Contains(doc, "for svc:a; handed over 1 times") || !strings.Contains(doc, "ptrace: ") {
 		t.Errorf("doctor:\n%s", doc)
 	}
+	// The metrics count the hand-over under the secret's name, and hold nothing of its value.
+	if v, raw := metric(t, e.daemon, `xmsg_custody_total{secret="tok",code=""}`); v != 1 || strings.Contains(raw, e.value) {
+		t.Errorf("custody hand-overs counted %v (want 1), or the value is in the scrape:\n%s", v, raw)
+	}
 	e.checkNoTrace(t)
 }
 

@@ -202,6 +202,21 @@ func (n *fedNode) http(method, path, body string) (int, map[string]any, []any) {
 	return r.Status, m, l
 }
 
+// text is GET path on n's http.sock, as n's user: the status and the body as text.
+func (n *fedNode) text(path string) (int, string) {
+	n.t.Helper()
+	cmd := n.asUser([]string{"XMSG_TEST_ROLE=fedhttp", "SOCK=" + n.path("rt/xmsg/http.sock"), "METHOD=GET", "URLPATH=" + path}, n.exe)
+	out, err := cmd.Output()
+	if err != nil {
+		n.t.Fatalf("fedhttp: %v", err)
+	}
+	var r httpResult
+	json.Unmarshal(out, &r)
+	var body string
+	json.Unmarshal(r.Body, &body)
+	return r.Status, body
+}
+
 // claude starts a fake Claude session on n, as n's user, named name; the returned function
 // waits for the first line its inbox receives.
 func (n *fedNode) claude(id, name string) func() string {
@@ -426,6 +441,15 @@ func TestFederationMessagesAndReplies(t *testing.T) {
 			t.Errorf("doctor lacks %q:\n%s", want, lines)
 		}
 	}
+	// The metrics say the same of the peer: its handshakes counted and it up, under the
+	// peers file's name, and the scrape is valid exposition.
+	status, expo := a.text("/metrics")
+	for _, want := range []string{`xmsg_fed_up{peer="b",direction="outbound"} 1`, `xmsg_fed_handshakes_total{peer="b",direction="outbound",result="ok"} `} {
+		if status != 200 || !strings.Contains(expo, want) {
+			t.Errorf("metrics (%d) lack %q:\n%s", status, want, expo)
+		}
+	}
+	promtool(t, expo)
 }
 
 // raw runs requests against node to's listener from namespace ns with cert, outside any daemon.

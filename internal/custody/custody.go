@@ -69,6 +69,29 @@ type Holder struct {
 	reloadMu sync.Mutex // one reload at a time
 	mu       sync.RWMutex
 	secrets  map[string]*secret
+
+	tallyMu sync.Mutex
+	tally   map[Tally]uint64 // hand-overs and refusals, for metrics (Tallies)
+}
+
+// Tally is one counted kind of hand-over: a secret's name (a held one, else "unknown": bounded
+// by the configuration) and the refusal's code ("" for a secret handed over).
+type Tally struct {
+	Secret, Code string
+}
+
+// Tallies are the hand-overs and refusals counted so far.
+func (h *Holder) Tallies() map[Tally]uint64 {
+	if h == nil {
+		return nil
+	}
+	h.tallyMu.Lock()
+	defer h.tallyMu.Unlock()
+	out := make(map[Tally]uint64, len(h.tally))
+	for k, v := range h.tally {
+		out[k] = v
+	}
+	return out
 }
 
 type secret struct {
@@ -330,6 +353,12 @@ func (h *Holder) audit(level slog.Level, msg, name, pin string, p Principal, cod
 	if h.get(name) == nil {
 		logged = "unknown"
 	}
+	h.tallyMu.Lock()
+	if h.tally == nil {
+		h.tally = map[Tally]uint64{}
+	}
+	h.tally[Tally{Secret: logged, Code: code}]++
+	h.tallyMu.Unlock()
 	args := []any{"secret", logged, "actor", p.Actor, "peer_pid", p.PID}
 	if pin != "" {
 		args = append(args, "pin", pin)

@@ -181,6 +181,14 @@ func (f *federation) mailboxes() *hub.Mailboxes {
 	return f.node.Mailboxes()
 }
 
+// handshakes are the federation's handshake counts and each peer's state (nil without).
+func (f *federation) handshakes() (map[fed.HandshakeKey]uint64, map[fed.HandshakeKey]bool) {
+	if f == nil || f.node == nil {
+		return nil, nil
+	}
+	return f.node.Handshakes()
+}
+
 // leafPeers are the configured leaf peers' names.
 func (f *federation) leafPeers() []string {
 	if f == nil || f.node == nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/custody"
+	"github.com/xmsg/xmsg/internal/fed"
 	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/httpapi"
 	"github.com/xmsg/xmsg/internal/ledger"
@@ -139,6 +141,13 @@ func (t *tier) Metrics(w io.Writer) {
 		if t.d.register != nil {
 			m.sample("xmsg_connections", float64(t.d.register.Conns()), "socket", "register")
 		}
+		m.family("xmsg_evictions_total", "counter", "Connections evicted on each JSON-line socket to make room for others (fairness, not failure).")
+		if t.d.agent != nil {
+			m.sample("xmsg_evictions_total", float64(t.d.agent.Evictions()), "socket", "agent")
+		}
+		if t.d.register != nil {
+			m.sample("xmsg_evictions_total", float64(t.d.register.Evictions()), "socket", "register")
+		}
 		m.family("xmsg_reply_waiters", "gauge", "Reply long-polls waiting now.")
 		c, _ := b.Counts()
 		m.sample("xmsg_reply_waiters", float64(c.Waiters))
@@ -181,6 +190,45 @@ func (t *tier) Metrics(w io.Writer) {
 		if fi, err := os.Stat(t.d.cfg.DBPath); err == nil {
 			m.family("xmsg_store_size_bytes", "gauge", "Size of the store's file.")
 			m.sample("xmsg_store_size_bytes", float64(fi.Size()))
+		}
+	}
+	if counts, up := t.d.fed.handshakes(); counts != nil {
+		m.family("xmsg_fed_handshakes_total", "counter", "Federation TLS handshakes by peer (a configured name, or (unknown)), direction and result.")
+		keys := make([]fed.HandshakeKey, 0, len(counts))
+		for k := range counts {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
+		for _, k := range keys {
+			result := "refused"
+			if k.OK {
+				result = "ok"
+			}
+			m.sample("xmsg_fed_handshakes_total", float64(counts[k]), "peer", k.Peer, "direction", k.Direction, "result", result)
+		}
+		m.family("xmsg_fed_up", "gauge", "1 when a peer's last handshake in that direction succeeded, 0 when it was refused.")
+		keys = keys[:0]
+		for k := range up {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
+		for _, k := range keys {
+			v := 0.0
+			if up[k] {
+				v = 1
+			}
+			m.sample("xmsg_fed_up", v, "peer", k.Peer, "direction", k.Direction)
+		}
+	}
+	if tallies := t.d.custody.Tallies(); tallies != nil {
+		m.family("xmsg_custody_total", "counter", "Custody hand-overs (code empty) and refusals (their code), per secret (a held one's name, else unknown).")
+		keys := make([]custody.Tally, 0, len(tallies))
+		for k := range tallies {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return keys[i].Secret+keys[i].Code < keys[j].Secret+keys[j].Code })
+		for _, k := range keys {
+			m.sample("xmsg_custody_total", float64(tallies[k]), "secret", k.Secret, "code", k.Code)
 		}
 	}
 	if mail := t.d.fed.mailboxes(); mail != nil {

@@ -80,7 +80,16 @@ func (l *limiter) take(keys []string, rates []int) bool {
 type book struct {
 	mu         sync.Mutex
 	handshakes map[string]string // "<peer> <direction>" → result line
-	reload     string
+	// tally counts handshakes by peer (a configured name, or "(unknown)"), direction and
+	// result: bounded by the peers file, for metrics.
+	tally  map[HandshakeKey]uint64
+	reload string
+}
+
+// HandshakeKey is one counted kind of handshake.
+type HandshakeKey struct {
+	Peer, Direction string
+	OK              bool
 }
 
 func (b *book) handshake(peer, dir string, err error) {
@@ -91,9 +100,10 @@ func (b *book) handshake(peer, dir string, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.handshakes == nil {
-		b.handshakes = map[string]string{}
+		b.handshakes, b.tally = map[string]string{}, map[HandshakeKey]uint64{}
 	}
 	b.handshakes[peer+" "+dir] = fmt.Sprintf("%s at %s", line, time.Now().UTC().Format(time.RFC3339))
+	b.tally[HandshakeKey{Peer: peer, Direction: dir, OK: err == nil}]++
 }
 
 func (b *book) get(peer, dir string) string {

@@ -87,6 +87,23 @@ func (n *Node) Reload() (bool, error) {
 	return true, nil
 }
 
+// Handshakes are the handshakes counted so far, and whether each peer's last one in each
+// direction succeeded (its "up"), for metrics. Peers are the configured ones and
+// "(unknown)": bounded by the peers file.
+func (n *Node) Handshakes() (counts map[HandshakeKey]uint64, up map[HandshakeKey]bool) {
+	n.book.mu.Lock()
+	defer n.book.mu.Unlock()
+	counts, up = map[HandshakeKey]uint64{}, map[HandshakeKey]bool{}
+	for k, v := range n.book.tally {
+		counts[k] = v
+	}
+	for k, line := range n.book.handshakes {
+		peer, dir, _ := strings.Cut(k, " ")
+		up[HandshakeKey{Peer: peer, Direction: dir}] = strings.HasPrefix(line, "ok")
+	}
+	return counts, up
+}
+
 // DoctorLines describes the federation for `xmsg doctor`: the listener, our pin, each peer
 // (name, trust, pin or CA identities, allow list, last handshakes) and the reload state.
 func (n *Node) DoctorLines() []string {

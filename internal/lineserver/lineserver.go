@@ -37,6 +37,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -98,7 +99,8 @@ const (
 
 // Server accepts and tracks connections for one protocol. Safe for concurrent use.
 type Server struct {
-	cfg Config
+	cfg       Config
+	evictions atomic.Uint64 // connections evicted to make room (Evictions)
 
 	mu        sync.Mutex
 	closing   bool
@@ -204,6 +206,9 @@ func (s *Server) Idle() int {
 	}
 	return n
 }
+
+// Evictions counts the connections evicted so far to make room (fairness, not failure).
+func (s *Server) Evictions() uint64 { return s.evictions.Load() }
 
 // Conns is the number of connections being served now.
 func (s *Server) Conns() int {
@@ -352,6 +357,7 @@ const spokenGrace = time.Second
 // evictLocked tells c's Reader to end the connection with an error frame: its read deadline
 // is set to now, which wakes the read it is waiting in.
 func (s *Server) evictLocked(c net.Conn) {
+	s.evictions.Add(1)
 	sl := s.conns[c]
 	sl.evicted = true
 	s.evicting++

@@ -444,6 +444,9 @@ func TestEvictsHeaviestHolder(t *testing.T) {
 	if got, err := lines.ReadString('\n'); err != nil || !strings.HasPrefix(got, "0: ") || !strings.Contains(got, "to make room") {
 		t.Fatalf("holder: got %q (%v), want its oldest connection evicted", got, err)
 	}
+	if n := s.Evictions(); n != 1 {
+		t.Errorf("Evictions() = %d after one eviction (the metrics' count)", n)
+	}
 }
 
 // TestBlankLinesDoNotMakeYounger: the oldest idle connection makes room even when it keeps

@@ -133,6 +133,9 @@ func New(cfg Config) *Server {
 	return s
 }
 
+// Evictions counts the connections evicted so far to make room for others.
+func (s *Server) Evictions() uint64 { return s.srv.Evictions() }
+
 // Conns is the number of connections being served now.
 func (s *Server) Conns() int { return s.srv.Conns() }
 
