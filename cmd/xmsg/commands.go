@@ -509,10 +509,11 @@ func writeMan(w io.Writer) {
 	fmt.Fprint(w, ".SH SEE ALSO\nREADME.md and docs/ of the source: operations.md (running it), protocol.md (the wire protocol).\n")
 }
 
-// quoteIfOdd shows s as typed when it is plain, and Go-quoted (control characters escaped)
-// when it holds anything a terminal would interpret or hide.
+// quoteIfOdd shows s as typed when it is plain, and Go-quoted (control and format characters
+// escaped) when it holds anything a terminal would interpret or hide (printable's rule), or a
+// space or quote that would blur where it ends.
 func quoteIfOdd(s string) string {
-	if s == "" || strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == ' ' || r == '"' }) >= 0 {
+	if s == "" || printable(s) != s || strings.ContainsAny(s, ` "`) {
 		return fmt.Sprintf("%q", s)
 	}
 	return s

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 )
 
 // Exit codes scripts can branch on.
@@ -69,21 +67,10 @@ func main() {
 	os.Exit(code)
 }
 
-// escapeControl writes control characters (C0, DEL, C1) as Go escapes and leaves the rest.
-func escapeControl(s string) string {
-	if strings.IndexFunc(s, isControl) < 0 {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if isControl(r) {
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+// escapeControl is what the terminal is shown of a string that came from elsewhere (a name, a
+// target, an error's detail): printable's one rule, so listen, replies, errors, monitor and
+// status escape the same characters (control, format such as bidi overrides, invalid UTF-8).
+func escapeControl(s string) string { return printable(s) }
 
+// isControl is a C0 or C1 control character or DEL: no name or ref holds one.
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) }

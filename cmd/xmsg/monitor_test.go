@@ -29,3 +29,20 @@ func TestMonitorLineEscapes(t *testing.T) {
 		t.Errorf("missed line %q", got)
 	}
 }
+
+// TestOneTerminalRule: every place the CLI shows a string that came from elsewhere (an error's
+// detail, a name in listen or replies, a quoted target) escapes the same characters as the
+// monitor: control characters, invalid UTF-8 and format characters such as a bidi override,
+// which would reorder what the terminal shows. Mutant tried: escapeControl with its old,
+// control-only rule (red: the override reaches the terminal).
+func TestOneTerminalRule(t *testing.T) {
+	for _, s := range []string{"a\u202eb", "a\x1bb", "a\xffb", "a\u0085b"} {
+		for name, got := range map[string]string{"escapeControl": escapeControl(s), "quoteIfOdd": quoteIfOdd(s), "printable": printable(s)} {
+			for _, bad := range []string{"\u202e", "\x1b", "\xff", "\u0085"} {
+				if strings.Contains(got, bad) {
+					t.Errorf("%s(%q) = %q: %q reaches the terminal", name, s, got, bad)
+				}
+			}
+		}
+	}
+}
