@@ -247,10 +247,16 @@ func (h *handler) doctor(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string][]string{"lines": lines})
 }
 
-// backupStall bounds how long a backup's reader may take no byte: the copy holds a read
-// transaction, and while one is open the store file cannot grow (bbolt remaps it under a lock
-// its readers hold), so a stalled reader must not keep it.
-const backupStall = 30 * time.Second
+// backupStall bounds how long a backup's reader may take no byte, and backupMinRate the
+// average it must keep over the whole copy: the copy holds a read transaction, and while one
+// is open the store file cannot grow (bbolt remaps it under a lock its readers hold), so a
+// commit that must grow the file waits for the copy. A stalled reader, and a slow one that
+// never quite stalls, must not keep it: the copy gets backupStall plus its size at
+// backupMinRate, and is cut off after that.
+var (
+	backupStall         = 30 * time.Second
+	backupMinRate int64 = 1 << 20 // bytes a second
+)
 
 // backup streams a consistent copy of the store (docs/protocol.md §3.12): its exact length
 // first, then the bytes; a copy cut short is one the client refuses by its length.
@@ -261,8 +267,10 @@ func (h *handler) backup(w http.ResponseWriter, r *http.Request) {
 	}
 	rc := http.NewResponseController(w)
 	started := false
-	n, err := h.cfg.Backup(stallWriter{w, rc}, func(size int64) {
+	sw := &stallWriter{w: w, rc: rc}
+	n, err := h.cfg.Backup(sw, func(size int64) {
 		started = true
+		sw.end = time.Now().Add(backupStall + time.Duration(size/backupMinRate)*time.Second)
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 		w.WriteHeader(http.StatusOK)
@@ -279,14 +287,20 @@ func (h *handler) backup(w http.ResponseWriter, r *http.Request) {
 	h.cfg.Log.Info("backup", "socket", h.cfg.Socket, "peer_pid", peerPID(r.Context()), "bytes", n)
 }
 
-// stallWriter gives each write backupStall from its start.
+// stallWriter gives each write backupStall from its start, and none past end (the whole
+// copy's deadline; zero: none yet).
 type stallWriter struct {
-	w  io.Writer
-	rc *http.ResponseController
+	w   io.Writer
+	rc  *http.ResponseController
+	end time.Time
 }
 
-func (s stallWriter) Write(p []byte) (int, error) {
-	s.rc.SetWriteDeadline(time.Now().Add(backupStall))
+func (s *stallWriter) Write(p []byte) (int, error) {
+	d := time.Now().Add(backupStall)
+	if !s.end.IsZero() && s.end.Before(d) {
+		d = s.end
+	}
+	s.rc.SetWriteDeadline(d)
 	return s.w.Write(p)
 }
 
