@@ -29,6 +29,7 @@ func monitorFlags(fs *flag.FlagSet, st stdio) func([]string) error {
 	event := fs.String("event", "", "only these event kinds (comma-separated: sent, refused, failed, acked, replied, reported, pulled, watched)")
 	message := fs.String("message", "", "only this message and its replies")
 	count := fs.Int("count", 0, "exit 0 after this many events (0: run until interrupted)")
+	withText := fs.Bool("text", false, "also print each message's and reply's text where the daemon has it (audited as a watch with text)")
 	since := fs.String("since", "", "first replay what the store holds from this long ago (5m) or this RFC 3339 time")
 	return func(pos []string) error {
 		stdout := st.out
@@ -36,6 +37,9 @@ func monitorFlags(fs *flag.FlagSet, st stdio) func([]string) error {
 			return usageError{"usage: xmsg monitor [--json] [--from S] [--to S] [--harness H] [--peer P] [--event K,...] [--message ID] [--count N] [--since D|TIME]"}
 		}
 		q := url.Values{}
+		if *withText {
+			q.Set("text", "1")
+		}
 		for k, v := range map[string]string{"from": *from, "to": *to, "harness": *harness, "peer": *peer, "event": *event, "message": *message} {
 			if v != "" {
 				q.Set(k, v)
@@ -98,22 +102,26 @@ type streamEvent struct {
 	Code      string    `json:"code"`
 	Detail    string    `json:"detail"`
 	Bytes     int       `json:"bytes"`
+	Text      string    `json:"text"` // with --text, where the daemon was handed one
 }
 
 // printEvents copies the stream to out until count events were printed (then nil) or the
 // stream ends (then the daemon went away: an error).
 func printEvents(body io.Reader, out io.Writer, asJSON bool, count int) error {
-	r := bufio.NewReaderSize(body, 64<<10)
+	// A line holds one event, or with --text an event and a text JSON-escaped: up to six
+	// times the text's bytes.
+	r := bufio.NewReaderSize(body, 4<<20)
 	w := bufio.NewWriter(out)
 	defer w.Flush()
 	n := 0
 	for {
 		line, err := r.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
-			// No event is this long; skip the rest of it rather than print half.
+			// Only a text makes a line this long: skip the rest rather than print half, and say so.
 			for err == bufio.ErrBufferFull {
 				_, err = r.ReadSlice('\n')
 			}
+			w.WriteString("# an event whose text is too long to show here was skipped\n")
 			continue
 		}
 		if err != nil {
@@ -175,9 +183,16 @@ func formatEvent(e *streamEvent) string {
 	if e.Bytes > 0 {
 		size = strconv.Itoa(e.Bytes) + "B"
 	}
-	return strings.TrimRight(fmt.Sprintf("%s %-8s %-39s %-28s -> %-28s %-7s %-12s %-16s %s",
+	line := strings.TrimRight(fmt.Sprintf("%s %-8s %-39s %-28s -> %-28s %-7s %-12s %-16s %s",
 		e.Time.Local().Format("15:04:05.000"), printable(e.Event), dash(printable(id)), dash(clip(printable(e.From), 28)),
 		dash(clip(printable(e.To), 28)), dash(printable(e.Harness)), dash(printable(transport)), dash(printable(result)), size), " ") + "\n"
+	if e.Text != "" {
+		// The text under its line, each of its lines marked, escaped as every text is shown.
+		for _, l := range strings.Split(strings.TrimSuffix(escapeText(e.Text), "\n"), "\n") {
+			line += "    | " + l + "\n"
+		}
+	}
+	return line
 }
 
 func dash(s string) string {
@@ -248,7 +263,9 @@ func (c *busClient) stream(path string) (*http.Response, error) {
 const monitorAbout = `Streams the running daemon's message events (GET /v1/events, on http.sock
 only: the TCP listener checks no peer and refuses it): one line per event with its time, kind,
 message id, attested sender, recipient, harness, transport, outcome or code and size; never
-the text. --json prints one JSON object per line. Filters narrow what is shown; --since first
-replays what the store still holds. A monitor that falls behind is told how many events it
+the text unless --text asks for it (then each message's or reply's text follows its line, where
+the daemon was handed one as it happened, and the daemon audits the watch as "with text"). --json
+prints one JSON object per line. Filters narrow what is shown; --since first replays what the
+store still holds (without texts). A monitor that falls behind is told how many events it
 missed; the daemon never waits for it. At most 2 monitors per process and 8 per tier
 (docs/operations.md, "Watching a tier").`

@@ -190,6 +190,49 @@ func TestMonitorSeesEveryTransport(t *testing.T) {
 	}
 }
 
+// TestMonitorWithText: only a monitor that asks with --text is given texts: the send's and
+// the reply's, under their events, while a monitor beside it without --text sees neither; the
+// daemon audits the watch as with text. Mutants tried: every watch given texts and every item
+// written with its text, both layers at once (red: the plain monitor sees the marker); the
+// Watched detail always "without text" (red: no audit line).
+func TestMonitorWithText(t *testing.T) {
+	d := newDaemon(t)
+	pi := daemontest.Start(t, "")
+	pc := pi.Dial(d.sock("register"))
+	if r := pi.Call(pc, map[string]any{"harness": "pi", "sessionName": "peer"}); r["status"] != "ok" {
+		t.Fatalf("pi register: %v", r)
+	}
+	mt := startMonitor(t, d, "--json", "--text", "--event", "sent,replied")
+	mp := startMonitor(t, d, "--json", "--event", "sent,replied")
+	waitMonitors(t, d, 2)
+	const marker = "MARKER-5b1e-text"
+	status, id := sendHTTP(t, d.client(), "peer", "tester", marker+" sent")
+	if status != 202 {
+		t.Fatalf("send: %d", status)
+	}
+	pi.Send(pc, map[string]any{"action": "poll", "waitSecs": 5})
+	pi.Recv(pc)
+	pa := pi.Dial(d.sock("agent"))
+	if r := pi.Call(pa, map[string]any{"action": "reply", "messageId": id, "text": marker + " replied"}); r["status"] != "ok" {
+		t.Fatalf("reply: %v", r)
+	}
+	for _, want := range []string{marker + " sent", marker + " replied"} {
+		if e := mt.event(t); e["text"] != want {
+			t.Fatalf("the --text monitor: %v, want text %q", e, want)
+		}
+	}
+	mp.event(t)
+	mp.event(t)
+	for _, l := range mp.all {
+		if strings.Contains(l, "MARKER") {
+			t.Fatalf("a monitor without --text was given a text: %q", l)
+		}
+	}
+	daemontest.WaitFor(t, "the audit line of a watch with text", func() bool {
+		return strings.Contains(d.stderr.String(), `msg=watching`) && strings.Contains(d.stderr.String(), `detail="with text"`)
+	})
+}
+
 // TestMonitorStoppedNeverBlocksSends: a monitor that attached and then never reads holds no
 // send up: 6000 refusals are answered while its socket and ring are full, and when it reads
 // again it is told how many events it missed, then sees new ones.

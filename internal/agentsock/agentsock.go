@@ -407,7 +407,7 @@ func (s *Server) send(caller bus.Caller, req request, after func(func())) []byte
 		Key:         req.Key,
 	})
 	after(func() {
-		s.cfg.Bus.Events().Request(ledger.Via{Transport: ledger.Agent, Actor: caller.Actor()}, ledger.Sent, "send", ref, d.Result(), err)
+		s.cfg.Bus.Events().Request(ledger.Via{Transport: ledger.Agent, Actor: caller.Actor()}, ledger.Sent, "send", ref, d.Result(text), err)
 	})
 	if err != nil {
 		e := sendError(err, ref)

@@ -30,7 +30,7 @@ type ReplyResult struct {
 
 // Result is what the reply's event says of it: the reply to inReplyTo, and its push.
 func (r ReplyResult) Result(inReplyTo string) ledger.Result {
-	res := ledger.Result{InReplyTo: inReplyTo, ReplySeq: r.Seq, Bytes: len(r.Text)}
+	res := ledger.Result{InReplyTo: inReplyTo, ReplySeq: r.Seq, Bytes: len(r.Text), Text: r.Text}
 	if r.PushOutcome != nil {
 		res.Outcome = parseOutcome(*r.PushOutcome)
 	}

@@ -64,9 +64,9 @@ type Delivery struct {
 	Harness string `json:"-"`
 }
 
-// Result is what the send's event says of it.
-func (d Delivery) Result() ledger.Result {
-	return ledger.Result{MessageID: d.MessageID, Harness: d.Harness, Outcome: d.Outcome, Bytes: d.Bytes}
+// Result is what the send's event says of it, and its text for a monitor that asked for it.
+func (d Delivery) Result(text string) ledger.Result {
+	return ledger.Result{MessageID: d.MessageID, Harness: d.Harness, Outcome: d.Outcome, Bytes: d.Bytes, Text: text}
 }
 
 // keyLocks serializes sends that share an idempotency key, so two concurrent retries cannot

@@ -30,8 +30,8 @@ type tier struct {
 
 var _ httpapi.Tier = (*tier)(nil)
 
-func (t *tier) Watch(keep func(*ledger.Event) bool) (*ledger.Watch, error) {
-	return t.ev.watchers.Watch(keep)
+func (t *tier) Watch(keep func(*ledger.Event) bool, text bool) (*ledger.Watch, error) {
+	return t.ev.watchers.Watch(keep, text)
 }
 
 func (t *tier) MaxWatches() int { return t.ev.watchers.Max() }

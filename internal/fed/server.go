@@ -371,7 +371,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	} else {
 		writeJSON(w, http.StatusAccepted, d)
 	}
-	s.bus.Events().Request(ledger.Via{Transport: ledger.Fed, Actor: "fed:" + p.Name, Peer: p.Name}, ledger.Sent, "send", t.SessionID, d.Result(), err)
+	s.bus.Events().Request(ledger.Via{Transport: ledger.Fed, Actor: "fed:" + p.Name, Peer: p.Name}, ledger.Sent, "send", t.SessionID, d.Result(e.Body), err)
 }
 
 // replies is POST /fed/v2/replies.
@@ -421,7 +421,7 @@ func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 	}
 	o, _ := ledger.ParseOutcome(outcome)
 	s.bus.Events().Request(ledger.Via{Transport: ledger.Fed, Actor: "fed:" + p.Name, Peer: p.Name}, ledger.Replied, "reply", e.InReplyTo,
-		ledger.Result{MessageID: id, InReplyTo: e.InReplyTo, Outcome: o, Bytes: len(e.Text)}, err)
+		ledger.Result{MessageID: id, InReplyTo: e.InReplyTo, Outcome: o, Bytes: len(e.Text), Text: e.Text}, err)
 }
 
 // poll is GET /fed/v2/messages/{id}/replies: only the message's return host may read it.

@@ -21,7 +21,9 @@ import (
 type Tier interface {
 	// Watch attaches a monitor taking the events keep accepts; ledger.ErrWatchersFull
 	// when the tier's bound is reached.
-	Watch(keep func(*ledger.Event) bool) (*ledger.Watch, error)
+	// With text, the watch's items hold the text of their message or reply, where the stream
+	// was handed one.
+	Watch(keep func(*ledger.Event) bool, text bool) (*ledger.Watch, error)
 	// MaxWatches is the tier's bound on monitors.
 	MaxWatches() int
 	// Replay calls fn with the events the store still holds from since on (messages as
@@ -61,6 +63,7 @@ func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
 type eventFilter struct {
 	from, to, harness, peer, message string
 	kinds                            map[ledger.Kind]bool
+	text                             bool // text=1: the texts of messages and replies too
 }
 
 func parseEventFilter(r *http.Request) (f eventFilter, since time.Time, err error) {
@@ -81,8 +84,12 @@ func parseEventFilter(r *http.Request) (f eventFilter, since time.Time, err erro
 			return f, since, errors.New("since must be an RFC 3339 time")
 		}
 	}
-	if q.Has("text") {
-		return f, since, errors.New("text is not served: events never carry a message's text")
+	switch q.Get("text") {
+	case "":
+	case "1":
+		f.text = true
+	default:
+		return f, since, errors.New("text must be 1 (or absent)")
 	}
 	return f, since, nil
 }
@@ -166,13 +173,18 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	watch, err := h.cfg.Tier.Watch(f.keep)
+	watch, err := h.cfg.Tier.Watch(f.keep, f.text)
 	if err != nil {
 		refuse(&bus.Error{Code: ledger.ServiceUnavailable, Detail: fmt.Sprintf("too many monitors attached to this tier (limit %d)", h.cfg.Tier.MaxWatches())})
 		return
 	}
 	defer watch.Close()
-	h.cfg.Bus.Events().Emit(ledger.Event{Kind: ledger.Watched, Request: "events", Transport: via.Transport, From: via.Actor, Detail: "without text"})
+	// Who watches with text is audited as such: the texts are the tier's messages themselves.
+	watching := "without text"
+	if f.text {
+		watching = "with text"
+	}
+	h.cfg.Bus.Events().Emit(ledger.Event{Kind: ledger.Watched, Request: "events", Transport: via.Transport, From: via.Actor, Detail: watching})
 
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -209,7 +221,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var buf []ledger.Event
+	var buf []ledger.Item
 	for {
 		evs, lost, err := watch.Next(ctx, buf[:0])
 		if err != nil {
@@ -219,10 +231,14 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, `{"event":"missed","count":%d}`+"\n", lost)
 		}
 		for i := range evs {
-			if seen != nil && seen[keyOf(&evs[i])] {
+			if seen != nil && seen[keyOf(&evs[i].Event)] {
 				continue
 			}
-			writeEvent(w, &evs[i])
+			if f.text {
+				writeEvent(w, &evs[i])
+			} else {
+				writeEvent(w, &evs[i].Event)
+			}
 		}
 		if flush() != nil {
 			return

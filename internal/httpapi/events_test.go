@@ -31,8 +31,8 @@ type seamTier struct {
 	attached bool // the watch was attached when the store was read
 }
 
-func (x *seamTier) Watch(keep func(*ledger.Event) bool) (*ledger.Watch, error) {
-	return x.w.Watch(keep)
+func (x *seamTier) Watch(keep func(*ledger.Event) bool, text bool) (*ledger.Watch, error) {
+	return x.w.Watch(keep, text)
 }
 func (x *seamTier) MaxWatches() int     { return x.w.Max() }
 func (x *seamTier) Metrics(w io.Writer) {}
@@ -94,7 +94,7 @@ func TestEventsBadQuery(t *testing.T) {
 	w := ledger.NewWatchers(8, 64)
 	s := ledger.NewStream(w)
 	path, _ := serveHandler(t, Handler(Config{Log: slog.New(slog.DiscardHandler), Bus: streamBus{s: s}, Tier: &seamTier{t: t, w: w, s: s}}), nil)
-	for _, q := range []string{"event=nonsense", "since=yesterday", "text=1"} {
+	for _, q := range []string{"event=nonsense", "since=yesterday", "text=yes"} {
 		resp, err := unixClient(path).Get("http://x/v1/events?" + q)
 		if err != nil {
 			t.Fatal(err)

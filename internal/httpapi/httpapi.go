@@ -174,7 +174,9 @@ func (h *handler) via(actor string) ledger.Via {
 func (h *handler) sendAudited(ctx context.Context, w http.ResponseWriter, actor string, s bus.Send) (bus.Delivery, error) {
 	after := afterAnswer(w)
 	d, err := h.cfg.Bus.Send(bus.WithAfter(ctx, after), s)
-	after(func() { h.cfg.Bus.Events().Request(h.via(actor), ledger.Sent, "send", s.To.String(), d.Result(), err) })
+	after(func() {
+		h.cfg.Bus.Events().Request(h.via(actor), ledger.Sent, "send", s.To.String(), d.Result(s.Text), err)
+	})
 	return d, err
 }
 

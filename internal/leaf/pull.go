@@ -375,7 +375,7 @@ func (p *Puller) audited(session bus.Target) func(bus.Inbound) {
 	}
 	return func(in bus.Inbound) {
 		p.Events.Request(ledger.Via{Transport: ledger.Leaf, Actor: "fed:" + in.Peer, Peer: in.Peer}, ledger.Pulled, "pull", session.SessionID,
-			ledger.Result{MessageID: in.ID, Harness: session.Harness, Outcome: ledger.Queued, Bytes: len(in.Body)}, nil)
+			ledger.Result{MessageID: in.ID, Harness: session.Harness, Outcome: ledger.Queued, Bytes: len(in.Body), Text: in.Body}, nil)
 	}
 }
 

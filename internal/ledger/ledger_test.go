@@ -136,7 +136,7 @@ func TestAuditLine(t *testing.T) {
 func TestWatchSlowNeverBlocks(t *testing.T) {
 	w := NewWatchers(2, 16)
 	s := NewStream(w)
-	x, err := w.Watch(nil)
+	x, err := w.Watch(nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,12 +166,12 @@ func TestWatchSlowNeverBlocks(t *testing.T) {
 // watch keeps only what its filter accepts, and never sees a refusal's cause.
 func TestWatchersBounded(t *testing.T) {
 	w := NewWatchers(2, 8)
-	a, err1 := w.Watch(func(e *Event) bool { return e.To == "svc:a" })
-	b, err2 := w.Watch(nil)
+	a, err1 := w.Watch(func(e *Event) bool { return e.To == "svc:a" }, false)
+	b, err2 := w.Watch(nil, false)
 	if err1 != nil || err2 != nil {
 		t.Fatal(err1, err2)
 	}
-	if _, err := w.Watch(nil); err != ErrWatchersFull {
+	if _, err := w.Watch(nil, false); err != ErrWatchersFull {
 		t.Fatalf("third watch: %v, want ErrWatchersFull", err)
 	}
 	s := NewStream(w)
@@ -191,7 +191,7 @@ func TestWatchersBounded(t *testing.T) {
 	if w.Len() != 1 {
 		t.Fatalf("%d watches after a close", w.Len())
 	}
-	if c, err := w.Watch(nil); err != nil {
+	if c, err := w.Watch(nil, false); err != nil {
 		t.Fatalf("a freed place is refused: %v", err)
 	} else {
 		c.Close()
@@ -229,3 +229,43 @@ func TestNilStream(t *testing.T) {
 	s.Emit(Event{Kind: Sent})
 	s.Request(Via{}, Sent, "send", "x", Result{}, nil)
 }
+
+// TestWatchText: a watch that asked for texts holds each event's text, and only it: the
+// audit and counter sinks and a watch without text never see one; the texts a watch holds
+// unread are bounded (MaxTextBytes), the oldest going first, counted as lost. Mutant tried:
+// the byte bound off (red: 40 MiB held).
+func TestWatchText(t *testing.T) {
+	w := NewWatchers(4, 64)
+	var seen []string
+	spy := sinkFunc(func(e *Event) { seen = append(seen, e.Detail) })
+	s := NewStream(w, spy)
+	with, _ := w.Watch(nil, true)
+	without, _ := w.Watch(nil, false)
+	s.Request(Via{Transport: HTTP}, Sent, "send", "svc:a", Result{MessageID: "m", Text: "hello"}, nil)
+	ctx := context.Background()
+	if got, _, _ := with.Next(ctx, nil); len(got) != 1 || got[0].Text != "hello" || got[0].MessageID != "m" {
+		t.Fatalf("with text: %+v", got)
+	}
+	if got, _, _ := without.Next(ctx, nil); len(got) != 1 || got[0].Text != "" {
+		t.Fatalf("without text: %+v", got)
+	}
+	if len(seen) != 1 {
+		t.Fatalf("the other sink saw %d events", len(seen))
+	}
+	big := strings.Repeat("x", 1<<20)
+	for range 40 {
+		s.Request(Via{Transport: HTTP}, Sent, "send", "svc:a", Result{MessageID: "m", Text: big}, nil)
+	}
+	got, lost, _ := with.Next(ctx, nil)
+	held := 0
+	for _, it := range got {
+		held += len(it.Text)
+	}
+	if held > MaxTextBytes || lost == 0 || len(got)+int(lost) != 40 {
+		t.Fatalf("held %d bytes of text in %d items, lost %d; want at most %d, the rest lost", held, len(got), lost, MaxTextBytes)
+	}
+}
+
+type sinkFunc func(*Event)
+
+func (f sinkFunc) Event(e *Event) { f(e) }

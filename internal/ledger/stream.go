@@ -5,6 +5,13 @@ import (
 	"time"
 )
 
+// TextSink is a sink that may also be handed the text of the message or reply an event is
+// about, which no other sink is ever given (the monitors that asked for text: Watchers).
+type TextSink interface {
+	Sink
+	EventText(e *Event, text string)
+}
+
 // Sink takes the events of a stream. Event must not block and must not keep e: the stream
 // calls it on the path of the request that caused the event, after its answer is out.
 type Sink interface {
@@ -33,7 +40,11 @@ func NewStream(sinks ...Sink) *Stream {
 }
 
 // Emit numbers e, stamps its time when unset, and hands it to every sink.
-func (s *Stream) Emit(e Event) {
+func (s *Stream) Emit(e Event) { s.emit(e, "") }
+
+// emit is Emit with the text of the message or reply e is about ("" for none): only a
+// TextSink is handed it, the audit log and the counters never.
+func (s *Stream) emit(e Event, text string) {
 	if s == nil {
 		return
 	}
@@ -42,6 +53,10 @@ func (s *Stream) Emit(e Event) {
 		e.Time = s.now()
 	}
 	for _, k := range s.sinks {
+		if ts, ok := k.(TextSink); ok && text != "" {
+			ts.EventText(&e, text)
+			continue
+		}
 		k.Event(&e)
 	}
 }
@@ -60,7 +75,7 @@ func (s *Stream) Request(via Via, kind Kind, request, target string, r Result, e
 		e.Refusal(x.Code, x.Detail)
 		e.Err = err
 	}
-	s.Emit(e)
+	s.emit(e, r.Text)
 }
 
 // Result is what a transport knows of an answered request, for its event.
@@ -71,4 +86,7 @@ type Result struct {
 	Harness   string
 	Outcome   Outcome
 	Bytes     int
+	// Text is the message's or the reply's text, for a monitor that asked for it
+	// (TextSink); it never enters an Event.
+	Text string
 }
