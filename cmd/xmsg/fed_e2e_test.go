@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -448,6 +449,10 @@ func TestFederationMessagesAndReplies(t *testing.T) {
 		if status != 200 || !strings.Contains(expo, want) {
 			t.Errorf("metrics (%d) lack %q:\n%s", status, want, expo)
 		}
+	}
+	// A local send to the peer counts under its name: messages and bytes each way by peer.
+	if !regexp.MustCompile(`xmsg_events_total\{event="sent",transport="http",harness="[^"]*",peer="b",outcome="delivered",code=""\} [1-9]`).MatchString(expo) {
+		t.Errorf("metrics lack the sends to peer b:\n%s", expo)
 	}
 	promtool(t, expo)
 }

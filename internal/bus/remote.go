@@ -106,8 +106,10 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 	if b.cfg.Fed == nil || !b.cfg.Fed.Known(peer) {
 		return Delivery{}, unknownPeer(peer)
 	}
-	return b.cfg.Fed.Send(ctx, RemoteSend{Peer: peer, TargetRef: target, Text: s.Text, FromName: s.FromName, Bytes: s.Bytes,
+	d, err := b.cfg.Fed.Send(ctx, RemoteSend{Peer: peer, TargetRef: target, Text: s.Text, FromName: s.FromName, Bytes: s.Bytes,
 		Principal: s.fedPrincipal(), Return: s.Caller, PushReplies: s.PushReplies, IdemPrincipal: s.Principal, Key: s.Key})
+	d.Peer = peer // a configured peer's name: the send's event counts under it, sent or refused
+	return d, err
 }
 
 // pushRemote plans the push of a reply to a sender on another node (docs/protocol.md §8.5). The

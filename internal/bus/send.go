@@ -60,13 +60,15 @@ type Delivery struct {
 	Bytes     int            `json:"bytes"`
 	MessageID string         `json:"messageId"`
 	Outcome   ledger.Outcome `json:"outcome"`
-	// Harness is the recipient's harness, for the send's event; not on the wire.
+	// Harness is the recipient's harness, and Peer the configured peer a remote send went to,
+	// for the send's event; not on the wire.
 	Harness string `json:"-"`
+	Peer    string `json:"-"`
 }
 
 // Result is what the send's event says of it, and its text for a monitor that asked for it.
 func (d Delivery) Result(text string) ledger.Result {
-	return ledger.Result{MessageID: d.MessageID, Harness: d.Harness, Outcome: d.Outcome, Bytes: d.Bytes, Text: text}
+	return ledger.Result{MessageID: d.MessageID, Harness: d.Harness, Peer: d.Peer, Outcome: d.Outcome, Bytes: d.Bytes, Text: text}
 }
 
 // keyLocks serializes sends that share an idempotency key, so two concurrent retries cannot

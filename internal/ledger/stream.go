@@ -70,6 +70,9 @@ func (s *Stream) Request(via Via, kind Kind, request, target string, r Result, e
 	}
 	e := Event{Kind: kind, Request: request, To: target, From: via.Actor, Transport: via.Transport, Peer: via.Peer,
 		MessageID: r.MessageID, InReplyTo: r.InReplyTo, ReplySeq: r.ReplySeq, Harness: r.Harness, Outcome: r.Outcome, Bytes: r.Bytes}
+	if e.Peer == "" {
+		e.Peer = r.Peer
+	}
 	if err != nil {
 		x := AsError(err)
 		e.Refusal(x.Code, x.Detail)
@@ -86,6 +89,9 @@ type Result struct {
 	Harness   string
 	Outcome   Outcome
 	Bytes     int
+	// Peer is the federation peer a request went to, when its transport is not the peer's
+	// own (a local send to a remote ref): the event counts under it.
+	Peer string
 	// Text is the message's or the reply's text, for a monitor that asked for it
 	// (TextSink); it never enters an Event.
 	Text string
