@@ -445,7 +445,7 @@ func TestFederationMessagesAndReplies(t *testing.T) {
 	// The metrics say the same of the peer: its handshakes counted and it up, under the
 	// peers file's name, and the scrape is valid exposition.
 	status, expo := a.text("/metrics")
-	for _, want := range []string{`xmsg_fed_up{peer="b",direction="outbound"} 1`, `xmsg_fed_handshakes_total{peer="b",direction="outbound",result="ok"} `} {
+	for _, want := range []string{`xmsg_fed_up{peer="b",direction="outbound"} 1`, `xmsg_fed_handshakes_total{peer="b",direction="outbound",result="ok"} `, "xmsg_fed_refused_capacity_total 0"} {
 		if status != 200 || !strings.Contains(expo, want) {
 			t.Errorf("metrics (%d) lack %q:\n%s", status, want, expo)
 		}

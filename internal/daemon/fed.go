@@ -189,6 +189,15 @@ func (f *federation) handshakes() (map[fed.HandshakeKey]uint64, map[fed.Handshak
 	return f.node.Handshakes()
 }
 
+// listenerCounts are the federation listener's refusals for capacity and evictions (ok
+// false without a listener).
+func (f *federation) listenerCounts() (refused, evicted uint64, ok bool) {
+	if f == nil || f.node == nil {
+		return 0, 0, false
+	}
+	return f.node.ListenerCounts()
+}
+
 // leafPeers are the configured leaf peers' names.
 func (f *federation) leafPeers() []string {
 	if f == nil || f.node == nil {

@@ -220,6 +220,12 @@ func (t *tier) Metrics(w io.Writer) {
 			m.sample("xmsg_fed_up", v, "peer", k.Peer, "direction", k.Direction)
 		}
 	}
+	if refused, evicted, ok := t.d.fed.listenerCounts(); ok {
+		m.family("xmsg_fed_refused_capacity_total", "counter", "Federation connections refused before a handshake because the listener was full.")
+		m.sample("xmsg_fed_refused_capacity_total", float64(refused))
+		m.family("xmsg_fed_evictions_total", "counter", "Federation connections evicted before their handshake to make room for others.")
+		m.sample("xmsg_fed_evictions_total", float64(evicted))
+	}
 	if tallies := t.d.custody.Tallies(); tallies != nil {
 		m.family("xmsg_custody_total", "counter", "Custody hand-overs (code empty) and refusals (their code), per secret (a held one's name, else unknown).")
 		keys := make([]custody.Tally, 0, len(tallies))

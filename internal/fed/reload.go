@@ -104,6 +104,17 @@ func (n *Node) Handshakes() (counts map[HandshakeKey]uint64, up map[HandshakeKey
 	return counts, up
 }
 
+// ListenerCounts are the federation listener's connections refused for capacity and evicted
+// to make room since start; ok is false without a listener. Both happen before a handshake,
+// so no peer is known for them.
+func (n *Node) ListenerCounts() (refused, evicted uint64, ok bool) {
+	lst := n.lst.Load()
+	if lst == nil {
+		return 0, 0, false
+	}
+	return uint64(lst.refused.Load()), uint64(lst.evicted.Load()), true
+}
+
 // DoctorLines describes the federation for `xmsg doctor`: the listener, our pin, each peer
 // (name, trust, pin or CA identities, allow list, last handshakes) and the reload state.
 func (n *Node) DoctorLines() []string {
