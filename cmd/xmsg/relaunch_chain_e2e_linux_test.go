@@ -187,9 +187,12 @@ func TestRelaunchChainStaysSmall(t *testing.T) {
 		t.Fatalf("after 10 relaunches: %d processes, %d of them serve; want 3 (the first daemon, the helper, the current daemon), 2 serving:\n%s",
 			len(ps), got, strings.Join(lines, "\n"))
 	}
-	// Still one bus: it answers.
+	// Still one bus: it answers, and its metrics count the relaunches of its chain.
 	if status, _ := d.do("GET", "/healthz", ""); status != 200 {
 		t.Fatalf("healthz after 10 relaunches: %d", status)
+	}
+	if v, raw := metric(t, d, "xmsg_relaunches"); v != 10 {
+		t.Errorf("xmsg_relaunches %v after 10 relaunches:\n%s", v, raw)
 	}
 }
 

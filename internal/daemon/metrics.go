@@ -15,6 +15,7 @@ import (
 	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/httpapi"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/relaunch"
 	"github.com/xmsg/xmsg/internal/store"
 	"github.com/xmsg/xmsg/internal/version"
 )
@@ -220,6 +221,8 @@ func (t *tier) Metrics(w io.Writer) {
 			m.sample("xmsg_fed_up", v, "peer", k.Peer, "direction", k.Direction)
 		}
 	}
+	m.family("xmsg_relaunches", "gauge", "Times the daemon was started again in its relaunch chain (a session directory appeared) before this process.")
+	m.sample("xmsg_relaunches", float64(relaunch.Relaunches()))
 	if refused, evicted, ok := t.d.fed.listenerCounts(); ok {
 		m.family("xmsg_fed_refused_capacity_total", "counter", "Federation connections refused before a handshake because the listener was full.")
 		m.sample("xmsg_fed_refused_capacity_total", float64(refused))

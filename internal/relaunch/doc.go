@@ -33,7 +33,12 @@
 // [ExitRestart], and the unit restarts it while the socket units keep the sockets.
 package relaunch
 
-import "github.com/xmsg/xmsg/internal/activation"
+import (
+	"os"
+	"strconv"
+
+	"github.com/xmsg/xmsg/internal/activation"
+)
 
 // Arg is the hidden subcommand that runs the handover helper.
 const Arg = "__relaunch"
@@ -45,3 +50,16 @@ const ExitRestart = 75
 // EnvHandover says why the sockets were handed over (the directory that appeared); the new
 // daemon logs it and doctor reports it (activation reads it beside LISTEN_FDS).
 const EnvHandover = activation.EnvHandover
+
+// EnvRelaunches is how many daemons the handover helper started before this one: 0 (or
+// unset) for the first daemon of a chain. The metrics report it.
+const EnvRelaunches = "XMSG_RELAUNCHES"
+
+// Relaunches is this daemon's EnvRelaunches: the relaunches of its chain so far.
+func Relaunches() int {
+	n, err := strconv.Atoi(os.Getenv(EnvRelaunches))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}

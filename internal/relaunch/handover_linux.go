@@ -205,7 +205,7 @@ func cleanEnv(env []string) []string {
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", envNames, envExec, envAsk, EnvHandover:
+		case "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", envNames, envExec, envAsk, EnvHandover, EnvRelaunches:
 			continue
 		}
 		out = append(out, kv)
@@ -284,6 +284,7 @@ type supervisor struct {
 	sigs     chan os.Signal
 	stops    <-chan byte
 	stopping bool // a stop came: no daemon is started after the current one
+	started  int  // daemons started so far (the next one's EnvRelaunches)
 }
 
 func (s *supervisor) run(reason string) (int, error) {
@@ -318,7 +319,8 @@ func (s *supervisor) one(reason string) (code int, again string, err error) {
 	cmd.ExtraFiles = append(append([]*os.File{}, s.sockets...), askW)
 	cmd.Env = append(cleanEnv(os.Environ()), envExec+"=1",
 		"LISTEN_FDS="+strconv.Itoa(n), "LISTEN_FDNAMES="+strings.Join(s.names, ":"),
-		EnvHandover+"="+reason, envAsk+"="+strconv.Itoa(3+n))
+		EnvHandover+"="+reason, envAsk+"="+strconv.Itoa(3+n), EnvRelaunches+"="+strconv.Itoa(s.started+1))
+	s.started++
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	// A daemon never outlives its helper, however the helper ends (even SIGKILL).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
