@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -530,4 +531,28 @@ func TestStatusFollowsAMessage(t *testing.T) {
 			t.Errorf("doctor lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestMetricsQueueAge: a configured service that is not connected holds what is sent to it;
+// the scrape names its queue's depth and the age of its oldest message, and both are 0 for an
+// empty queue. Mutant tried: the age never filled in (red: the family is missing).
+func TestMetricsQueueAge(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDaemon(t, "--svc-exe", "late="+self, "--svc-exe", "idle="+self)
+	if status, _ := sendHTTP(t, d.client(), "svc:late", "tester", "waiting"); status != 202 {
+		t.Fatalf("send to the unconnected service: %d", status)
+	}
+	if v, raw := metric(t, d, `xmsg_queue_depth{service="late"}`); v != 1 {
+		t.Fatalf("depth %v, want 1:\n%s", v, raw)
+	}
+	_, raw := metric(t, d, "xmsg_build_info")
+	for _, want := range []string{`xmsg_queue_oldest_age_seconds{service="late"} `, `xmsg_queue_oldest_age_seconds{service="idle"} 0`} {
+		if !strings.Contains(raw, want) {
+			t.Errorf("scrape lacks %q:\n%s", want, raw)
+		}
+	}
+	promtool(t, raw)
 }

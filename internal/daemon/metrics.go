@@ -157,13 +157,20 @@ func (t *tier) Metrics(w io.Writer) {
 	if st := t.d.store; st != nil {
 		var c store.Counts
 		depth := map[string]int{}
+		oldest := map[string]int64{} // a non-empty queue's head's creation time
 		err := st.View(func(tx *store.Tx) error {
 			c = tx.Counts()
-			for _, name := range t.d.cfg.SvcNames() {
-				depth[name] = tx.QueueLen(svc.SessionID(name))
-			}
+			names := t.d.cfg.SvcNames()
 			if t.d.leaf != nil {
-				depth[t.d.leaf.id.Service] = tx.QueueLen(svc.SessionID(t.d.leaf.id.Service))
+				names = append(names, t.d.leaf.id.Service)
+			}
+			for _, name := range names {
+				depth[name] = tx.QueueLen(svc.SessionID(name))
+				if depth[name] > 0 {
+					if head, ok, err := tx.Head(svc.SessionID(name)); err == nil && ok {
+						oldest[name] = head.CreatedAt
+					}
+				}
 			}
 			return nil
 		})
@@ -176,6 +183,15 @@ func (t *tier) Metrics(w io.Writer) {
 			m.family("xmsg_queue_depth", "gauge", "Rows in each configured service's queue.")
 			for _, name := range sortedKeys(depth) {
 				m.sample("xmsg_queue_depth", float64(depth[name]), "service", name)
+			}
+			m.family("xmsg_queue_oldest_age_seconds", "gauge", "Age of the oldest message waiting in each configured service's queue (0 when none waits).")
+			now := time.Now().Unix()
+			for _, name := range sortedKeys(depth) {
+				age := int64(0)
+				if at, ok := oldest[name]; ok && now > at {
+					age = now - at
+				}
+				m.sample("xmsg_queue_oldest_age_seconds", float64(age), "service", name)
 			}
 		}
 		per, n, sum := st.CommitTimes()
