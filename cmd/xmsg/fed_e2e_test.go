@@ -330,6 +330,19 @@ func TestFederationMessagesAndReplies(t *testing.T) {
 		}
 	}
 
+	// A monitor on b, run as b's user on b's http.sock, sees the message arrive from a.
+	mon := b.asUser([]string{"XMSG_TEST_ROLE=xmsg"}, b.exe, "monitor", "--json", "--count", "1", "--event", "sent")
+	var monOut strings.Builder
+	mon.Stdout = &monOut
+	if err := mon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mon.Process.Kill(); mon.Wait() })
+	daemontest.WaitFor(t, "b's monitor attached", func() bool {
+		_, expo := b.text("/metrics")
+		return strings.Contains(expo, "xmsg_monitors 1")
+	})
+
 	// 1. HTTP (anonymous) a → b; the bot on b replies on register.sock; a's long-poll, which
 	// asks b's, wakes with the reply.
 	status, d, _ := a.http("POST", "/v1/sessions/svc:bot@b/messages", `{"from":"carol","text":"hello b"}`)
@@ -343,6 +356,14 @@ func TestFederationMessagesAndReplies(t *testing.T) {
 	}
 	if o, _ := got["origin"].(map[string]any); o["kind"] != "fed" || o["host"] != "a" {
 		t.Errorf("origin = %v, want fed from a", got["origin"])
+	}
+	if err := mon.Wait(); err != nil {
+		t.Fatalf("b's monitor: %v", err)
+	}
+	var ev map[string]any
+	json.Unmarshal([]byte(monOut.String()), &ev)
+	if ev["event"] != "sent" || ev["transport"] != "fed" || ev["peer"] != "a" || ev["message_id"] != id1 || ev["from"] != "fed:a" {
+		t.Errorf("b's monitor saw %q, want the message sent over fed from a", monOut.String())
 	}
 	if !strings.HasPrefix(str(got["fromName"]), "xmsg@a · carol") {
 		t.Errorf("fromName = %v", got["fromName"])
