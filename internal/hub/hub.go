@@ -116,9 +116,11 @@ func (m *Mailboxes) Batch(ctx context.Context, peer string, wait time.Duration, 
 	return rows, err
 }
 
-// Ack deletes the mail ids from leaf peer's mailbox in one commit and marks each delivered:
-// the leaf acks only after its service acknowledged the message. Only that peer's mailbox is
-// searched; ids not there (acked before) are skipped. It returns how many it removed.
+// Ack deletes the mail ids from leaf peer's mailbox and marks each delivered: the leaf acks
+// only after its service acknowledged the message. Only that peer's mailbox is searched; ids
+// not there (acked before) are skipped. It returns how many it took: their deletes ride the
+// next commit (settle), so a count answered is of rows taken, not yet of rows committed; a
+// failed commit hands them out again, and the leaf, knowing each by its id, acks it again.
 func (m *Mailboxes) Ack(peer string, ids []string) (int, error) {
 	return m.settle(peer, ids, ledger.Acked, "inbox_ack")
 }
