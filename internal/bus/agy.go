@@ -302,7 +302,7 @@ func (b *Bus) sendAgy(a arrival, t Target, msg store.Message) (Delivery, error) 
 
 // pushAgy pushes a reply to an agy sender: through agentapi now (after the commit) when it
 // has credentials, else into its conversation's queue.
-func (b *Bus) pushAgy(sessionID string, pushed *store.Message, badge, body string, now int64, text string) (string, *store.Pending, func() string) {
+func (b *Bus) pushAgy(sessionID string, pushed *store.Message, badge, body string, now int64, text string) (ledger.Outcome, *store.Pending, func() ledger.Outcome) {
 	var r *Registration
 	for _, x := range b.liveRegistrations() {
 		if x.SessionID == sessionID && x.agy != nil {
@@ -310,16 +310,16 @@ func (b *Bus) pushAgy(sessionID string, pushed *store.Message, badge, body strin
 		}
 	}
 	if r == nil {
-		return ledger.SenderGone.String(), nil, nil
+		return ledger.SenderGone, nil, nil
 	}
 	if c, ok := b.agyCredentials(r); ok {
-		return ledger.Pushed.String(), nil, func() string {
+		return ledger.Pushed, nil, func() ledger.Outcome {
 			if err := b.agyDeliver(r, c, badge, body); err != nil {
-				return ledger.PushFailed.String()
+				return ledger.PushFailed
 			}
-			return ledger.Pushed.String()
+			return ledger.Pushed
 		}
 	}
-	return ledger.Pushed.String(), &store.Pending{ID: pushed.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: now, FromName: badge,
+	return ledger.Pushed, &store.Pending{ID: pushed.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: now, FromName: badge,
 		Bytes: len(text), Text: text, Envelope: body}, nil
 }

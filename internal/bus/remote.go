@@ -30,7 +30,7 @@ type Federation interface {
 	Send(ctx context.Context, s RemoteSend) (Delivery, error)
 	// PushReply posts a reply envelope (§8.5) and returns the push outcome: pushed,
 	// sender_gone or push_failed.
-	PushReply(ctx context.Context, r OutgoingReply) string
+	PushReply(ctx context.Context, r OutgoingReply) ledger.Outcome
 	// Sessions lists a peer's sessions (GET /fed/v2/sessions).
 	Sessions(ctx context.Context, peer string) ([]RemoteSession, error)
 	// Replies long-polls a peer for replies to a message we sent it.
@@ -117,17 +117,17 @@ func (b *Bus) sendRemote(ctx context.Context, s Send, target, peer string) (Deli
 // can reply to the reply and only that peer may.
 func (b *Bus) pushRemote(ctx context.Context, caller Caller, msg store.Message, text string, now int64) pushPlan {
 	if b.cfg.Fed == nil || !b.cfg.Fed.Known(msg.ReturnHost) {
-		return pushPlan{outcome: ledger.PushFailed.String()}
+		return pushPlan{outcome: ledger.PushFailed}
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return pushPlan{outcome: ledger.PushFailed.String()}
+		return pushPlan{outcome: ledger.PushFailed}
 	}
 	pushed := &store.Message{ID: id.String(), CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name),
 		Bytes: len(text), Outcome: ledger.Accepted.String(), RecipientHarness: RemoteHarness, ReturnHarness: caller.Harness, ReturnSessionID: caller.SessionID,
 		ReturnHost: b.cfg.Host, PushReplies: true, ThreadID: msg.ThreadID}
 	out := &store.Outbound{ID: pushed.ID, Peer: msg.ReturnHost, TargetRef: msg.ReturnSessionID, Outcome: ledger.Accepted.String(), CreatedAt: now}
-	return pushPlan{outcome: ledger.Pushed.String(), msg: pushed, out: out, deliver: func() string {
+	return pushPlan{outcome: ledger.Pushed, msg: pushed, out: out, deliver: func() ledger.Outcome {
 		return b.cfg.Fed.PushReply(context.WithoutCancel(ctx), OutgoingReply{Peer: msg.ReturnHost, ID: pushed.ID, InReplyTo: msg.ID,
 			Replier: caller, Text: text, CreatedAt: now})
 	}}

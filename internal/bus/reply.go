@@ -99,13 +99,13 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text string) 
 	if msg.ReturnHarness != "" && msg.ReturnSessionID != "" {
 		switch {
 		case !msg.PushReplies:
-			plan.outcome = "disabled"
+			plan.outcome = ledger.PushDisabled
 		case msg.ReturnHost != "" && msg.ReturnHost != b.cfg.Host:
 			plan = b.pushRemote(ctx, caller, msg, text, now)
 		default:
 			id, err := uuid.NewV7()
 			if err != nil {
-				plan.outcome = ledger.PushFailed.String()
+				plan.outcome = ledger.PushFailed
 				break
 			}
 			badge := envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name)
@@ -125,17 +125,17 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text string) 
 // an outbound row, a queue entry) commits with the reply; deliver, if set, runs after that
 // commit and returns the final outcome.
 type pushPlan struct {
-	outcome string
+	outcome ledger.Outcome
 	msg     *store.Message  // the pushed message, so its recipient can reply to it
 	out     *store.Outbound // a push to a peer: only that peer may reply to the pushed message
 	pending *store.Pending
-	deliver func() string
+	deliver func() ledger.Outcome
 }
 
 // commitReply stores reply with plan's records, runs plan's delivery, records a failed
 // delivery, and wakes long-pollers.
 func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error) {
-	reply.PushOutcome = plan.outcome
+	reply.PushOutcome = plan.outcome.String()
 	var slot *queueSlot
 	if plan.pending != nil {
 		// The queue bound is checked before the commit (see queueState); a full queue fails
@@ -183,10 +183,10 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 		return store.Reply{}, err
 	}
 	if plan.deliver != nil && reply.PushOutcome == ledger.Pushed.String() {
-		if outcome := plan.deliver(); outcome != ledger.Pushed.String() {
+		if outcome := plan.deliver(); outcome != ledger.Pushed {
 			// The push did not arrive: record that, and drop the pushed message's rows.
 			pushedID := reply.PushedMessageID
-			reply.PushOutcome, reply.PushedMessageID = outcome, ""
+			reply.PushOutcome, reply.PushedMessageID = outcome.String(), ""
 			err := b.cfg.Store.Update(func(tx *store.Tx) error {
 				if err := tx.DeleteMessage(pushedID); err != nil {
 					return err
@@ -218,32 +218,32 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 		ReturnSessionID: replier.SessionID, ReturnHost: replierHost, PushReplies: true, ThreadID: msg.ThreadID}
 	h := b.h.Lookup(msg.ReturnHarness)
 	if h == nil {
-		return pushPlan{outcome: ledger.SenderGone.String()} // a harness this bus does not route to
+		return pushPlan{outcome: ledger.SenderGone} // a harness this bus does not route to
 	}
 	switch {
 	case h.Delivery() == harness.Inbox:
 		target, ok := b.cfg.Claude.ByID(msg.ReturnSessionID)
 		if !ok {
-			return pushPlan{outcome: ledger.SenderGone.String()}
+			return pushPlan{outcome: ledger.SenderGone}
 		}
 		line, err := envelope.ClaudeLine(badge, claudeBody)
 		if err != nil {
-			return pushPlan{outcome: ledger.PushFailed.String()}
+			return pushPlan{outcome: ledger.PushFailed}
 		}
 		// Delivered only after the reply and the pushed message are committed (the caller
 		// runs deliver), so the sender can reply to the push the instant it arrives.
-		return pushPlan{outcome: ledger.Pushed.String(), msg: pushed, deliver: func() string {
+		return pushPlan{outcome: ledger.Pushed, msg: pushed, deliver: func() ledger.Outcome {
 			if err := b.deliverClaude(target.MessagingSocketPath, line); err != nil {
 				if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-					return ledger.SenderGone.String()
+					return ledger.SenderGone
 				}
-				return ledger.PushFailed.String()
+				return ledger.PushFailed
 			}
-			return ledger.Pushed.String()
+			return ledger.Pushed
 		}}
 	case h.Delivery() == harness.Agentapi:
 		outcome, pending, deliver := b.pushAgy(msg.ReturnSessionID, pushed, badge, claudeBody, now, text)
-		if outcome != ledger.Pushed.String() {
+		if outcome != ledger.Pushed {
 			return pushPlan{outcome: outcome}
 		}
 		return pushPlan{outcome: outcome, msg: pushed, pending: pending, deliver: deliver}
@@ -251,7 +251,7 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 		// A service's queue is durable and its id stable: queue even while it reconnects.
 	default:
 		if _, alive := b.liveProcessSession(msg.ReturnSessionID, msg.ReturnHarness); !b.registered(msg.ReturnSessionID) && !alive {
-			return pushPlan{outcome: ledger.SenderGone.String()}
+			return pushPlan{outcome: ledger.SenderGone}
 		}
 	}
 	pending := &store.Pending{ID: newID, SessionID: msg.ReturnSessionID, CreatedAt: now, FromName: badge, Bytes: len(text), Text: text,
@@ -263,7 +263,7 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 			pending.Origin = fmtOrigin("local", &replier)
 		}
 	}
-	return pushPlan{outcome: ledger.Pushed.String(), msg: pushed, pending: pending}
+	return pushPlan{outcome: ledger.Pushed, msg: pushed, pending: pending}
 }
 
 func (b *Bus) registered(sessionID string) bool {

@@ -189,7 +189,7 @@ func (n *Node) post(ctx context.Context, peer string, e Envelope) (bus.Delivery,
 }
 
 // PushReply implements bus.Federation: POST /fed/v2/replies (§8.5).
-func (n *Node) PushReply(ctx context.Context, r bus.OutgoingReply) string {
+func (n *Node) PushReply(ctx context.Context, r bus.OutgoingReply) ledger.Outcome {
 	e := ReplyEnvelope{V: Version, ID: r.ID, InReplyTo: r.InReplyTo, Text: r.Text, CreatedAt: r.CreatedAt,
 		Replier: WireReplier{Harness: r.Replier.Harness, SessionID: r.Replier.SessionID, Name: r.Replier.Name}}
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
@@ -201,12 +201,12 @@ func (n *Node) PushReply(ctx context.Context, r bus.OutgoingReply) string {
 	switch {
 	case err == nil:
 		// The peer took the reply (2xx); what its own push did is its business.
-		return "pushed"
+		return ledger.Pushed
 	case bus.AsError(err).Code == ledger.Gone:
-		return "sender_gone"
+		return ledger.SenderGone
 	}
 	n.cfg.Log.Warn("fed reply push failed", "peer", r.Peer, "message_id", r.InReplyTo, "code", bus.AsError(err).Code)
-	return "push_failed"
+	return ledger.PushFailed
 }
 
 // Sessions implements bus.Federation: GET /fed/v2/sessions.
