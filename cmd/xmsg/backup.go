@@ -18,7 +18,7 @@ import (
 // file beside FILE, fsynced, checked as Open checks a store, renamed onto FILE and the
 // directory fsynced: FILE is the old file or the whole new copy, never part of one.
 func backupFlags(fs *flag.FlagSet, st stdio) func([]string) error {
-	sock := fs.String("http-sock", "", "the bus's http.sock (env XMSG_HTTP_SOCK; default $XDG_RUNTIME_DIR/xmsg/http.sock)")
+	sock := httpSockFlag(fs)
 	tcpURL := fs.String("url", "", "ask the daemon on this TCP listener instead (refused there: backups are served on http.sock only)")
 	return func(pos []string) error {
 		if len(pos) != 1 {
@@ -69,11 +69,7 @@ func notInUse(file string) error {
 
 // backup fetches the copy into a temporary file beside file and renames it into place.
 func (c *busClient) backup(file string) (n int64, err error) {
-	base := c.base
-	if base == "" {
-		base = "http://localhost"
-	}
-	resp, err := c.http.Post(base+"/v1/admin/backup", "application/json", nil)
+	resp, err := c.http.Post(c.url("/v1/admin/backup"), "application/json", nil)
 	if err != nil {
 		return 0, exitError{exitFailure, fmt.Errorf("cannot reach the bus at %s: %v", c.sock, unwrapURL(err))}
 	}

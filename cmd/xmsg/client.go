@@ -63,12 +63,21 @@ func newBusClient(sock string) *busClient {
 
 // do sends a request and decodes a 2xx JSON answer into out. Error answers become one line
 // with the protocol's code and detail, and the matching exit code.
-func (c *busClient) do(method, path string, body []byte, out any) error {
-	base := c.base
-	if base == "" {
-		base = "http://localhost"
+// url is path on the bus: its TCP listener's base, or http.sock's (any host name does there).
+func (c *busClient) url(path string) string {
+	if c.base == "" {
+		return "http://localhost" + path
 	}
-	req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
+	return c.base + path
+}
+
+// httpSockFlag is every client command's --http-sock.
+func httpSockFlag(fs *flag.FlagSet) *string {
+	return fs.String("http-sock", "", "the bus's http.sock (env XMSG_HTTP_SOCK; default $XDG_RUNTIME_DIR/xmsg/http.sock)")
+}
+
+func (c *busClient) do(method, path string, body []byte, out any) error {
+	req, err := http.NewRequest(method, c.url(path), bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -119,7 +128,7 @@ func unwrapURL(err error) error {
 
 // clientFlags are the flags every client of http.sock takes.
 func clientFlags(fs *flag.FlagSet) (sock *string, asJSON *bool) {
-	sock = fs.String("http-sock", "", "the bus's http.sock (env XMSG_HTTP_SOCK; default $XDG_RUNTIME_DIR/xmsg/http.sock)")
+	sock = httpSockFlag(fs)
 	asJSON = fs.Bool("json", false, "print JSON, for scripts")
 	return sock, asJSON
 }

@@ -11,7 +11,7 @@ import (
 // probe a kubelet runs in a container without a shell (deploy/kubernetes), and a check for
 // scripts. It prints the answer (one JSON line); unreachable is exit 1, an unhealthy answer 4.
 func healthFlags(fs *flag.FlagSet, s stdio) func([]string) error {
-	sock := fs.String("http-sock", "", "the bus's http.sock (env XMSG_HTTP_SOCK; default $XDG_RUNTIME_DIR/xmsg/http.sock)")
+	sock := httpSockFlag(fs)
 	tcpURL := fs.String("url", "", "ask the daemon on this TCP listener instead of http.sock (env XMSG_URL)")
 	return func(pos []string) error {
 		if len(pos) > 0 {

@@ -244,11 +244,7 @@ func printable(s string) string {
 // error answer becomes one line with the protocol's code and the matching exit code. No
 // timeout: the stream lasts as long as the caller reads it.
 func (c *busClient) stream(path string) (*http.Response, error) {
-	base := c.base
-	if base == "" {
-		base = "http://localhost"
-	}
-	resp, err := c.http.Get(base + path)
+	resp, err := c.http.Get(c.url(path))
 	if err != nil {
 		return nil, exitError{exitFailure, fmt.Errorf("cannot reach the bus at %s: %v", c.sock, unwrapURL(err))}
 	}

@@ -116,14 +116,20 @@ func (r *harnessRun) screenText() string { b, _ := os.ReadFile(r.screen); return
 // settle waits until the terminal has shown nothing new for a second.
 func (r *harnessRun) settle(t *testing.T) {
 	t.Helper()
-	n, quiet := len(r.screenText()), 0
-	waitUntil(t, 30*time.Second, "the terminal to settle", func() bool {
-		if m := len(r.screenText()); m != n {
-			n, quiet = m, 0
+	waitStill(t, 30*time.Second, "the terminal to settle", 10, func() int { return len(r.screenText()) })
+}
+
+// waitStill waits until size has not changed for polls checks in a row (100 ms apart).
+func waitStill(t *testing.T, limit time.Duration, what string, polls int, size func() int) {
+	t.Helper()
+	n, still := size(), 0
+	waitUntil(t, limit, what, func() bool {
+		if m := size(); m != n {
+			n, still = m, 0
 			return false
 		}
-		quiet++
-		return quiet >= 10
+		still++
+		return still >= polls
 	})
 }
 
@@ -134,15 +140,7 @@ func (r *harnessRun) submit(t *testing.T, prompt string) {
 	t.Helper()
 	// A prompt typed during a turn is merged into that turn: wait until the model has not
 	// been asked anything for a while (the harness is idle) before typing.
-	n, stable := len(r.requests()), 0
-	waitUntil(t, 60*time.Second, "the harness to be idle", func() bool {
-		if m := len(r.requests()); m != n {
-			n, stable = m, 0
-			return false
-		}
-		stable++
-		return stable >= 15
-	})
+	waitStill(t, 60*time.Second, "the harness to be idle", 15, func() int { return len(r.requests()) })
 	r.typeText(prompt)
 	tries := 0
 	waitUntil(t, 60*time.Second, "the harness to take the prompt "+prompt, func() bool {
