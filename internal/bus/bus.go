@@ -388,7 +388,7 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 		if err == nil {
 			return Target{}, unregistered(d.PID)
 		}
-		if OutOfResources(err) {
+		if ledger.OutOfResources(err) {
 			// /proc could not be read: the process may be alive, so "gone" could be wrong.
 			return Target{}, errorf(ledger.ServiceUnavailable, "process state unreadable for lack of resources; retry later")
 		}
@@ -500,7 +500,7 @@ func (b *Bus) offlineService(h harness.Harness, bare string) (Target, bool) {
 // including the process the caller was attributed to (Attest keeps it).
 func (b *Bus) identify(pid int, meta json.RawMessage) (Caller, []peercred.Stat, error) {
 	chain, err := b.cfg.Proc.Ancestors(pid, 32)
-	if err != nil && OutOfResources(err) {
+	if err != nil && ledger.OutOfResources(err) {
 		return Caller{}, nil, errorf(ledger.ServiceUnavailable, "process ancestry unreadable for lack of resources; retry later")
 	}
 	if err == nil {

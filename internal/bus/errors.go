@@ -13,13 +13,6 @@ type Error = ledger.Error
 // AsError returns err as an *Error (ledger.AsError).
 func AsError(err error) *Error { return ledger.AsError(err) }
 
-// StorageFull reports whether err is a full disk or quota (ledger.StorageFull).
-func StorageFull(err error) bool { return ledger.StorageFull(err) }
-
-// OutOfResources reports whether err is running out of descriptors or memory
-// (ledger.OutOfResources).
-func OutOfResources(err error) bool { return ledger.OutOfResources(err) }
-
 func errorf(code ledger.Code, format string, args ...any) *Error {
 	return &Error{Code: code, Detail: fmt.Sprintf(format, args...)}
 }

@@ -219,7 +219,7 @@ func inboxError(err error) *Error {
 	if errors.Is(err, errOwnSocket) {
 		return errorf(ledger.InboxUnavailable, "session inbox unavailable: its messaging socket is the bus itself")
 	}
-	if OutOfResources(err) {
+	if ledger.OutOfResources(err) {
 		// The delivery could not even be attempted; nothing is wrong with the session.
 		return errorf(ledger.ServiceUnavailable, "out of file descriptors or memory; delivery not attempted, retry later")
 	}
