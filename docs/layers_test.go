@@ -99,7 +99,7 @@ func goFiles(t *testing.T) []goFile {
 // importing store removed from the allowed list: red.
 func TestLayering(t *testing.T) {
 	order := layerOrder(t)
-	storeOK := map[string]bool{"bus": true, "hub": true, "fed": true, "daemon": true, "daemontest": true, "cmd/xmsg": true}
+	storeOK := map[string]bool{"ledger/records": true, "bus": true, "hub": true, "fed": true, "daemon": true, "daemontest": true, "cmd/xmsg": true}
 	files := goFiles(t)
 	for _, g := range files {
 		own, placed := order[g.pkg]
@@ -168,6 +168,58 @@ func TestProcReaders(t *testing.T) {
 	}
 	if n < 5 {
 		t.Fatalf("found %d /proc literals; the walk is broken", n)
+	}
+}
+
+// recordWrites are the store's writes of a message's records (design.md §1: only
+// ledger/records calls them). Queue entries and process sessions are not records.
+var recordWrites = []string{"PutMessage", "DeleteMessage", "AddReply", "PutReply", "PutIdem", "DeleteIdem",
+	"PutOutbound", "DeleteOutbound", "PutMailbox", "PutMailboxMax", "AckMailbox"}
+
+// TestRecordWriters: only ledger/records (and store itself) calls the store's record writes.
+// Each name must still be a method of the store's transaction, so a rename cannot empty the
+// rule. Mutant tried: hub's settle calling tx.AckMailbox itself again: red.
+func TestRecordWriters(t *testing.T) {
+	writes := map[string]bool{}
+	for _, w := range recordWrites {
+		writes[w] = false
+	}
+	calls := 0
+	for _, g := range goFiles(t) {
+		ast.Inspect(g.f, func(x ast.Node) bool {
+			switch x := x.(type) {
+			case *ast.FuncDecl:
+				if g.pkg == "store" && x.Recv != nil {
+					if _, ok := writes[x.Name.Name]; ok {
+						writes[x.Name.Name] = true
+					}
+				}
+			case *ast.CallExpr:
+				sel, ok := x.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if _, ok := writes[sel.Sel.Name]; !ok {
+					return true
+				}
+				switch g.pkg {
+				case "ledger/records":
+					calls++
+				case "store":
+				default:
+					t.Errorf("%s: %s calls %s; design.md §1 lets only ledger/records write a message's records", g.path, g.pkg, sel.Sel.Name)
+				}
+			}
+			return true
+		})
+	}
+	for w, found := range writes {
+		if !found {
+			t.Errorf("store has no method %s: the rule's list is stale", w)
+		}
+	}
+	if calls < len(recordWrites)-1 {
+		t.Fatalf("ledger/records calls %d record writes; the walk is broken", calls)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/ledger/records"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -201,7 +202,10 @@ func (a Agy) Flush(r *Registration) int {
 			if _, err := tx.Ack(agyQueue(r.agy.presence.Conversation), p.ID); err != nil {
 				return err
 			}
-			return markFlushed(tx, p.ID)
+			// A pushed reply's row was written as delivered already; a queued message's
+			// reads delivered from now on.
+			_, err := records.Settled(tx, p.ID, ledger.Queued, ledger.Delivered)
+			return err
 		}); err != nil {
 			b.cfg.Log.Error("agy flush: ack failed", "message_id", p.ID, "err", err)
 			return n
@@ -210,17 +214,6 @@ func (a Agy) Flush(r *Registration) int {
 			MessageID: p.ID, Harness: r.Harness, Outcome: ledger.Delivered})
 		n++
 	}
-}
-
-// markFlushed records that a queued message (or a pushed reply) reached agentapi: its row
-// (if it has one: a push's row was already written as delivered) reads delivered from now on.
-func markFlushed(tx *store.Tx, id string) error {
-	m, found, err := tx.Message(id)
-	if err != nil || !found || m.Outcome != ledger.Queued.String() {
-		return err
-	}
-	m.Outcome = ledger.Delivered.String()
-	return tx.PutMessage(m)
 }
 
 // resolveAgy matches live agy sessions by session id (agy:<pid>:<start>, so a recycled pid

@@ -11,6 +11,7 @@ import (
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/ledger/records"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -168,30 +169,16 @@ func (b *Bus) commit(enqueue func(*store.Tx) error, msg store.Message, idem *sto
 				return err
 			}
 		}
-		if err := tx.PutMessage(msg); err != nil {
-			return err
-		}
-		if idem == nil {
-			return nil
-		}
-		return tx.PutIdem(*idem)
+		return records.Sent(tx, msg, idem)
 	})
 }
 
 // failed records that msg, committed as delivered, did not reach its session, and forgets
 // its idempotency key, so a retry with the same key delivers again.
 func (b *Bus) failed(msg store.Message, idem *store.Idem) {
-	msg.Outcome = ledger.Undelivered.String()
 	b.cfg.Events.Emit(ledger.Event{Kind: ledger.Failed, Transport: ledger.Daemon, MessageID: msg.ID, From: msg.FromName,
 		To: msg.SessionID, Harness: msg.RecipientHarness, Outcome: ledger.Undelivered, Bytes: msg.Bytes})
-	if err := b.cfg.Store.Update(func(tx *store.Tx) error {
-		if idem != nil {
-			if err := tx.DeleteIdem(idem.Principal, idem.Key); err != nil {
-				return err
-			}
-		}
-		return tx.PutMessage(msg)
-	}); err != nil {
+	if err := b.cfg.Store.Update(func(tx *store.Tx) error { return records.Undelivered(tx, msg, idem) }); err != nil {
 		b.cfg.Log.Error("recording failed delivery", "message_id", msg.ID, "err", err)
 	}
 }

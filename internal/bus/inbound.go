@@ -7,6 +7,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/ledger/records"
 	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -71,7 +72,7 @@ func (b *Bus) Accept(ctx context.Context, in Inbound, t Target, unresolved error
 		}
 		m := store.Message{ID: in.ID, CreatedAt: b.nowUnix(), SessionID: in.Ref, FromName: in.FromName, Bytes: len(in.Body), Outcome: outcome,
 			ReturnHost: in.Peer, ThreadID: in.ID}
-		if err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.PutMessage(m) }); err != nil {
+		if err := b.cfg.Store.Update(func(tx *store.Tx) error { return records.Sent(tx, m, nil) }); err != nil {
 			return Delivery{}, err
 		}
 		return Delivery{}, unresolved
@@ -178,7 +179,7 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, 
 			} else if err != nil {
 				return err
 			}
-			if err := tx.PutMessage(msg); err != nil {
+			if err := records.Sent(tx, msg, nil); err != nil {
 				return err
 			}
 			queued = append(queued, i)

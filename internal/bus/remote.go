@@ -9,6 +9,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/ledger/records"
 	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -191,7 +192,7 @@ func (b *Bus) AcceptReply(ctx context.Context, r InboundReply) (outcome, message
 		return "", "", err
 	}
 	if err := b.cfg.Store.Update(func(tx *store.Tx) error {
-		return tx.PutIdem(store.Idem{Principal: idemPrincipal, Key: r.ID, Body: r.Text, MessageID: r.ID, Outcome: reply.PushOutcome, CreatedAt: now})
+		return records.Key(tx, &store.Idem{Principal: idemPrincipal, Key: r.ID, Body: r.Text, MessageID: r.ID, Outcome: reply.PushOutcome, CreatedAt: now})
 	}); err != nil {
 		return "", "", err
 	}
@@ -286,7 +287,7 @@ func (b *Bus) cacheReplies(id string, remote []ReplyView) (bool, error) {
 				continue
 			}
 			seen[k] = true
-			if _, err := tx.AddReply(store.Reply{MessageID: id, CreatedAt: r.CreatedAt, ReplierSessionID: r.ReplierSessionID, Text: r.Text}); err != nil {
+			if _, err := records.Replied(tx, store.Reply{MessageID: id, CreatedAt: r.CreatedAt, ReplierSessionID: r.ReplierSessionID, Text: r.Text}); err != nil {
 				return err
 			}
 			added = true

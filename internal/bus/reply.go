@@ -13,6 +13,7 @@ import (
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/ledger/records"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -161,16 +162,17 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 		}
 		if r.PushOutcome == ledger.Pushed.String() && plan.msg != nil {
 			r.PushedMessageID = plan.msg.ID
-			if err := tx.PutMessage(*plan.msg); err != nil {
+			var err error
+			if plan.out != nil {
+				err = records.SentTo(tx, *plan.msg, *plan.out, nil)
+			} else {
+				err = records.Sent(tx, *plan.msg, nil)
+			}
+			if err != nil {
 				return err
 			}
-			if plan.out != nil {
-				if err := tx.PutOutbound(*plan.out); err != nil {
-					return err
-				}
-			}
 		}
-		seq, err := tx.AddReply(r)
+		seq, err := records.Replied(tx, r)
 		r.Seq = seq
 		reply = r
 		return err
@@ -187,15 +189,7 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 			// The push did not arrive: record that, and drop the pushed message's rows.
 			pushedID := reply.PushedMessageID
 			reply.PushOutcome, reply.PushedMessageID = outcome.String(), ""
-			err := b.cfg.Store.Update(func(tx *store.Tx) error {
-				if err := tx.DeleteMessage(pushedID); err != nil {
-					return err
-				}
-				if err := tx.DeleteOutbound(pushedID); err != nil {
-					return err
-				}
-				return tx.PutReply(reply)
-			})
+			err := b.cfg.Store.Update(func(tx *store.Tx) error { return records.PushUndone(tx, reply, pushedID) })
 			if err != nil {
 				b.cfg.Log.Error("recording failed push", "message_id", reply.MessageID, "err", err)
 			}

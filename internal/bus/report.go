@@ -3,6 +3,7 @@ package bus
 import (
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/ledger/records"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -51,7 +52,7 @@ func (c Claude) Report(cred peercred.Cred, r claude.Report) {
 		b.cfg.Log.Warn("claude report refused: not from the recipient session", "peer_pid", cred.PID, "message_id", r.MessageID)
 		return
 	}
-	if _, err := b.cfg.Store.ReportMessage(r.MessageID, func(m *store.Message) bool {
+	if _, err := records.Reported(b.cfg.Store, r.MessageID, func(m *store.Message) bool {
 		// A settled message stays settled: a session reports held, then one final status.
 		if claude.Final(m.Report) {
 			return false

@@ -78,7 +78,7 @@ type Node struct {
 	transport *http.Transport
 	client    *http.Client
 	limits    *limiter
-	rec       *records // the outbound half's records (Attach)
+	rec       *outbox // the outbound half's records (Attach)
 	book      book
 	dials     atomic.Int64 // outbound TLS handshakes completed: none on the hot path
 	// startPorts are the peer ports the sandbox allows (Ports at start), for reload warnings.

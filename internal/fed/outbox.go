@@ -13,6 +13,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/ledger/records"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -21,9 +22,9 @@ import (
 // message row with the sender's return address, the outbound row naming the peer and the
 // idempotency key are written here, for a peer over the wire and for a leaf into its mailbox.
 
-// records is what the outbound half writes to: the node's store, its leaves' mailboxes and
+// outbox is what the outbound half writes to: the node's store, its leaves' mailboxes and
 // its clock. Attach sets it once the store is open.
-type records struct {
+type outbox struct {
 	store    *store.Store
 	mail     *hub.Mailboxes
 	now      func() time.Time
@@ -38,7 +39,7 @@ func (n *Node) Attach(st *store.Store, mail *hub.Mailboxes, now func() time.Time
 	if now == nil {
 		now = time.Now
 	}
-	n.rec = &records{store: st, mail: mail, now: now}
+	n.rec = &outbox{store: st, mail: mail, now: now}
 }
 
 // Mailboxes are the node's leaf mailboxes (nil before Attach, or without any).
@@ -99,23 +100,13 @@ func (n *Node) Send(ctx context.Context, s bus.RemoteSend) (bus.Delivery, error)
 	defer done()
 	pre := make(chan error, 1)
 	go func() {
-		pre <- r.store.Update(func(tx *store.Tx) error {
-			if err := tx.PutMessage(msg); err != nil {
-				return err
-			}
-			return tx.PutOutbound(out)
-		})
+		pre <- r.store.Update(func(tx *store.Tx) error { return records.SentTo(tx, msg, out, nil) })
 	}()
 	rd, err := n.post(ctx, s.Peer, envelopeOf(s, msg))
 	preErr := <-pre
 	if err != nil || preErr != nil {
 		if preErr == nil {
-			if uerr := r.store.Update(func(tx *store.Tx) error {
-				if err := tx.DeleteMessage(msg.ID); err != nil {
-					return err
-				}
-				return tx.DeleteOutbound(msg.ID)
-			}); uerr != nil {
+			if uerr := r.store.Update(func(tx *store.Tx) error { return records.Withdrawn(tx, msg.ID) }); uerr != nil {
 				n.cfg.Log.Error("forgetting a failed remote send", "message_id", msg.ID, "err", uerr)
 			}
 		}
@@ -131,18 +122,7 @@ func (n *Node) Send(ctx context.Context, s bus.RemoteSend) (bus.Delivery, error)
 	d := bus.Delivery{SessionID: rd.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: rd.Outcome}
 	idem := s.Idem(d, now)
 	final := func() error {
-		return r.store.Update(func(tx *store.Tx) error {
-			if err := tx.PutMessage(msg); err != nil {
-				return err
-			}
-			if err := tx.PutOutbound(out); err != nil {
-				return err
-			}
-			if idem == nil {
-				return nil
-			}
-			return tx.PutIdem(*idem)
-		})
+		return r.store.Update(func(tx *store.Tx) error { return records.SentTo(tx, msg, out, idem) })
 	}
 	if idem != nil {
 		return d, final()

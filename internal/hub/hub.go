@@ -21,6 +21,7 @@ import (
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/ledger/records"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/store"
 	"github.com/xmsg/xmsg/internal/wake"
@@ -61,21 +62,7 @@ func New(st *store.Store, log *slog.Logger, max, maxBytes int) *Mailboxes {
 // leaf's long-poll wakes. A full mailbox is refused like a full service queue: the leaf is
 // behind, the sender may retry.
 func (m *Mailboxes) Put(mail store.MailboxEntry, msg store.Message, out store.Outbound, idem *store.Idem) error {
-	err := m.store.Update(func(tx *store.Tx) error {
-		if err := tx.PutMessage(msg); err != nil {
-			return err
-		}
-		if err := tx.PutOutbound(out); err != nil {
-			return err
-		}
-		if err := tx.PutMailboxMax(mail, m.max, m.maxBytes); err != nil {
-			return err
-		}
-		if idem == nil {
-			return nil
-		}
-		return tx.PutIdem(*idem)
-	})
+	err := m.store.Update(func(tx *store.Tx) error { return records.Mailed(tx, mail, m.max, m.maxBytes, msg, out, idem) })
 	if errors.Is(err, store.ErrMailboxFull) {
 		return m.full(mail.Peer)
 	}
@@ -138,9 +125,9 @@ func (m *Mailboxes) Reject(peer string, ids []string) (int, error) {
 // settleRide). A crash before that commit hands them out again: the leaf knows each by its id
 // and acks it again, so a leaf's ack costs the hub no commit of its own.
 func (m *Mailboxes) settle(peer string, ids []string, kind ledger.Kind, request string) (int, error) {
-	outcome := ledger.Delivered.String()
+	outcome := ledger.Delivered
 	if kind == ledger.Failed {
-		outcome = ledger.NoRecipient.String() // what the leaf found for it: no such service
+		outcome = ledger.NoRecipient // what the leaf found for it: no such service
 	}
 	var fresh []string
 	err := m.store.View(func(tx *store.Tx) error {
@@ -167,17 +154,13 @@ func (m *Mailboxes) settle(peer string, ids []string, kind ledger.Kind, request 
 	committed := m.store.Defer(func(tx *store.Tx) error {
 		done = done[:0]
 		for _, id := range fresh {
-			ok, err := tx.AckMailbox(peer, id)
+			ok, err := records.Taken(tx, peer, id, outcome)
 			if err != nil {
 				return err
 			}
-			if !ok {
-				continue
+			if ok {
+				done = append(done, id)
 			}
-			if err := record(tx, peer, id, outcome); err != nil {
-				return err
-			}
-			done = append(done, id)
 		}
 		return nil
 	})
@@ -212,25 +195,6 @@ func (m *Mailboxes) settle(peer string, ids []string, kind ledger.Kind, request 
 		}
 	}()
 	return len(fresh), nil
-}
-
-// record records what leaf peer said of message id: from now on the message and its
-// outbound row say outcome.
-func record(tx *store.Tx, peer, id, outcome string) error {
-	out, ok, err := tx.Outbound(id)
-	if err != nil || !ok || out.Peer != peer {
-		return err
-	}
-	out.Outcome = outcome
-	if err := tx.PutOutbound(out); err != nil {
-		return err
-	}
-	msg, ok, err := tx.Message(id)
-	if err != nil || !ok {
-		return err
-	}
-	msg.Outcome = outcome
-	return tx.PutMessage(msg)
 }
 
 // ServiceName is the service a leaf's ref names, as the leaf reads a row's `to` (docs/protocol.md

@@ -484,20 +484,6 @@ func (t *Tx) Message(id string) (Message, bool, error) {
 	return get[Message](t.btx.Bucket(bucketMessages), []byte(id))
 }
 
-// ReportMessage changes the message with id as change says, in one transaction: change gets
-// the stored message and reports whether to write it back. found is false when no such
-// message is stored.
-func (s *Store) ReportMessage(id string, change func(*Message) bool) (found bool, err error) {
-	err = s.Update(func(tx *Tx) error {
-		m, ok, err := tx.Message(id)
-		if found = ok; err != nil || !ok || !change(&m) {
-			return err
-		}
-		return tx.PutMessage(m)
-	})
-	return found, err
-}
-
 // PutMessage inserts or replaces a message.
 func (t *Tx) PutMessage(m Message) error {
 	return put(t.btx.Bucket(bucketMessages), []byte(m.ID), m)
