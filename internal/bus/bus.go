@@ -245,7 +245,7 @@ func claudeView(s claude.Session) SessionView {
 func (b *Bus) regView(r *Registration) SessionView {
 	name, t, yes := r.Name, json.RawMessage(strconv.FormatInt(r.RegisteredAt, 10)), true
 	kind := "interactive"
-	if h := b.h.Lookup(r.Harness); h != nil {
+	if h := b.h.Named(r.Harness); h != nil {
 		kind = h.Kind()
 	}
 	return SessionView{SessionID: r.SessionID, Name: &name, PID: r.PID, Cwd: r.Cwd, Status: "idle", Kind: kind,

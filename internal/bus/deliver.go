@@ -41,7 +41,7 @@ type arrival struct {
 // the record is committed, committed with a queue entry, or handed to agentapi. It returns
 // only after the record is committed and fsynced; a refused delivery changes nothing.
 func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error) {
-	h := b.h.Lookup(t.Harness)
+	h := b.h.Named(t.Harness)
 	if h == nil {
 		// A session of a harness this bus's registry lacks (a Codex lease on a bus built
 		// without codex): nothing says how to deliver to it.
@@ -62,7 +62,7 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 		}
 		defer slot.release() // the place, unless the write was committed
 	}
-	msg, err := b.record(t, a)
+	msg, err := b.record(h, t, a)
 	if err != nil {
 		return Delivery{}, err
 	}
@@ -125,9 +125,9 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 	return d, nil
 }
 
-// record is the message row of a for t, outcome delivered; a new id is made here when a
-// has none.
-func (b *Bus) record(t Target, a arrival) (store.Message, error) {
+// record is the message row of a for t, a session of harness h, outcome delivered; a new id
+// is made here when a has none.
+func (b *Bus) record(h harness.Harness, t Target, a arrival) (store.Message, error) {
 	id := a.id
 	if id == "" {
 		u, err := uuid.NewV7()
@@ -141,7 +141,7 @@ func (b *Bus) record(t Target, a arrival) (store.Message, error) {
 	if msg.ThreadID == "" {
 		msg.ThreadID = id
 	}
-	if h := b.h.Lookup(t.Harness); h != nil && h.Delivery() == harness.Inbox {
+	if h.Delivery() == harness.Inbox {
 		// Written to the inbox is all that is known until the session reports (report.go).
 		msg.Report = claude.ReportWritten
 	}

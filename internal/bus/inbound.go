@@ -111,7 +111,7 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 // rest are not, and come again with the next pull. When not even the first fits, the
 // error is the full queue's. newly, when not nil, is told each row queued now (not before).
 func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, err error) {
-	h := b.h.Lookup(t.Harness)
+	h := b.h.Named(t.Harness)
 	if h == nil || h.Delivery() != harness.Queue {
 		return 0, errorf(ledger.Internal, "internal error")
 	}
@@ -166,7 +166,7 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, 
 				return nil // what came before is committed; the rest waits on the hub
 			}
 			a := in.arrival()
-			msg, err := b.record(t, a)
+			msg, err := b.record(h, t, a)
 			if err != nil {
 				return err
 			}

@@ -270,7 +270,7 @@ func (b *Bus) matchingRegistrations(match func(*Registration) bool) []*Registrat
 	}
 	b.mu.Unlock()
 	rank := func(r *Registration) int {
-		if h := b.h.Lookup(r.Harness); h != nil {
+		if h := b.h.Named(r.Harness); h != nil {
 			return h.Rank()
 		}
 		return 1

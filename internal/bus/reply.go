@@ -210,7 +210,7 @@ func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID,
 	pushed := &store.Message{ID: newID, CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: badge, Bytes: len(text),
 		Outcome: ledger.Delivered.String(), RecipientHarness: msg.ReturnHarness, ReturnHarness: replier.Harness,
 		ReturnSessionID: replier.SessionID, ReturnHost: replierHost, PushReplies: true, ThreadID: msg.ThreadID}
-	h := b.h.Lookup(msg.ReturnHarness)
+	h := b.h.Named(msg.ReturnHarness)
 	if h == nil {
 		return pushPlan{outcome: ledger.SenderGone} // a harness this bus does not route to
 	}
@@ -356,7 +356,7 @@ func (b *Bus) Message(id string) (MessageView, error) {
 // its queue since: the recipient took it and acknowledged it. Asked on a read, so that the
 // hand-out and the ack, the queue's hot path, write nothing more for it.
 func (b *Bus) taken(m store.Message) bool {
-	if h := b.h.Lookup(m.RecipientHarness); h == nil || h.Delivery() != harness.Queue {
+	if h := b.h.Named(m.RecipientHarness); h == nil || h.Delivery() != harness.Queue {
 		return false // queued elsewhere (agy's conversation queue, a leaf's mailbox): marked when done
 	}
 	q := &b.q

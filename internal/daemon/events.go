@@ -35,7 +35,7 @@ func (d *Daemon) buildEvents() *events {
 	e := &events{}
 	// The bus is built after the stream (it is one of its sources); until then, and for a
 	// harness its registry does not know, the label is "other".
-	harnessOK := func(h string) bool { r := e.harnesses.Load(); return r != nil && r.Lookup(h) != nil }
+	harnessOK := func(h string) bool { r := e.harnesses.Load(); return r != nil && r.Named(h) != nil }
 	peerOK := func(p string) bool { return d.fed != nil && d.fed.node != nil && d.fed.node.Known(p) }
 	e.counts = ledger.NewCounter(harnessOK, peerOK)
 	e.watchers = ledger.NewWatchers(maxMonitors, monitorQueue)

@@ -90,8 +90,8 @@ func NewRegistry(hs ...Harness) (*Registry, error) {
 	return r, nil
 }
 
-// Lookup returns the harness named name, or nil.
-func (r *Registry) Lookup(name string) Harness { return r.byName[name] }
+// Named returns the harness named name, or nil.
+func (r *Registry) Named(name string) Harness { return r.byName[name] }
 
 // Split splits "svc:x" into (the svc harness, "x"); a ref without a known prefix gives
 // (nil, ref).

@@ -573,7 +573,7 @@ func deliverFrame(origin bool, p *bus.Queued) deliverResp {
 
 // origin reports whether reg's harness's queue entries carry their origin (services).
 func (s *Server) origin(reg *bus.Registration) bool {
-	h := s.cfg.Bus.Harnesses().Lookup(reg.Harness)
+	h := s.cfg.Bus.Harnesses().Named(reg.Harness)
 	return h != nil && h.Origin()
 }
 
