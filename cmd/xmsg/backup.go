@@ -19,7 +19,7 @@ import (
 // directory fsynced: FILE is the old file or the whole new copy, never part of one.
 func backupFlags(fs *flag.FlagSet, st stdio) func([]string) error {
 	sock := httpSockFlag(fs)
-	tcpURL := fs.String("url", "", "ask the daemon on this TCP listener instead (refused there: backups are served on http.sock only)")
+	tcpURL := tcpURLFlag(fs, "refused there: backups are served on http.sock only")
 	return func(pos []string) error {
 		if len(pos) != 1 {
 			return usageError{"backup: want one FILE: xmsg backup [--http-sock P] FILE"}

@@ -71,6 +71,17 @@ func (c *busClient) url(path string) string {
 	return c.base + path
 }
 
+// tcpURLFlag is the --url of the commands that may ask a daemon's TCP listener (which checks
+// no peer, so it serves less than http.sock) instead of its http.sock; note says what is
+// particular to one command ("": nothing).
+func tcpURLFlag(fs *flag.FlagSet, note string) *string {
+	usage := "ask the daemon on this TCP listener instead of http.sock, e.g. http://127.0.0.1:7787 (env XMSG_URL)"
+	if note != "" {
+		usage += "; " + note
+	}
+	return fs.String("url", "", usage)
+}
+
 // httpSockFlag is every client command's --http-sock.
 func httpSockFlag(fs *flag.FlagSet) *string {
 	return fs.String("http-sock", "", "the bus's http.sock (env XMSG_HTTP_SOCK; default $XDG_RUNTIME_DIR/xmsg/http.sock)")

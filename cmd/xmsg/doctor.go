@@ -39,7 +39,7 @@ func (f runningFacts) line() string {
 func doctorFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 	sock, asJSON := clientFlags(fs)
 	// A leaf has no http.sock: its running facts are on its TCP listener (--listen).
-	tcpURL := fs.String("url", "", "ask the daemon on this TCP listener instead of http.sock, e.g. http://127.0.0.1:7787 (a leaf; env XMSG_URL)")
+	tcpURL := tcpURLFlag(fs, "a leaf serves one")
 	return func(pos []string) error {
 		if len(pos) > 0 {
 			return usageError{"doctor takes no arguments"}

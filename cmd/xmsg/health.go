@@ -12,7 +12,7 @@ import (
 // scripts. It prints the answer (one JSON line); unreachable is exit 1, an unhealthy answer 4.
 func healthFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 	sock := httpSockFlag(fs)
-	tcpURL := fs.String("url", "", "ask the daemon on this TCP listener instead of http.sock (env XMSG_URL)")
+	tcpURL := tcpURLFlag(fs, "")
 	return func(pos []string) error {
 		if len(pos) > 0 {
 			return usageError{"health takes no arguments"}

@@ -45,7 +45,7 @@ func (m *statusMessage) terminal() bool {
 // changes, replies) until a terminal state, or exits 1 after S seconds.
 func statusFlags(fs *flag.FlagSet, st stdio) func([]string) error {
 	sock, asJSON := clientFlags(fs)
-	tcpURL := fs.String("url", "", "ask the daemon on this TCP listener instead of http.sock (env XMSG_URL)")
+	tcpURL := tcpURLFlag(fs, "")
 	wait := fs.Int("wait", 0, "follow the message up to this many seconds, until it is replied to, denied, expired or failed")
 	return func(pos []string) error {
 		stdout := st.out
