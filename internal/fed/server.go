@@ -103,7 +103,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err := enc.Encode(v); err != nil {
 		status = http.StatusInternalServerError
 		buf.Reset()
-		buf.WriteString(`{"error":"internal","detail":"encoding failed"}` + "\n")
+		buf.WriteString(`{"error":"` + ledger.Internal.String() + `","detail":"encoding failed"}` + "\n")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))

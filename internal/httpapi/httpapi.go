@@ -191,7 +191,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	if err != nil {
 		status = http.StatusInternalServerError
-		body = []byte(`{"error":"internal","detail":"encoding failed"}` + "\n")
+		body = []byte(`{"error":"` + ledger.Internal.String() + `","detail":"encoding failed"}` + "\n")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
