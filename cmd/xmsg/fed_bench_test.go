@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"io"
 	"net"
 	"os"
@@ -154,7 +155,7 @@ func BenchmarkFederation(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			t0 := time.Now()
 			if err := st.Update(func(tx *store.Tx) error {
-				return tx.PutMessage(store.Message{ID: fmt.Sprintf("m%09d", i), CreatedAt: time.Now().Unix(), Outcome: "delivered"})
+				return tx.PutMessage(store.Message{ID: fmt.Sprintf("m%09d", i), CreatedAt: time.Now().Unix(), Outcome: ledger.Delivered})
 			}); err != nil {
 				b.Fatal(err)
 			}

@@ -265,12 +265,12 @@ func (b *Bus) sendAgy(a arrival, t Target, msg store.Message) (Delivery, error) 
 	c, ok := b.agyCredentials(r)
 	var pending *store.Pending
 	if !ok {
-		d.SessionID, d.Outcome, msg.Outcome = r.agy.presence.Conversation, ledger.Queued, ledger.Queued.String()
+		d.SessionID, d.Outcome, msg.Outcome = r.agy.presence.Conversation, ledger.Queued, ledger.Queued
 		pending = &store.Pending{ID: msg.ID, SessionID: agyQueue(r.agy.presence.Conversation), CreatedAt: msg.CreatedAt, FromName: a.fromName,
 			Bytes: a.bytes, Text: a.text, Envelope: env}
 	}
 	if a.idem != nil {
-		a.idem.SessionID, a.idem.Outcome = d.SessionID, d.Outcome.String()
+		a.idem.SessionID, a.idem.Outcome = d.SessionID, d.Outcome
 	}
 	var enqueue func(*store.Tx) error
 	if pending != nil {

@@ -70,11 +70,11 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 	if t.Offline && h.Delivery() == harness.Queue {
 		// In the queue of a recipient that is not connected (docs/protocol.md §5.2): nobody
 		// has it yet. It reads delivered once the recipient has taken it (Message).
-		d.Outcome, msg.Outcome = ledger.Queued, ledger.Queued.String()
+		d.Outcome, msg.Outcome = ledger.Queued, ledger.Queued
 	}
 	if a.idem != nil {
 		a.idem.MessageID, a.idem.SessionID, a.idem.FromName, a.idem.Bytes, a.idem.Outcome, a.idem.CreatedAt =
-			d.MessageID, d.SessionID, d.FromName, d.Bytes, d.Outcome.String(), msg.CreatedAt
+			d.MessageID, d.SessionID, d.FromName, d.Bytes, d.Outcome, msg.CreatedAt
 	}
 	if h.Delivery() == harness.Agentapi {
 		return b.sendAgy(a, t, msg)
@@ -137,7 +137,7 @@ func (b *Bus) record(h harness.Harness, t Target, a arrival) (store.Message, err
 		id = u.String()
 	}
 	msg := store.Message{ID: id, CreatedAt: b.nowUnix(), SessionID: t.SessionID, FromName: a.fromName, Bytes: a.bytes,
-		Outcome: ledger.Delivered.String(), RecipientHarness: t.Harness, ReturnHost: a.returnHost, ThreadID: a.threadID}
+		Outcome: ledger.Delivered, RecipientHarness: t.Harness, ReturnHost: a.returnHost, ThreadID: a.threadID}
 	if msg.ThreadID == "" {
 		msg.ThreadID = id
 	}

@@ -61,14 +61,14 @@ func (b *Bus) Accept(ctx context.Context, in Inbound, t Target, unresolved error
 	}
 	if unresolved != nil {
 		// The record names why nobody got it.
-		outcome := ledger.NotTaken.String()
+		outcome := ledger.NotTaken
 		switch AsError(unresolved).Code {
 		case ledger.NotFound:
-			outcome = ledger.NoRecipient.String()
+			outcome = ledger.NoRecipient
 		case ledger.Ambiguous:
-			outcome = ledger.AmbiguousRecipient.String()
+			outcome = ledger.AmbiguousRecipient
 		case ledger.Gone:
-			outcome = ledger.RecipientGone.String()
+			outcome = ledger.RecipientGone
 		}
 		m := store.Message{ID: in.ID, CreatedAt: b.nowUnix(), SessionID: in.Ref, FromName: in.FromName, Bytes: len(in.Body), Outcome: outcome,
 			ReturnHost: in.Peer, ThreadID: in.ID}
@@ -91,13 +91,13 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 		return Delivery{}, true, errorf(ledger.Conflict, "message id '%s' is already in use", id)
 	}
 	switch m.Outcome {
-	case ledger.Delivered.String(), ledger.Queued.String(), ledger.Accepted.String():
-		return Delivery{SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, MessageID: m.ID, Outcome: parseOutcome(m.Outcome), Harness: m.RecipientHarness}, true, nil
-	case ledger.NoRecipient.String():
+	case ledger.Delivered, ledger.Queued, ledger.Accepted:
+		return Delivery{SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, MessageID: m.ID, Outcome: m.Outcome, Harness: m.RecipientHarness}, true, nil
+	case ledger.NoRecipient:
 		return Delivery{}, true, notFound(m.SessionID)
-	case ledger.AmbiguousRecipient.String():
+	case ledger.AmbiguousRecipient:
 		return Delivery{}, true, errorf(ledger.Ambiguous, "%s", m.SessionID)
-	case ledger.RecipientGone.String():
+	case ledger.RecipientGone:
 		return Delivery{}, true, errorf(ledger.Gone, "session %s exited", m.SessionID)
 	}
 	return Delivery{}, true, errorf(ledger.DeliveryFailed, "delivery of message '%s' failed", id)

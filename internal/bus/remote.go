@@ -55,7 +55,7 @@ type RemoteSend struct {
 }
 
 // Message is s's message row: sent from host as id, with outcome.
-func (s RemoteSend) Message(id, host, outcome string, now int64) store.Message {
+func (s RemoteSend) Message(id, host string, outcome ledger.Outcome, now int64) store.Message {
 	m := store.Message{ID: id, CreatedAt: now, SessionID: s.TargetRef, FromName: s.FromName, Bytes: s.Bytes,
 		Outcome: outcome, RecipientHarness: RemoteHarness, ThreadID: id, ReturnHost: host}
 	if s.Return != nil {
@@ -70,7 +70,7 @@ func (s RemoteSend) Idem(d Delivery, now int64) *store.Idem {
 		return nil
 	}
 	return &store.Idem{Principal: s.IdemPrincipal, Key: s.Key, Body: s.Text, MessageID: d.MessageID,
-		SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome.String(), CreatedAt: now}
+		SessionID: d.SessionID, FromName: d.FromName, Bytes: d.Bytes, Outcome: d.Outcome, CreatedAt: now}
 }
 
 // OutgoingReply is a reply for a peer's sender.
@@ -125,9 +125,9 @@ func (b *Bus) pushRemote(ctx context.Context, caller Caller, msg store.Message, 
 		return pushPlan{outcome: ledger.PushFailed}
 	}
 	pushed := &store.Message{ID: id.String(), CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: envelope.AttestedBadge(b.cfg.Host, caller.Harness, caller.Name),
-		Bytes: len(text), Outcome: ledger.Accepted.String(), RecipientHarness: RemoteHarness, ReturnHarness: caller.Harness, ReturnSessionID: caller.SessionID,
+		Bytes: len(text), Outcome: ledger.Accepted, RecipientHarness: RemoteHarness, ReturnHarness: caller.Harness, ReturnSessionID: caller.SessionID,
 		ReturnHost: b.cfg.Host, PushReplies: true, ThreadID: msg.ThreadID}
-	out := &store.Outbound{ID: pushed.ID, Peer: msg.ReturnHost, TargetRef: msg.ReturnSessionID, Outcome: ledger.Accepted.String(), CreatedAt: now}
+	out := &store.Outbound{ID: pushed.ID, Peer: msg.ReturnHost, TargetRef: msg.ReturnSessionID, Outcome: ledger.Accepted, CreatedAt: now}
 	return pushPlan{outcome: ledger.Pushed, msg: pushed, out: out, deliver: func() ledger.Outcome {
 		return b.cfg.Fed.PushReply(context.WithoutCancel(ctx), OutgoingReply{Peer: msg.ReturnHost, ID: pushed.ID, InReplyTo: msg.ID,
 			Replier: caller, Text: text, CreatedAt: now})
@@ -147,14 +147,14 @@ type InboundReply struct {
 // of that send, which a reply can overtake. Only the peer the message went to may
 // reply, and only to a sender that asked for pushes. Retries of an envelope id answer the
 // stored result.
-func (b *Bus) AcceptReply(ctx context.Context, r InboundReply) (outcome, messageID string, err error) {
+func (b *Bus) AcceptReply(ctx context.Context, r InboundReply) (outcome ledger.Outcome, messageID string, err error) {
 	if len(r.Text) > b.cfg.MaxBody {
-		return "", "", errorf(ledger.PayloadTooLarge, "text %d exceeds limit %d", len(r.Text), b.cfg.MaxBody)
+		return ledger.NoOutcome, "", errorf(ledger.PayloadTooLarge, "text %d exceeds limit %d", len(r.Text), b.cfg.MaxBody)
 	}
 	idemPrincipal := "fed-reply:" + r.Peer
 	defer b.keys.lock(idemPrincipal + "\x00" + r.ID)()
 	if rec, found, err := b.idem(idemPrincipal, r.ID); err != nil {
-		return "", "", err
+		return ledger.NoOutcome, "", err
 	} else if found {
 		return rec.Outcome, rec.MessageID, nil
 	}
@@ -169,18 +169,18 @@ func (b *Bus) AcceptReply(ctx context.Context, r InboundReply) (outcome, message
 		return err
 	})
 	if err != nil {
-		return "", "", err
+		return ledger.NoOutcome, "", err
 	}
 	if !foundOut || !foundMsg || out.Peer != r.Peer || b.expired(msg.CreatedAt) {
-		return "", "", errorf(ledger.NotRecipient, "message '%s' was not sent to peer '%s'", r.InReplyTo, r.Peer)
+		return ledger.NoOutcome, "", errorf(ledger.NotRecipient, "message '%s' was not sent to peer '%s'", r.InReplyTo, r.Peer)
 	}
 	if msg.ReturnHarness == "" || msg.ReturnSessionID == "" || !msg.PushReplies {
-		return "", "", errorf(ledger.NotRecipient, "message '%s' takes no pushed replies", r.InReplyTo)
+		return ledger.NoOutcome, "", errorf(ledger.NotRecipient, "message '%s' takes no pushed replies", r.InReplyTo)
 	}
 	// The new message id is the peer's: it is the pushed message here, and the peer holds
 	// the outbound row for it, so the sender can reply to the reply.
 	if _, err := uuid.Parse(r.ID); err != nil {
-		return "", "", badRequest("id must be a UUID")
+		return ledger.NoOutcome, "", badRequest("id must be a UUID")
 	}
 	now := b.nowUnix()
 	badge := envelope.AttestedBadge(r.Peer, r.Replier.Harness, r.Replier.Name)
@@ -189,12 +189,12 @@ func (b *Bus) AcceptReply(ctx context.Context, r InboundReply) (outcome, message
 	reply := store.Reply{MessageID: msg.ID, CreatedAt: now, ReplierSessionID: r.Replier.SessionID, Text: r.Text}
 	reply, err = b.commitReply(reply, plan)
 	if err != nil {
-		return "", "", err
+		return ledger.NoOutcome, "", err
 	}
 	if err := b.cfg.Store.Update(func(tx *store.Tx) error {
 		return records.Key(tx, &store.Idem{Principal: idemPrincipal, Key: r.ID, Body: r.Text, MessageID: r.ID, Outcome: reply.PushOutcome, CreatedAt: now})
 	}); err != nil {
-		return "", "", err
+		return ledger.NoOutcome, "", err
 	}
 	return reply.PushOutcome, r.ID, nil
 }

@@ -70,7 +70,7 @@ func strOrNil(s string) *string {
 
 func replyView(r store.Reply) ReplyView {
 	return ReplyView{Seq: r.Seq, MessageID: r.MessageID, CreatedAt: r.CreatedAt, ReplierSessionID: r.ReplierSessionID,
-		Text: r.Text, PushOutcome: strOrNil(r.PushOutcome), PushedMessageID: strOrNil(r.PushedMessageID)}
+		Text: r.Text, PushOutcome: strOrNil(r.PushOutcome.String()), PushedMessageID: strOrNil(r.PushedMessageID)}
 }
 
 // Reply records caller's reply to messageID and pushes it to the original sender when the
@@ -119,7 +119,7 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text string) 
 		return ReplyResult{}, err
 	}
 	return ReplyResult{MessageID: messageID, Seq: reply.Seq, SessionRef: caller.SessionID, ReplierSessionID: caller.SessionID,
-		CreatedAt: now, Text: text, PushOutcome: strOrNil(reply.PushOutcome), PushedMessageID: strOrNil(reply.PushedMessageID)}, nil
+		CreatedAt: now, Text: text, PushOutcome: strOrNil(reply.PushOutcome.String()), PushedMessageID: strOrNil(reply.PushedMessageID)}, nil
 }
 
 // pushPlan is how a reply reaches the original sender. What it stores (the pushed message,
@@ -136,7 +136,7 @@ type pushPlan struct {
 // commitReply stores reply with plan's records, runs plan's delivery, records a failed
 // delivery, and wakes long-pollers.
 func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error) {
-	reply.PushOutcome = plan.outcome.String()
+	reply.PushOutcome = plan.outcome
 	var slot *queueSlot
 	if plan.pending != nil {
 		// The queue bound is checked before the commit (see queueState); a full queue fails
@@ -146,7 +146,7 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 			if !errors.Is(err, store.ErrQueueFull) {
 				return store.Reply{}, err
 			}
-			plan.pending, plan.msg, plan.out, plan.deliver, reply.PushOutcome = nil, nil, nil, nil, ledger.PushFailed.String()
+			plan.pending, plan.msg, plan.out, plan.deliver, reply.PushOutcome = nil, nil, nil, nil, ledger.PushFailed
 		}
 	}
 	err := b.cfg.Store.Update(func(tx *store.Tx) error {
@@ -155,12 +155,12 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 			switch err := slot.enqueue(tx, *plan.pending); {
 			case errors.Is(err, store.ErrQueueFull):
 				// The reply itself is kept; only the push failed.
-				r.PushOutcome = ledger.PushFailed.String()
+				r.PushOutcome = ledger.PushFailed
 			case err != nil:
 				return err
 			}
 		}
-		if r.PushOutcome == ledger.Pushed.String() && plan.msg != nil {
+		if r.PushOutcome == ledger.Pushed && plan.msg != nil {
 			r.PushedMessageID = plan.msg.ID
 			var err error
 			if plan.out != nil {
@@ -177,18 +177,18 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 		reply = r
 		return err
 	})
-	if err == nil && reply.PushOutcome == ledger.Pushed.String() {
+	if err == nil && reply.PushOutcome == ledger.Pushed {
 		slot.committed()
 	}
 	slot.release() // the place, unless the write was committed
 	if err != nil {
 		return store.Reply{}, err
 	}
-	if plan.deliver != nil && reply.PushOutcome == ledger.Pushed.String() {
+	if plan.deliver != nil && reply.PushOutcome == ledger.Pushed {
 		if outcome := plan.deliver(); outcome != ledger.Pushed {
 			// The push did not arrive: record that, and drop the pushed message's rows.
 			pushedID := reply.PushedMessageID
-			reply.PushOutcome, reply.PushedMessageID = outcome.String(), ""
+			reply.PushOutcome, reply.PushedMessageID = outcome, ""
 			err := b.cfg.Store.Update(func(tx *store.Tx) error { return records.PushUndone(tx, reply, pushedID) })
 			if err != nil {
 				b.cfg.Log.Error("recording failed push", "message_id", reply.MessageID, "err", err)
@@ -196,7 +196,7 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 		}
 	}
 	b.replies.Fire(reply.MessageID)
-	if plan.pending != nil && reply.PushOutcome == ledger.Pushed.String() {
+	if plan.pending != nil && reply.PushOutcome == ledger.Pushed {
 		b.queues.Fire(plan.pending.SessionID)
 	}
 	return reply, nil
@@ -208,7 +208,7 @@ func (b *Bus) commitReply(reply store.Reply, plan pushPlan) (store.Reply, error)
 // message then carries it as its return host, so a reply to the reply goes back there).
 func (b *Bus) push(replier Caller, replierHost string, msg store.Message, newID, badge, claudeBody, plainBody, text string, now int64) pushPlan {
 	pushed := &store.Message{ID: newID, CreatedAt: now, SessionID: msg.ReturnSessionID, FromName: badge, Bytes: len(text),
-		Outcome: ledger.Delivered.String(), RecipientHarness: msg.ReturnHarness, ReturnHarness: replier.Harness,
+		Outcome: ledger.Delivered, RecipientHarness: msg.ReturnHarness, ReturnHarness: replier.Harness,
 		ReturnSessionID: replier.SessionID, ReturnHost: replierHost, PushReplies: true, ThreadID: msg.ThreadID}
 	h := b.h.Named(msg.ReturnHarness)
 	if h == nil {
@@ -340,10 +340,10 @@ func (b *Bus) Message(id string) (MessageView, error) {
 	if !found {
 		return MessageView{}, messageNotFound(id)
 	}
-	if m.Outcome == ledger.Queued.String() && b.taken(m) {
-		m.Outcome = ledger.Delivered.String()
+	if m.Outcome == ledger.Queued && b.taken(m) {
+		m.Outcome = ledger.Delivered
 	}
-	v := MessageView{ID: m.ID, CreatedAt: m.CreatedAt, SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, Outcome: m.Outcome,
+	v := MessageView{ID: m.ID, CreatedAt: m.CreatedAt, SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, Outcome: m.Outcome.String(),
 		RecipientHarness: m.RecipientHarness, ReturnHarness: strOrNil(m.ReturnHarness), ReturnSessionID: strOrNil(m.ReturnSessionID),
 		PushReplies: m.PushReplies, ThreadID: m.ThreadID, Report: m.Report, Replies: []ReplyView{}}
 	for _, r := range replies {

@@ -57,7 +57,7 @@ func (c Claude) Report(cred peercred.Cred, r claude.Report) {
 		if claude.Final(m.Report) {
 			return false
 		}
-		m.Report, m.Outcome = r.Status, outcome.String()
+		m.Report, m.Outcome = r.Status, outcome
 		return true
 	}); err != nil {
 		b.cfg.Log.Error("recording claude report", "message_id", r.MessageID, "err", err)

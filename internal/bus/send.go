@@ -128,7 +128,7 @@ func (b *Bus) Send(ctx context.Context, s Send) (d Delivery, err error) {
 			if rec.Body != s.Text {
 				return d, errorf(ledger.Conflict, "idempotency key reused with a different body")
 			}
-			return Delivery{SessionID: rec.SessionID, FromName: rec.FromName, Bytes: rec.Bytes, MessageID: rec.MessageID, Outcome: parseOutcome(rec.Outcome)}, nil
+			return Delivery{SessionID: rec.SessionID, FromName: rec.FromName, Bytes: rec.Bytes, MessageID: rec.MessageID, Outcome: rec.Outcome}, nil
 		}
 	}
 	if s.To.Remote() && s.To.Host() != b.cfg.Host {

@@ -44,17 +44,15 @@ func (t *tier) Replay(since time.Time, keep func(*ledger.Event) bool, fn func(*l
 	var msgs, replies []ledger.Event
 	err := t.d.store.View(func(tx *store.Tx) error {
 		if err := tx.MessagesSince(at, func(m store.Message) bool {
-			o, _ := ledger.ParseOutcome(m.Outcome)
 			msgs = append(msgs, ledger.Event{Kind: ledger.Sent, Time: time.Unix(m.CreatedAt, 0), MessageID: m.ID, From: m.FromName,
-				To: m.SessionID, Harness: m.RecipientHarness, Outcome: o, Bytes: m.Bytes})
+				To: m.SessionID, Harness: m.RecipientHarness, Outcome: m.Outcome, Bytes: m.Bytes})
 			return true
 		}); err != nil {
 			return err
 		}
 		return tx.RepliesSince(at, func(r store.Reply) bool {
-			o, _ := ledger.ParseOutcome(r.PushOutcome)
 			replies = append(replies, ledger.Event{Kind: ledger.Replied, Time: time.Unix(r.CreatedAt, 0), MessageID: r.PushedMessageID,
-				InReplyTo: r.MessageID, ReplySeq: r.Seq, From: r.ReplierSessionID, To: r.MessageID, Outcome: o, Bytes: len(r.Text)})
+				InReplyTo: r.MessageID, ReplySeq: r.Seq, From: r.ReplierSessionID, To: r.MessageID, Outcome: r.PushOutcome, Bytes: len(r.Text)})
 			return true
 		})
 	})

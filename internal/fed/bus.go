@@ -18,7 +18,7 @@ type Bus interface {
 	Resolve(ref string) (bus.Target, error)
 	Sessions(cwd, status string) []bus.SessionView
 	Accept(ctx context.Context, in bus.Inbound, t bus.Target, unresolved error) (bus.Delivery, error)
-	AcceptReply(ctx context.Context, r bus.InboundReply) (outcome, messageID string, err error)
+	AcceptReply(ctx context.Context, r bus.InboundReply) (outcome ledger.Outcome, messageID string, err error)
 	PeerReplies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]bus.ReplyView, error)
 }
 

@@ -94,8 +94,8 @@ func (n *Node) Send(ctx context.Context, s bus.RemoteSend) (bus.Delivery, error)
 	}
 	r := n.rec
 	now := r.now().Unix()
-	msg := s.Message(id.String(), n.cfg.Host, "accepted", now)
-	out := store.Outbound{ID: msg.ID, Peer: s.Peer, TargetRef: s.TargetRef, Outcome: "accepted", CreatedAt: now}
+	msg := s.Message(id.String(), n.cfg.Host, ledger.Accepted, now)
+	out := store.Outbound{ID: msg.ID, Peer: s.Peer, TargetRef: s.TargetRef, Outcome: ledger.Accepted, CreatedAt: now}
 	done := r.inflight.add(msg.ID)
 	defer done()
 	pre := make(chan error, 1)
@@ -118,7 +118,7 @@ func (n *Node) Send(ctx context.Context, s bus.RemoteSend) (bus.Delivery, error)
 		}
 		return bus.Delivery{}, err
 	}
-	msg.SessionID, msg.Outcome, out.Outcome = rd.SessionID, rd.Outcome.String(), rd.Outcome.String()
+	msg.SessionID, msg.Outcome, out.Outcome = rd.SessionID, rd.Outcome, rd.Outcome
 	d := bus.Delivery{SessionID: rd.SessionID, FromName: s.FromName, Bytes: s.Bytes, MessageID: msg.ID, Outcome: rd.Outcome}
 	idem := s.Idem(d, now)
 	final := func() error {
@@ -160,7 +160,7 @@ func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error)
 		return bus.Delivery{}, &bus.Error{Code: ledger.UnknownPeer, Detail: fmt.Sprintf("unknown peer '%s'", s.Peer)}
 	}
 	now := n.rec.now().Unix()
-	msg := s.Message(id, n.cfg.Host, ledger.Queued.String(), now)
+	msg := s.Message(id, n.cfg.Host, ledger.Queued, now)
 	env, err := json.Marshal(envelopeOf(s, msg))
 	if err != nil {
 		return bus.Delivery{}, err
@@ -171,7 +171,7 @@ func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error)
 	mail := store.MailboxEntry{ID: id, Peer: s.Peer, TargetRef: s.TargetRef, CreatedAt: now, FromName: s.FromName, Bytes: s.Bytes,
 		Body: s.Text, Envelope: env, Origin: bus.FedOrigin(n.cfg.Host, s.Principal.Badge())}
 	d := bus.Delivery{SessionID: s.TargetRef, FromName: s.FromName, Bytes: s.Bytes, MessageID: id, Outcome: ledger.Queued}
-	out := store.Outbound{ID: id, Peer: s.Peer, TargetRef: s.TargetRef, Outcome: ledger.Queued.String(), CreatedAt: now}
+	out := store.Outbound{ID: id, Peer: s.Peer, TargetRef: s.TargetRef, Outcome: ledger.Queued, CreatedAt: now}
 	if err := n.rec.mail.Put(mail, msg, out, s.Idem(d, now)); err != nil {
 		return bus.Delivery{}, err
 	}

@@ -417,11 +417,10 @@ func (s *Server) replies(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, err)
 	} else {
-		writeJSON(w, http.StatusOK, map[string]string{"push_outcome": outcome, "message_id": id})
+		writeJSON(w, http.StatusOK, map[string]string{"push_outcome": outcome.String(), "message_id": id})
 	}
-	o, _ := ledger.ParseOutcome(outcome)
 	s.bus.Events().Request(ledger.Via{Transport: ledger.Fed, Actor: "fed:" + p.Name, Peer: p.Name}, ledger.Replied, "reply", e.InReplyTo,
-		ledger.Result{MessageID: id, InReplyTo: e.InReplyTo, Outcome: o, Bytes: len(e.Text), Text: e.Text}, err)
+		ledger.Result{MessageID: id, InReplyTo: e.InReplyTo, Outcome: outcome, Bytes: len(e.Text), Text: e.Text}, err)
 }
 
 // poll is GET /fed/v2/messages/{id}/replies: only the message's return host may read it.

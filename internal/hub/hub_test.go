@@ -33,8 +33,8 @@ func put(t *testing.T, m *Mailboxes, peer string) (string, error) {
 	id := uuid.Must(uuid.NewV7()).String()
 	now := time.Now().Unix()
 	return id, m.Put(store.MailboxEntry{ID: id, Peer: peer, TargetRef: "svc:bot", CreatedAt: now, Body: "hi " + id},
-		store.Message{ID: id, CreatedAt: now, SessionID: "svc:bot", Outcome: "queued", RecipientHarness: bus.RemoteHarness},
-		store.Outbound{ID: id, Peer: peer, TargetRef: "svc:bot", Outcome: "queued", CreatedAt: now}, nil)
+		store.Message{ID: id, CreatedAt: now, SessionID: "svc:bot", Outcome: ledger.Queued, RecipientHarness: bus.RemoteHarness},
+		store.Outbound{ID: id, Peer: peer, TargetRef: "svc:bot", Outcome: ledger.Queued, CreatedAt: now}, nil)
 }
 
 func outcome(t *testing.T, m *Mailboxes, id string) (string, string) {
@@ -46,7 +46,7 @@ func outcome(t *testing.T, m *Mailboxes, id string) (string, string) {
 		out, _, _ = tx.Outbound(id)
 		return nil
 	})
-	return msg.Outcome, out.Outcome
+	return msg.Outcome.String(), out.Outcome.String()
 }
 
 // committed makes a commit, which carries the settled rows' deletes and records.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // Federation buckets (docs/protocol.md §9), in the same file as everything else so that a send
@@ -22,11 +24,11 @@ func init() { allBuckets = append(allBuckets, bucketOutbound, bucketMailbox) }
 
 // Outbound records a message sent to a peer. Only that peer may reply to it.
 type Outbound struct {
-	ID        string `json:"id"`
-	Peer      string `json:"peer"`
-	TargetRef string `json:"targetRef"`
-	Outcome   string `json:"outcome"`
-	CreatedAt int64  `json:"createdAt"`
+	ID        string         `json:"id"`
+	Peer      string         `json:"peer"`
+	TargetRef string         `json:"targetRef"`
+	Outcome   ledger.Outcome `json:"outcome"`
+	CreatedAt int64          `json:"createdAt"`
 }
 
 // MailboxEntry is a message waiting for a leaf peer to pull it (issue 13).

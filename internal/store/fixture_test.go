@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"reflect"
 	"testing"
 )
@@ -36,13 +37,13 @@ func fixture() fixtureRows {
 	)
 	return fixtureRows{
 		messages: []Message{
-			{ID: msgClaude, CreatedAt: fixtureAt, SessionID: "c1a0de00-0000-4000-8000-000000000001", FromName: "xmsg@host · anon:ops", Bytes: 20, Outcome: "delivered", RecipientHarness: "claude", PushReplies: true, ThreadID: msgClaude},
-			{ID: msgCodex, CreatedAt: fixtureAt, SessionID: codexSess, FromName: "xmsg@host · anon:ops", Bytes: 21, Outcome: "queued", RecipientHarness: "codex", ReturnHarness: "claude", ReturnSessionID: "c1a0de00-0000-4000-8000-000000000001", ThreadID: msgCodex},
-			{ID: msgAgy, CreatedAt: fixtureAt, SessionID: agySess, FromName: "xmsg@host · anon:ops", Bytes: 22, Outcome: "queued", RecipientHarness: "agy", ThreadID: msgAgy},
-			{ID: msgFed, CreatedAt: fixtureAt, SessionID: "peer:hub2", FromName: "xmsg@host · anon:ops", Bytes: 23, Outcome: "forwarded", RecipientHarness: "remote", ReturnHost: "hub2", ThreadID: msgFed},
+			{ID: msgClaude, CreatedAt: fixtureAt, SessionID: "c1a0de00-0000-4000-8000-000000000001", FromName: "xmsg@host · anon:ops", Bytes: 20, Outcome: ledger.Delivered, RecipientHarness: "claude", PushReplies: true, ThreadID: msgClaude},
+			{ID: msgCodex, CreatedAt: fixtureAt, SessionID: codexSess, FromName: "xmsg@host · anon:ops", Bytes: 21, Outcome: ledger.Queued, RecipientHarness: "codex", ReturnHarness: "claude", ReturnSessionID: "c1a0de00-0000-4000-8000-000000000001", ThreadID: msgCodex},
+			{ID: msgAgy, CreatedAt: fixtureAt, SessionID: agySess, FromName: "xmsg@host · anon:ops", Bytes: 22, Outcome: ledger.Queued, RecipientHarness: "agy", ThreadID: msgAgy},
+			{ID: msgFed, CreatedAt: fixtureAt, SessionID: "peer:hub2", FromName: "xmsg@host · anon:ops", Bytes: 23, Outcome: ledger.NoOutcome /* the file holds "forwarded", a word no release wrote: it reads as none */, RecipientHarness: "remote", ReturnHost: "hub2", ThreadID: msgFed},
 		},
 		replies: []Reply{
-			{Seq: 1, MessageID: msgClaude, CreatedAt: fixtureAt, ReplierSessionID: "c1a0de00-0000-4000-8000-000000000001", Text: "first reply", PushOutcome: "delivered", PushedMessageID: "01900000-0000-7000-8000-0000000000f1"},
+			{Seq: 1, MessageID: msgClaude, CreatedAt: fixtureAt, ReplierSessionID: "c1a0de00-0000-4000-8000-000000000001", Text: "first reply", PushOutcome: ledger.Delivered, PushedMessageID: "01900000-0000-7000-8000-0000000000f1"},
 			{Seq: 2, MessageID: msgClaude, CreatedAt: fixtureAt, ReplierSessionID: "c1a0de00-0000-4000-8000-000000000001", Text: "second reply, ünïcödé"},
 		},
 		queue: []Pending{
@@ -51,15 +52,15 @@ func fixture() fixtureRows {
 			{ID: "01900000-0000-7000-8000-000000000006", Share: "peer:hub2", SessionID: "svc:builder", CreatedAt: fixtureAt, FromName: "xmsg@hub2 · svc:ci", Bytes: 9, Text: "build it", Envelope: "build it", Origin: json.RawMessage(`{"peer":"hub2"}`)},
 		},
 		idem: []Idem{
-			{Principal: "http:xmsg@host · anon:ops", Key: "key-1", Body: "{\"text\":\"hello codex\"}", MessageID: msgCodex, SessionID: codexSess, FromName: "xmsg@host · anon:ops", Bytes: 21, Outcome: "queued", CreatedAt: fixtureAt},
-			{Principal: "svc:ci", Key: "key-2", Body: "{\"text\":\"hello agy\"}", MessageID: msgAgy, SessionID: agySess, FromName: "svc:ci", Bytes: 22, Outcome: "queued", CreatedAt: fixtureAt},
+			{Principal: "http:xmsg@host · anon:ops", Key: "key-1", Body: "{\"text\":\"hello codex\"}", MessageID: msgCodex, SessionID: codexSess, FromName: "xmsg@host · anon:ops", Bytes: 21, Outcome: ledger.Queued, CreatedAt: fixtureAt},
+			{Principal: "svc:ci", Key: "key-2", Body: "{\"text\":\"hello agy\"}", MessageID: msgAgy, SessionID: agySess, FromName: "svc:ci", Bytes: 22, Outcome: ledger.Queued, CreatedAt: fixtureAt},
 		},
 		procs: []ProcessSession{
 			{Harness: "codex", Boot: "b00t0000-0000-0000-0000-000000000001", PID: 4242, Start: "123456", SessionID: codexSess, CreatedAt: fixtureAt},
 			{Harness: "agy", Boot: "b00t0000-0000-0000-0000-000000000001", PID: 4343, Start: "123999", SessionID: agySess, CreatedAt: fixtureAt},
 		},
 		outbound: []Outbound{
-			{ID: msgFed, Peer: "hub2", TargetRef: "svc:builder", Outcome: "forwarded", CreatedAt: fixtureAt},
+			{ID: msgFed, Peer: "hub2", TargetRef: "svc:builder", Outcome: ledger.NoOutcome /* "forwarded" in the file */, CreatedAt: fixtureAt},
 		},
 		mailbox: []MailboxEntry{
 			{ID: msgMail, Peer: "leaf1", TargetRef: "svc:leafsvc", CreatedAt: fixtureAt, FromName: "xmsg@host · anon:ops", Bytes: 10, Body: "for a leaf", Envelope: []byte(`{"v":1}`), Origin: []byte(`{"host":"host"}`)},

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // Bucket names. Keys are chosen so that iteration order is time order:
@@ -61,18 +63,18 @@ var ErrClosed = errors.New("store: closed")
 
 // Message is the metadata of one accepted message (bodies of Claude deliveries are not kept).
 type Message struct {
-	ID               string `json:"id"`
-	CreatedAt        int64  `json:"createdAt"`
-	SessionID        string `json:"sessionId"`
-	FromName         string `json:"fromName"`
-	Bytes            int    `json:"bytes"`
-	Outcome          string `json:"outcome"`
-	RecipientHarness string `json:"recipientHarness"`
-	ReturnHarness    string `json:"returnHarness,omitempty"`
-	ReturnSessionID  string `json:"returnSessionId,omitempty"`
-	ReturnHost       string `json:"returnHost,omitempty"`
-	PushReplies      bool   `json:"pushReplies"`
-	ThreadID         string `json:"threadId"`
+	ID               string         `json:"id"`
+	CreatedAt        int64          `json:"createdAt"`
+	SessionID        string         `json:"sessionId"`
+	FromName         string         `json:"fromName"`
+	Bytes            int            `json:"bytes"`
+	Outcome          ledger.Outcome `json:"outcome"`
+	RecipientHarness string         `json:"recipientHarness"`
+	ReturnHarness    string         `json:"returnHarness,omitempty"`
+	ReturnSessionID  string         `json:"returnSessionId,omitempty"`
+	ReturnHost       string         `json:"returnHost,omitempty"`
+	PushReplies      bool           `json:"pushReplies"`
+	ThreadID         string         `json:"threadId"`
 	// Report is what the recipient session last said of the message (a Claude Code
 	// session's peer status: "held", "delivered", "denied", ...), or "written" when its line
 	// was written to the session's inbox and no report has come; "" for other harnesses.
@@ -81,13 +83,13 @@ type Message struct {
 
 // Reply is a reply attached to a stored message by its recipient.
 type Reply struct {
-	Seq              uint64 `json:"seq"`
-	MessageID        string `json:"messageId"`
-	CreatedAt        int64  `json:"createdAt"`
-	ReplierSessionID string `json:"replierSessionId"`
-	Text             string `json:"text"`
-	PushOutcome      string `json:"pushOutcome,omitempty"`
-	PushedMessageID  string `json:"pushedMessageId,omitempty"`
+	Seq              uint64         `json:"seq"`
+	MessageID        string         `json:"messageId"`
+	CreatedAt        int64          `json:"createdAt"`
+	ReplierSessionID string         `json:"replierSessionId"`
+	Text             string         `json:"text"`
+	PushOutcome      ledger.Outcome `json:"pushOutcome,omitempty"`
+	PushedMessageID  string         `json:"pushedMessageId,omitempty"`
 }
 
 // Pending is a message waiting in a registered session's queue until the session acks it.
@@ -109,15 +111,15 @@ type Pending struct {
 // Idem is a remembered idempotent send: the same (principal, key) with the same body answers
 // with the stored delivery; with another body it is a conflict.
 type Idem struct {
-	Principal string `json:"principal"`
-	Key       string `json:"key"`
-	Body      string `json:"body"`
-	MessageID string `json:"messageId"`
-	SessionID string `json:"sessionId"`
-	FromName  string `json:"fromName"`
-	Bytes     int    `json:"bytes"`
-	Outcome   string `json:"outcome"`
-	CreatedAt int64  `json:"createdAt"`
+	Principal string         `json:"principal"`
+	Key       string         `json:"key"`
+	Body      string         `json:"body"`
+	MessageID string         `json:"messageId"`
+	SessionID string         `json:"sessionId"`
+	FromName  string         `json:"fromName"`
+	Bytes     int            `json:"bytes"`
+	Outcome   ledger.Outcome `json:"outcome"`
+	CreatedAt int64          `json:"createdAt"`
 }
 
 // Store is the open database.

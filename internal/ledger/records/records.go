@@ -70,7 +70,7 @@ func Undelivered(tx *store.Tx, m store.Message, idem *store.Idem) error {
 			return err
 		}
 	}
-	m.Outcome = ledger.Undelivered.String()
+	m.Outcome = ledger.Undelivered
 	return tx.PutMessage(m)
 }
 
@@ -78,10 +78,10 @@ func Undelivered(tx *store.Tx, m store.Message, idem *store.Idem) error {
 // anything else (or none) is left as it is. It reports whether it changed the row.
 func Settled(tx *store.Tx, id string, was, now ledger.Outcome) (bool, error) {
 	m, found, err := tx.Message(id)
-	if err != nil || !found || m.Outcome != was.String() {
+	if err != nil || !found || m.Outcome != was {
 		return false, err
 	}
-	m.Outcome = now.String()
+	m.Outcome = now
 	return true, tx.PutMessage(m)
 }
 
@@ -97,7 +97,7 @@ func Taken(tx *store.Tx, peer, id string, outcome ledger.Outcome) (bool, error) 
 	if err != nil || !found || out.Peer != peer {
 		return true, err
 	}
-	out.Outcome = outcome.String()
+	out.Outcome = outcome
 	if err := tx.PutOutbound(out); err != nil {
 		return true, err
 	}
@@ -105,7 +105,7 @@ func Taken(tx *store.Tx, peer, id string, outcome ledger.Outcome) (bool, error) 
 	if err != nil || !found {
 		return true, err
 	}
-	m.Outcome = outcome.String()
+	m.Outcome = outcome
 	return true, tx.PutMessage(m)
 }
 

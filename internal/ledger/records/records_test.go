@@ -41,7 +41,7 @@ func row(t *testing.T, st *store.Store, id, p, k string) (outcome, outbound stri
 			return err
 		}
 		_, keyed, err = tx.Idem(p, k)
-		outcome, outbound = m.Outcome, o.Outcome
+		outcome, outbound = m.Outcome.String(), o.Outcome.String()
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -50,14 +50,14 @@ func row(t *testing.T, st *store.Store, id, p, k string) (outcome, outbound stri
 }
 
 func msg(id string, o ledger.Outcome) store.Message {
-	return store.Message{ID: id, CreatedAt: 1, SessionID: "svc:s", FromName: "a", Bytes: 2, Outcome: o.String(), ThreadID: id}
+	return store.Message{ID: id, CreatedAt: 1, SessionID: "svc:s", FromName: "a", Bytes: 2, Outcome: o, ThreadID: id}
 }
 
 // A send's record and its key commit together; a failed delivery reads undelivered and
 // forgets the key, so a retry with it delivers again.
 func TestSentThenUndelivered(t *testing.T) {
 	st := open(t)
-	idem := &store.Idem{Principal: "p", Key: "k", MessageID: "m1", Outcome: ledger.Delivered.String(), CreatedAt: 1}
+	idem := &store.Idem{Principal: "p", Key: "k", MessageID: "m1", Outcome: ledger.Delivered, CreatedAt: 1}
 	update(t, st, func(tx *store.Tx) error { return Sent(tx, msg("m1", ledger.Delivered), idem) })
 	if o, _, keyed := row(t, st, "m1", "p", "k"); o != "delivered" || !keyed {
 		t.Fatalf("after Sent: outcome %q keyed %v", o, keyed)
@@ -142,7 +142,7 @@ func TestMailedThenTaken(t *testing.T) {
 func TestWithdrawnAndPushUndone(t *testing.T) {
 	st := open(t)
 	update(t, st, func(tx *store.Tx) error {
-		return SentTo(tx, msg("r1", ledger.Accepted), store.Outbound{ID: "r1", Peer: "b", Outcome: "accepted", CreatedAt: 1}, nil)
+		return SentTo(tx, msg("r1", ledger.Accepted), store.Outbound{ID: "r1", Peer: "b", Outcome: ledger.Accepted, CreatedAt: 1}, nil)
 	})
 	update(t, st, func(tx *store.Tx) error { return Withdrawn(tx, "r1") })
 	if o, out, _ := row(t, st, "r1", "", ""); o != "" || out != "" {
@@ -156,11 +156,11 @@ func TestWithdrawnAndPushUndone(t *testing.T) {
 		if err := Sent(tx, msg("pushed", ledger.Delivered), nil); err != nil {
 			return err
 		}
-		seq, err = Replied(tx, store.Reply{MessageID: "orig", CreatedAt: 2, Text: "hi", PushOutcome: "pushed", PushedMessageID: "pushed"})
+		seq, err = Replied(tx, store.Reply{MessageID: "orig", CreatedAt: 2, Text: "hi", PushOutcome: ledger.Pushed, PushedMessageID: "pushed"})
 		return err
 	})
 	update(t, st, func(tx *store.Tx) error {
-		return PushUndone(tx, store.Reply{Seq: seq, MessageID: "orig", CreatedAt: 2, Text: "hi", PushOutcome: "push_failed"}, "pushed")
+		return PushUndone(tx, store.Reply{Seq: seq, MessageID: "orig", CreatedAt: 2, Text: "hi", PushOutcome: ledger.PushFailed}, "pushed")
 	})
 	if o, _, _ := row(t, st, "pushed", "", ""); o != "" {
 		t.Fatalf("undone push's message still reads %q", o)
@@ -170,7 +170,7 @@ func TestWithdrawnAndPushUndone(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(rs) != 1 || rs[0].PushOutcome != "push_failed" || rs[0].PushedMessageID != "" {
+		if len(rs) != 1 || rs[0].PushOutcome != ledger.PushFailed || rs[0].PushedMessageID != "" {
 			t.Errorf("replies after PushUndone: %+v", rs)
 		}
 		return nil
