@@ -99,7 +99,7 @@ func goFiles(t *testing.T) []goFile {
 // importing store removed from the allowed list: red.
 func TestLayering(t *testing.T) {
 	order := layerOrder(t)
-	storeOK := map[string]bool{"ledger/records": true, "bus": true, "hub": true, "fed": true, "daemon": true, "daemontest": true, "cmd/xmsg": true}
+	storeOK := map[string]bool{"records": true, "bus": true, "hub": true, "fed": true, "daemon": true, "daemontest": true, "cmd/xmsg": true}
 	files := goFiles(t)
 	for _, g := range files {
 		own, placed := order[g.pkg]
@@ -172,11 +172,11 @@ func TestProcReaders(t *testing.T) {
 }
 
 // recordWrites are the store's writes of a message's records (design.md §1: only
-// ledger/records calls them). Queue entries and process sessions are not records.
+// records calls them). Queue entries and process sessions are not records.
 var recordWrites = []string{"PutMessage", "DeleteMessage", "AddReply", "PutReply", "PutIdem", "DeleteIdem",
 	"PutOutbound", "DeleteOutbound", "PutMailbox", "PutMailboxMax", "AckMailbox"}
 
-// TestRecordWriters: only ledger/records (and store itself) calls the store's record writes.
+// TestRecordWriters: only records (and store itself) calls the store's record writes.
 // Each name must still be a method of the store's transaction, so a rename cannot empty the
 // rule. Mutant tried: hub's settle calling tx.AckMailbox itself again: red.
 func TestRecordWriters(t *testing.T) {
@@ -203,11 +203,11 @@ func TestRecordWriters(t *testing.T) {
 					return true
 				}
 				switch g.pkg {
-				case "ledger/records":
+				case "records":
 					calls++
 				case "store":
 				default:
-					t.Errorf("%s: %s calls %s; design.md §1 lets only ledger/records write a message's records", g.path, g.pkg, sel.Sel.Name)
+					t.Errorf("%s: %s calls %s; design.md §1 lets only records write a message's records", g.path, g.pkg, sel.Sel.Name)
 				}
 			}
 			return true
@@ -219,7 +219,7 @@ func TestRecordWriters(t *testing.T) {
 		}
 	}
 	if calls < len(recordWrites)-1 {
-		t.Fatalf("ledger/records calls %d record writes; the walk is broken", calls)
+		t.Fatalf("records calls %d record writes; the walk is broken", calls)
 	}
 }
 
