@@ -8,8 +8,8 @@ import (
 	"github.com/xmsg/xmsg/internal/agy"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/ledger"
-	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/store"
 )
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/ledger"
-	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/principal"
+	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/store"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/ledger"
-	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/principal"
+	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/store"
 )
 

@@ -3,8 +3,8 @@ package bus
 import (
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/ledger"
-	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/peercred"
+	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/store"
 )
 

@@ -21,8 +21,8 @@ import (
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/ledger"
-	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/limits"
+	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/store"
 	"github.com/xmsg/xmsg/internal/wake"
 )
