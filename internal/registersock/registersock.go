@@ -546,8 +546,8 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		// The pushed message is the reply's new message id; with no push (no return address,
 		// pushes disabled, sender gone) there is none, and the original id is returned.
 		id := res.MessageID
-		if res.PushedMessageID != nil {
-			id = *res.PushedMessageID
+		if res.PushedMessageID != "" {
+			id = res.PushedMessageID
 		}
 		return encode(replyResp{Status: "ok", MessageID: id}), audit, true
 	case req.Action == "credential":
