@@ -1,9 +1,10 @@
 // Package answer holds the JSON shapes of the bus's answers, one per answer, shared by the
-// transports that send them (http.sock, agent.sock, federation) and read by federation's
-// client from a peer. The bus's results are plain values; each shape here is made from one
-// by the function named after it (DeliveryOf, ReplyOf, ...), which is where "none" becomes
-// JSON null or an omitted field, and a peer's answer turns back into the bus's value with its
-// Bus method. docs/protocol.md is the reference for every field (TestShapes holds them to it).
+// transports that send them (http.sock, agent.sock, register.sock, federation) and read by
+// federation's client from a peer. The bus's results are plain values; each shape here is
+// made from one by the function named after it (DeliveryOf, ReplyOf, ...), which is where
+// "none" becomes JSON null or an omitted field, and a peer's answer turns back into the bus's
+// value with its Bus method. docs/protocol.md is the reference for every field (TestShapes
+// and TestShapesDocumented hold them to it).
 package answer
 
 import (
@@ -167,6 +168,33 @@ func MessageOf(m bus.Message) Message {
 		Outcome: m.Outcome, RecipientHarness: m.RecipientHarness, ReturnHarness: stringOrNull(m.ReturnHarness),
 		ReturnSessionID: stringOrNull(m.ReturnSessionID), PushReplies: m.PushReplies, ThreadID: m.ThreadID,
 		Report: m.Report, Replies: replies}
+}
+
+// Deliver is the deliver frame of a queued message: register.sock's answer to a poll
+// (docs/protocol.md §4.2), and agent.sock's to a Codex thread's poll and peek (§4.1).
+type Deliver struct {
+	Action    string          `json:"action"` // always "deliver"
+	MessageID string          `json:"messageId"`
+	FromName  string          `json:"fromName"`
+	Text      string          `json:"text"`
+	Envelope  string          `json:"envelope"`
+	Origin    json.RawMessage `json:"origin,omitempty"`
+}
+
+// anonymous is the origin of a message queued without one (docs/protocol.md §4.2).
+var anonymous = json.RawMessage(`{"kind":"anonymous"}`)
+
+// DeliverOf is q's deliver frame; withOrigin: the recipient's harness is told who sent it
+// (services, §7.3), anonymous when nobody was recorded; otherwise the frame has no origin.
+func DeliverOf(q bus.Queued, withOrigin bool) Deliver {
+	d := Deliver{Action: "deliver", MessageID: q.ID, FromName: q.FromName, Text: q.Text, Envelope: q.Envelope}
+	if withOrigin {
+		d.Origin = q.Origin
+		if len(d.Origin) == 0 {
+			d.Origin = anonymous
+		}
+	}
+	return d
 }
 
 func stringOrNull(s string) *string {

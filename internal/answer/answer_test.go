@@ -81,6 +81,20 @@ var shapes = []struct {
 		bareJSON: `{"id":"m2","createdAt":0,"sessionId":"","fromName":"","bytes":0,"outcome":"delivered","recipientHarness":"svc",` +
 			`"returnHarness":null,"returnSessionId":null,"pushReplies":false,"threadId":"","replies":[]}`,
 	},
+	{
+		name:     "Deliver", // §4.2: origin only for svc, {"kind":"anonymous"} when none was recorded; §4.1 poll and peek
+		full:     DeliverOf(bus.Queued{ID: "m1", FromName: "xmsg@h · anon:x", Text: "hi\n<b>", Envelope: "[xmsg] ...", Origin: json.RawMessage(`{"kind":"local","harness":"pi","sessionId":"pi:1"}`)}, true),
+		bare:     DeliverOf(bus.Queued{ID: "m2", Origin: json.RawMessage(`{"kind":"local"}`)}, false),
+		fullJSON: `{"action":"deliver","messageId":"m1","fromName":"xmsg@h · anon:x","text":"hi\n<b>","envelope":"[xmsg] ...","origin":{"kind":"local","harness":"pi","sessionId":"pi:1"}}`,
+		bareJSON: `{"action":"deliver","messageId":"m2","fromName":"","text":"","envelope":""}`,
+	},
+	{
+		name:     "Deliver, anonymous", // §4.2: a service's message queued without an origin
+		full:     DeliverOf(bus.Queued{ID: "m3"}, true),
+		bare:     DeliverOf(bus.Queued{ID: "m3"}, false),
+		fullJSON: `{"action":"deliver","messageId":"m3","fromName":"","text":"","envelope":"","origin":{"kind":"anonymous"}}`,
+		bareJSON: `{"action":"deliver","messageId":"m3","fromName":"","text":"","envelope":""}`,
+	},
 }
 
 // TestShapes: each shape goes out as the bytes docs/protocol.md gives it (names, order, null
@@ -111,7 +125,7 @@ func TestShapesDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(raw)
-	quoted := regexp.MustCompile(`"([A-Za-z]+)"`)
+	quoted := regexp.MustCompile(`"([A-Za-z]+)"(?::"[^"]*")?`) // a key, and its example value if it is a string
 	ticked := regexp.MustCompile("`([A-Za-z]+)`")
 	// between is doc's text in section sec after the first from, up to the first to.
 	between := func(sec, from, to string) string {
@@ -158,6 +172,7 @@ func TestShapesDocumented(t *testing.T) {
 		{"Reply", "§3.7", names(quoted, between("3.7", "Reply object: `{", "}`"))},
 		{"ReplyResult", "§4.1 reply", names(quoted, between("4.1", `{"status":"ok","reply":{`, "}"))},
 		{"Message", "§3.6", names(quoted, between("3.6", "200:\n```", "```"))},
+		{"Deliver", "§4.2", names(quoted, between("4.2", "unacknowledged message for this session:", "}`"))},
 	} {
 		if got := keys(t, byName[c.shape]); !slices.Equal(got, c.keys) {
 			t.Errorf("%s has keys %v; protocol.md %s lists %v", c.shape, got, c.where, c.keys)
