@@ -29,6 +29,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/answer"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/envelope"
@@ -382,8 +383,8 @@ type mcpStartResp struct {
 }
 
 type sendResp struct {
-	Status   string       `json:"status"`
-	Delivery bus.Delivery `json:"delivery"`
+	Status   string          `json:"status"`
+	Delivery answer.Delivery `json:"delivery"`
 }
 
 func (s *Server) send(caller bus.Caller, req request, after func(func())) []byte {
@@ -413,7 +414,7 @@ func (s *Server) send(caller bus.Caller, req request, after func(func())) []byte
 		e := sendError(err, ref)
 		return errorLine(e.Code, e.Detail)
 	}
-	return encode(sendResp{Status: "ok", Delivery: d})
+	return encode(sendResp{Status: "ok", Delivery: answer.DeliveryOf(d)})
 }
 
 // sendError maps bus refusals to agent.sock's codes (docs/protocol.md §4.1 send).
@@ -434,8 +435,8 @@ func sendError(err error, ref string) *bus.Error {
 }
 
 type replyResp struct {
-	Status string          `json:"status"`
-	Reply  bus.ReplyResult `json:"reply"`
+	Status string             `json:"status"`
+	Reply  answer.ReplyResult `json:"reply"`
 }
 
 func (s *Server) reply(caller bus.Caller, req request) []byte {
@@ -450,7 +451,7 @@ func (s *Server) reply(caller bus.Caller, req request) []byte {
 		e := bus.AsError(err)
 		return errorLine(e.Code, e.Detail)
 	}
-	return encode(replyResp{Status: "ok", Reply: res})
+	return encode(replyResp{Status: "ok", Reply: answer.ReplyResultOf(res)})
 }
 
 // Attested is the number of connections holding an attested slot now.

@@ -212,7 +212,7 @@ func TestAncestorWalk(t *testing.T) {
 	}
 	inbox.Next(t)
 	m, err := e.Bus.Message(field(t, got, "delivery", "messageId").(string))
-	if err != nil || m.ReturnHarness == nil || *m.ReturnHarness != "claude" || *m.ReturnSessionID != claudeID {
+	if err != nil || m.ReturnHarness != "claude" || m.ReturnSessionID != claudeID {
 		t.Fatalf("message return address: got %+v, %v, want claude %s", m, err, claudeID)
 	}
 }
@@ -235,7 +235,7 @@ func TestClaimedIdentityIgnored(t *testing.T) {
 		t.Fatalf("claimed identity reached the inbox: %q", content)
 	}
 	m, err := e.Bus.Message(field(t, got, "delivery", "messageId").(string))
-	if err != nil || *m.ReturnSessionID != claudeID {
+	if err != nil || m.ReturnSessionID != claudeID {
 		t.Fatalf("return address: got %+v, %v, want %s", m, err, claudeID)
 	}
 }

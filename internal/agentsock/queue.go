@@ -3,20 +3,11 @@ package agentsock
 import (
 	"time"
 
+	"github.com/xmsg/xmsg/internal/answer"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/ledger"
 )
-
-// deliverResp is a queued message handed to a Codex session (the shape of register.sock's
-// deliver frame).
-type deliverResp struct {
-	Action    string `json:"action"`
-	MessageID string `json:"messageId"`
-	FromName  string `json:"fromName"`
-	Text      string `json:"text"`
-	Envelope  string `json:"envelope"`
-}
 
 // queue answers poll and ack for a Codex session: it has no register.sock connection, so its
 // queue is read here, by the attested thread only. Other callers have their own channels.
@@ -47,7 +38,7 @@ func (s *Server) queue(caller bus.Caller, req request) []byte {
 	if p == nil {
 		return encode(map[string]string{"action": "timeout"})
 	}
-	return encode(deliverResp{Action: "deliver", MessageID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope})
+	return encode(answer.DeliverOf(*p, false))
 }
 
 // Bounds of one peek (docs/protocol.md §4.1): what one MCP tool result can carry without
@@ -60,9 +51,9 @@ const (
 )
 
 type peekResp struct {
-	Status   string        `json:"status"`
-	Messages []deliverResp `json:"messages"`
-	Waiting  int           `json:"waiting"`
+	Status   string           `json:"status"`
+	Messages []answer.Deliver `json:"messages"`
+	Waiting  int              `json:"waiting"`
 }
 
 // peek answers a batch of the thread's oldest queued messages without taking them (each stays
@@ -80,9 +71,9 @@ func (s *Server) peek(reg *bus.Registration, req request) []byte {
 	if err != nil {
 		return errorLine(ledger.Internal, "peek failed")
 	}
-	resp := peekResp{Status: "ok", Messages: make([]deliverResp, 0, len(msgs)), Waiting: more}
+	resp := peekResp{Status: "ok", Messages: make([]answer.Deliver, 0, len(msgs)), Waiting: more}
 	for _, m := range msgs {
-		resp.Messages = append(resp.Messages, deliverResp{Action: "deliver", MessageID: m.ID, FromName: m.FromName, Text: m.Text, Envelope: m.Envelope})
+		resp.Messages = append(resp.Messages, answer.DeliverOf(m, false))
 	}
 	return encode(resp)
 }

@@ -236,7 +236,7 @@ func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 		r := hits[0]
 		_, registered := b.agyCredentials(r)
 		exact := strings.EqualFold(strings.TrimPrefix(r.SessionID, agy.Name+":"), bare)
-		return Target{Harness: agy.Name, SessionID: r.SessionID, View: b.agyView(r), Offline: !registered && !exact, reg: r}, nil, true
+		return Target{Harness: agy.Name, SessionID: r.SessionID, Session: b.agyEntry(r), Offline: !registered && !exact, reg: r}, nil, true
 	}
 	ids := make([]string, len(hits))
 	for i, r := range hits {
@@ -245,8 +245,8 @@ func (b *Bus) resolveAgy(bare string) (Target, error, bool) {
 	return Target{}, errorf(ledger.Ambiguous, "%s", strings.Join(ids, ",")), true
 }
 
-func (b *Bus) agyView(r *Registration) SessionView {
-	v := b.regView(r)
+func (b *Bus) agyEntry(r *Registration) Session {
+	v := b.regEntry(r)
 	_, registered := b.agyCredentials(r)
 	v.Registered = &registered
 	if !registered {

@@ -214,49 +214,47 @@ type Caller struct {
 // Actor is the caller's audit name, e.g. "claude:alice".
 func (c Caller) Actor() string { return c.Harness + ":" + c.Name }
 
-// SessionView is a Session object of docs/protocol.md §3.3.
-type SessionView struct {
-	SessionID  string          `json:"sessionId"`
-	Name       *string         `json:"name"`
-	PID        int             `json:"pid"`
-	Cwd        string          `json:"cwd"`
-	Status     string          `json:"status"`
-	Kind       string          `json:"kind"`
-	Entrypoint *string         `json:"entrypoint"`
-	Version    *string         `json:"version"`
-	StartedAt  json.RawMessage `json:"startedAt"`
-	UpdatedAt  json.RawMessage `json:"updatedAt"`
-	Harness    string          `json:"harness"`
-	Registered *bool           `json:"registered,omitempty"`
+// Session is a live session as the session list shows it (docs/protocol.md §3.3).
+type Session struct {
+	SessionID string
+	// Name, Entrypoint and Version are nil where the session has none (a Claude session
+	// file may leave them out).
+	Name       *string
+	PID        int
+	Cwd        string
+	Status     string
+	Kind       string
+	Entrypoint *string
+	Version    *string
+	// StartedAt and UpdatedAt are JSON numbers as the session file has them (a registered
+	// session's: its registration's epoch seconds); empty when the file has none.
+	StartedAt, UpdatedAt json.RawMessage
+	Harness              string
+	// Registered: whether the session is registered (an agy session: whether its credentials
+	// are); nil for a Claude session, which never registers.
+	Registered *bool
 }
 
-func rawOrNull(r json.RawMessage) json.RawMessage {
-	if len(r) == 0 {
-		return json.RawMessage("null")
-	}
-	return r
+func claudeEntry(s claude.Session) Session {
+	return Session{SessionID: s.ID, Name: s.Name, PID: s.PID, Cwd: s.Cwd, Status: s.Status, Kind: s.Kind,
+		Entrypoint: s.Entrypoint, Version: s.Version, StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, Harness: claude.Name}
 }
 
-func claudeView(s claude.Session) SessionView {
-	return SessionView{SessionID: s.ID, Name: s.Name, PID: s.PID, Cwd: s.Cwd, Status: s.Status, Kind: s.Kind,
-		Entrypoint: s.Entrypoint, Version: s.Version, StartedAt: rawOrNull(s.StartedAt), UpdatedAt: rawOrNull(s.UpdatedAt), Harness: claude.Name}
-}
-
-func (b *Bus) regView(r *Registration) SessionView {
+func (b *Bus) regEntry(r *Registration) Session {
 	name, t, yes := r.Name, json.RawMessage(strconv.FormatInt(r.RegisteredAt, 10)), true
 	kind := "interactive"
 	if h := b.h.Named(r.Harness); h != nil {
 		kind = h.Kind()
 	}
-	return SessionView{SessionID: r.SessionID, Name: &name, PID: r.PID, Cwd: r.Cwd, Status: "idle", Kind: kind,
+	return Session{SessionID: r.SessionID, Name: &name, PID: r.PID, Cwd: r.Cwd, Status: "idle", Kind: kind,
 		StartedAt: t, UpdatedAt: t, Harness: r.Harness, Registered: &yes}
 }
 
 // Sessions lists live sessions: claude first, then registered sessions, then services.
 // cwd keeps entries whose cwd equals or is under it; status keeps an exact match.
-func (b *Bus) Sessions(cwd, status string) []SessionView {
-	out := []SessionView{}
-	keep := func(v SessionView) {
+func (b *Bus) Sessions(cwd, status string) []Session {
+	out := []Session{}
+	keep := func(v Session) {
 		if cwd != "" && v.Cwd != cwd && !strings.HasPrefix(v.Cwd, strings.TrimSuffix(cwd, "/")+"/") {
 			return
 		}
@@ -267,15 +265,15 @@ func (b *Bus) Sessions(cwd, status string) []SessionView {
 	}
 	for _, s := range b.cfg.Claude.Scan() {
 		if s.Live {
-			keep(claudeView(s))
+			keep(claudeEntry(s))
 		}
 	}
 	b.codexThreads()
 	for _, r := range b.liveRegistrations() {
 		if r.agy != nil {
-			keep(b.agyView(r))
+			keep(b.agyEntry(r))
 		} else {
-			keep(b.regView(r))
+			keep(b.regEntry(r))
 		}
 	}
 	return out
@@ -307,7 +305,7 @@ type Target struct {
 	Harness   string
 	SessionID string
 	Claude    *claude.Session // for claude targets
-	View      SessionView
+	Session   Session
 	// Offline: a configured service that is not registered right now, or an agy session
 	// without credentials named by something else than its session id. It can be sent to
 	// (its queue is durable) but GET does not show it as a live session.
@@ -357,7 +355,7 @@ func (b *Bus) Resolve(ref string) (Target, error) {
 	switch {
 	case len(live) == 1:
 		s := live[0]
-		return Target{Harness: claude.Name, SessionID: s.ID, Claude: &s, View: claudeView(s)}, nil
+		return Target{Harness: claude.Name, SessionID: s.ID, Claude: &s, Session: claudeEntry(s)}, nil
 	case len(live) > 1:
 		ids := make([]string, len(live))
 		for i, s := range live {
@@ -436,7 +434,7 @@ func (b *Bus) resolveRegistered(pinned harness.Harness, bare string, isPID bool,
 		}
 		if len(hits) == 1 {
 			r := hits[0]
-			return Target{Harness: r.Harness, SessionID: r.SessionID, View: b.regView(r)}, nil, true
+			return Target{Harness: r.Harness, SessionID: r.SessionID, Session: b.regEntry(r)}, nil, true
 		}
 		if len(hits) > 1 {
 			ids := make([]string, len(hits))
@@ -478,7 +476,7 @@ func (b *Bus) offlineService(h harness.Harness, bare string) (Target, bool) {
 	}
 	name := h.Name()
 	offline := func(n string) Target {
-		return Target{Harness: name, SessionID: name + ":" + n, Offline: true, View: SessionView{Name: &n}}
+		return Target{Harness: name, SessionID: name + ":" + n, Offline: true, Session: Session{Name: &n}}
 	}
 	if l := b.cfg.Leaf; l != nil && strings.EqualFold(l.Name, bare) {
 		return offline(l.Name), true

@@ -139,7 +139,7 @@ func TestLongPollWaitersAndWakeup(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	results := make(chan []ReplyView, 2)
+	results := make(chan []Reply, 2)
 	for range 2 {
 		go func() {
 			rs, err := b.Replies(ctx, id, 0, MaxWait)
@@ -218,14 +218,14 @@ func TestReplyPushToClaude(t *testing.T) {
 
 	put("01890000-0000-7000-8000-0000000000a1")
 	res, err := b.Reply(ctx, svc, "01890000-0000-7000-8000-0000000000a1", "no inbox")
-	if err != nil || res.PushOutcome == nil || *res.PushOutcome != "sender_gone" || res.PushedMessageID != nil {
+	if err != nil || res.PushOutcome.String() != "sender_gone" || res.PushedMessageID != "" {
 		t.Fatalf("reply to a gone inbox = %+v, %v; want sender_gone and no pushed id", res, err)
 	}
 	if c, _ := b.Counts(); c.Messages != 1 {
 		t.Errorf("%d messages stored, want only the original (no pushed row)", c.Messages)
 	}
 	m, _ := b.Message("01890000-0000-7000-8000-0000000000a1")
-	if len(m.Replies) != 1 || m.Replies[0].PushOutcome == nil || *m.Replies[0].PushOutcome != "sender_gone" {
+	if len(m.Replies) != 1 || m.Replies[0].PushOutcome.String() != "sender_gone" {
 		t.Errorf("stored reply = %+v", m.Replies)
 	}
 
@@ -248,7 +248,7 @@ func TestReplyPushToClaude(t *testing.T) {
 	}()
 	put("01890000-0000-7000-8000-0000000000a2")
 	res, err = b.Reply(ctx, svc, "01890000-0000-7000-8000-0000000000a2", "hello")
-	if err != nil || *res.PushOutcome != "pushed" || res.PushedMessageID == nil {
+	if err != nil || res.PushOutcome.String() != "pushed" || res.PushedMessageID == "" {
 		t.Fatalf("reply = %+v, %v; want pushed", res, err)
 	}
 	if !<-seen {

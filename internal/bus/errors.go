@@ -17,13 +17,6 @@ func errorf(code ledger.Code, format string, args ...any) *Error {
 	return &Error{Code: code, Detail: fmt.Sprintf(format, args...)}
 }
 
-// parseOutcome is a stored outcome word's Outcome; a word of no outcome (a federation
-// record's "not_found") reads as none.
-func parseOutcome(word string) ledger.Outcome {
-	o, _ := ledger.ParseOutcome(word)
-	return o
-}
-
 func badRequest(format string, args ...any) *Error {
 	return errorf(ledger.BadRequest, format, args...)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/ledger"
 )
 
 // TestOfflineRecipientIsQueued: a send to a recipient that is not connected (a uid-admitted
@@ -30,7 +31,7 @@ func TestOfflineRecipientIsQueued(t *testing.T) {
 		if err != nil || d.Outcome.String() != "queued" {
 			t.Fatalf("send to %s, not connected: %+v %v; want queued", ref, d, err)
 		}
-		if v, err := b.Message(d.MessageID); err != nil || v.Outcome != "queued" {
+		if v, err := b.Message(d.MessageID); err != nil || v.Outcome != ledger.Queued {
 			t.Errorf("GET %s's message before it was taken: %+v %v; want queued", ref, v, err)
 		}
 	}
@@ -52,7 +53,7 @@ func TestOfflineRecipientIsQueued(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if v, err := b.Message(away); err != nil || v.Outcome != "delivered" {
+	if v, err := b.Message(away); err != nil || v.Outcome != ledger.Delivered {
 		t.Errorf("GET the message sent while away, after the ack: %+v %v; want delivered", v, err)
 	}
 }

@@ -35,7 +35,7 @@ type Federation interface {
 	// Sessions lists a peer's sessions (GET /fed/v2/sessions).
 	Sessions(ctx context.Context, peer string) ([]RemoteSession, error)
 	// Replies long-polls a peer for replies to a message we sent it.
-	Replies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]ReplyView, error)
+	Replies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]Reply, error)
 }
 
 // RemoteHarness is the recipient harness of a message sent to another node (its row's
@@ -81,14 +81,14 @@ type OutgoingReply struct {
 	CreatedAt           int64
 }
 
-// RemoteSession is an entry of GET /v1/sessions?peer=P (docs/protocol.md §3.3).
+// RemoteSession is one of a peer's sessions (GET /v1/sessions?peer=P, docs/protocol.md §3.3).
 type RemoteSession struct {
-	Harness   string  `json:"harness"`
-	Kind      string  `json:"kind"`
-	Name      *string `json:"name"`
-	Ref       string  `json:"ref"`
-	SessionID string  `json:"sessionId"`
-	Status    string  `json:"status"`
+	Harness   string
+	Kind      string
+	Name      *string // nil when the peer gave none
+	Ref       string  // <sessionId>@<peer>: how a send here names it
+	SessionID string
+	Status    string
 }
 
 // FedOrigin is the svc origin (docs/protocol.md §7.3) of mail that came from, or goes to,
@@ -201,7 +201,7 @@ func (b *Bus) AcceptReply(ctx context.Context, r InboundReply) (outcome ledger.O
 
 // PeerReplies is a peer's long-poll for replies to a message it sent us: only the message's
 // return host may read them.
-func (b *Bus) PeerReplies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]ReplyView, error) {
+func (b *Bus) PeerReplies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]Reply, error) {
 	m, found, err := b.message(id)
 	if err != nil {
 		return nil, err
@@ -266,7 +266,7 @@ func (b *Bus) remoteReplies(ctx context.Context, id string, after uint64, wait t
 
 // cacheReplies stores the replies of remote not yet cached for message id; it reports
 // whether it stored any (and then wakes the local long-polls).
-func (b *Bus) cacheReplies(id string, remote []ReplyView) (bool, error) {
+func (b *Bus) cacheReplies(id string, remote []Reply) (bool, error) {
 	if len(remote) == 0 {
 		return false, nil
 	}

@@ -17,39 +17,32 @@ import (
 	"github.com/xmsg/xmsg/internal/store"
 )
 
-// ReplyResult is the answer to an accepted reply (docs/protocol.md §4.1 `reply`).
+// ReplyResult is what an accepted reply did (docs/protocol.md §4.1 `reply`).
 type ReplyResult struct {
-	MessageID        string  `json:"messageId"` // the ORIGINAL message
-	Seq              uint64  `json:"seq"`
-	SessionRef       string  `json:"sessionRef"`
-	ReplierSessionID string  `json:"replierSessionId"`
-	CreatedAt        int64   `json:"createdAt"`
-	Text             string  `json:"text"`
-	PushOutcome      *string `json:"pushOutcome"`
-	PushedMessageID  *string `json:"pushedMessageId"`
+	MessageID        string // the ORIGINAL message
+	Seq              uint64
+	SessionRef       string
+	ReplierSessionID string
+	CreatedAt        int64
+	Text             string
+	PushOutcome      ledger.Outcome // NoOutcome: no push was tried (no return address)
+	PushedMessageID  string         // the pushed message's id; "" when none was recorded
 }
 
 // Result is what the reply's event says of it: the reply to inReplyTo, and its push.
 func (r ReplyResult) Result(inReplyTo string) ledger.Result {
-	res := ledger.Result{InReplyTo: inReplyTo, ReplySeq: r.Seq, Bytes: len(r.Text), Text: r.Text}
-	if r.PushOutcome != nil {
-		res.Outcome = parseOutcome(*r.PushOutcome)
-	}
-	if r.PushedMessageID != nil {
-		res.MessageID = *r.PushedMessageID
-	}
-	return res
+	return ledger.Result{InReplyTo: inReplyTo, ReplySeq: r.Seq, Bytes: len(r.Text), Text: r.Text, Outcome: r.PushOutcome, MessageID: r.PushedMessageID}
 }
 
-// ReplyView is a Reply object of docs/protocol.md §3.7.
-type ReplyView struct {
-	Seq              uint64  `json:"seq"`
-	MessageID        string  `json:"messageId"`
-	CreatedAt        int64   `json:"createdAt"`
-	ReplierSessionID string  `json:"replierSessionId"`
-	Text             string  `json:"text"`
-	PushOutcome      *string `json:"pushOutcome"`
-	PushedMessageID  *string `json:"pushedMessageId"`
+// Reply is a recorded reply to a message (docs/protocol.md §3.7).
+type Reply struct {
+	Seq              uint64
+	MessageID        string
+	CreatedAt        int64
+	ReplierSessionID string
+	Text             string
+	PushOutcome      ledger.Outcome // NoOutcome: none was recorded
+	PushedMessageID  string         // "" when none was recorded
 }
 
 // qualified names a session as <harness>:<id>, once: ids that already carry their harness
@@ -61,16 +54,9 @@ func qualified(harness, id string) string {
 	return harness + ":" + id
 }
 
-func strOrNil(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func replyView(r store.Reply) ReplyView {
-	return ReplyView{Seq: r.Seq, MessageID: r.MessageID, CreatedAt: r.CreatedAt, ReplierSessionID: r.ReplierSessionID,
-		Text: r.Text, PushOutcome: strOrNil(r.PushOutcome.String()), PushedMessageID: strOrNil(r.PushedMessageID)}
+func replyOf(r store.Reply) Reply {
+	return Reply{Seq: r.Seq, MessageID: r.MessageID, CreatedAt: r.CreatedAt, ReplierSessionID: r.ReplierSessionID,
+		Text: r.Text, PushOutcome: r.PushOutcome, PushedMessageID: r.PushedMessageID}
 }
 
 // Reply records caller's reply to messageID and pushes it to the original sender when the
@@ -119,7 +105,7 @@ func (b *Bus) Reply(ctx context.Context, caller Caller, messageID, text string) 
 		return ReplyResult{}, err
 	}
 	return ReplyResult{MessageID: messageID, Seq: reply.Seq, SessionRef: caller.SessionID, ReplierSessionID: caller.SessionID,
-		CreatedAt: now, Text: text, PushOutcome: strOrNil(reply.PushOutcome.String()), PushedMessageID: strOrNil(reply.PushedMessageID)}, nil
+		CreatedAt: now, Text: text, PushOutcome: reply.PushOutcome, PushedMessageID: reply.PushedMessageID}, nil
 }
 
 // pushPlan is how a reply reaches the original sender. What it stores (the pushed message,
@@ -297,23 +283,24 @@ func (b *Bus) fresh(rs []store.Reply) []store.Reply {
 	return out
 }
 
-// MessageView is the answer of GET /v1/messages/{id}.
-type MessageView struct {
-	ID               string  `json:"id"`
-	CreatedAt        int64   `json:"createdAt"`
-	SessionID        string  `json:"sessionId"`
-	FromName         string  `json:"fromName"`
-	Bytes            int     `json:"bytes"`
-	Outcome          string  `json:"outcome"`
-	RecipientHarness string  `json:"recipientHarness"`
-	ReturnHarness    *string `json:"returnHarness"`
-	ReturnSessionID  *string `json:"returnSessionId"`
-	PushReplies      bool    `json:"pushReplies"`
-	ThreadID         string  `json:"threadId"`
+// Message is a recorded message with its replies (docs/protocol.md §3.6).
+type Message struct {
+	ID               string
+	CreatedAt        int64
+	SessionID        string
+	FromName         string
+	Bytes            int
+	Outcome          ledger.Outcome // as recorded (queued reads delivered once taken)
+	RecipientHarness string
+	ReturnHarness    string // "" when the message has no return address
+	ReturnSessionID  string // "" when the message has no return address
+	PushReplies      bool
+	ThreadID         string
 	// Report is what a Claude Code recipient said of the message (its peer status), or
-	// "written": its line reached the session's inbox and nothing more is known.
-	Report  string      `json:"report,omitempty"`
-	Replies []ReplyView `json:"replies"`
+	// "written": its line reached the session's inbox and nothing more is known; "" for any
+	// other recipient.
+	Report  string
+	Replies []Reply
 }
 
 // messageNotFound names the message that was not found, once (the original reused the session
@@ -321,7 +308,7 @@ type MessageView struct {
 func messageNotFound(id string) *Error { return errorf(ledger.NotFound, "no message '%s'", id) }
 
 // Message returns a stored message with its replies.
-func (b *Bus) Message(id string) (MessageView, error) {
+func (b *Bus) Message(id string) (Message, error) {
 	var m store.Message
 	var found bool
 	var replies []store.Reply
@@ -333,21 +320,21 @@ func (b *Bus) Message(id string) (MessageView, error) {
 		return err
 	})
 	if err != nil {
-		return MessageView{}, err
+		return Message{}, err
 	}
 	found = found && !b.expired(m.CreatedAt)
 	replies = b.fresh(replies)
 	if !found {
-		return MessageView{}, messageNotFound(id)
+		return Message{}, messageNotFound(id)
 	}
 	if m.Outcome == ledger.Queued && b.taken(m) {
 		m.Outcome = ledger.Delivered
 	}
-	v := MessageView{ID: m.ID, CreatedAt: m.CreatedAt, SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, Outcome: m.Outcome.String(),
-		RecipientHarness: m.RecipientHarness, ReturnHarness: strOrNil(m.ReturnHarness), ReturnSessionID: strOrNil(m.ReturnSessionID),
-		PushReplies: m.PushReplies, ThreadID: m.ThreadID, Report: m.Report, Replies: []ReplyView{}}
+	v := Message{ID: m.ID, CreatedAt: m.CreatedAt, SessionID: m.SessionID, FromName: m.FromName, Bytes: m.Bytes, Outcome: m.Outcome,
+		RecipientHarness: m.RecipientHarness, ReturnHarness: m.ReturnHarness, ReturnSessionID: m.ReturnSessionID,
+		PushReplies: m.PushReplies, ThreadID: m.ThreadID, Report: m.Report, Replies: []Reply{}}
 	for _, r := range replies {
-		v.Replies = append(v.Replies, replyView(r))
+		v.Replies = append(v.Replies, replyOf(r))
 	}
 	return v, nil
 }
@@ -374,12 +361,12 @@ const MaxWait = 60 * time.Second
 
 // Replies returns replies to id with seq > after; when there are none and wait > 0 it waits
 // (at most MaxWait) for one. At most MaxWaiters callers wait at once; the next gets 503.
-func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Duration) ([]ReplyView, error) {
+func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Duration) ([]Reply, error) {
 	if wait > MaxWait {
 		wait = MaxWait
 	}
 	remote := false
-	list := func() ([]ReplyView, bool, error) {
+	list := func() ([]Reply, bool, error) {
 		var rs []store.Reply
 		var found bool
 		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
@@ -395,9 +382,9 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 			return err
 		})
 		rs = b.fresh(rs)
-		out := make([]ReplyView, 0, len(rs))
+		out := make([]Reply, 0, len(rs))
 		for _, r := range rs {
-			out = append(out, replyView(r))
+			out = append(out, replyOf(r))
 		}
 		return out, found, err
 	}

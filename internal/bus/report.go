@@ -12,7 +12,7 @@ import (
 // message it was delivered to (every outcome word a report can set is here): held for the
 // person's decision, then delivered to the model, or denied (by the person, or refused by
 // the session's policy), expired (no decision in time), dropped (the session's ingress
-// guard discarded it). The exact status is kept beside it (MessageView.Report).
+// guard discarded it). The exact status is kept beside it (Message.Report).
 var reportOutcomes = map[string]ledger.Outcome{
 	claude.ReportHeld:      ledger.Held,
 	claude.ReportDelivered: ledger.Delivered,

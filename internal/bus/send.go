@@ -53,17 +53,17 @@ func later(ctx context.Context, work func()) {
 	work()
 }
 
-// Delivery is the answer to an accepted send.
+// Delivery is what an accepted send did (docs/protocol.md §3.5).
 type Delivery struct {
-	SessionID string         `json:"sessionId"`
-	FromName  string         `json:"fromName"`
-	Bytes     int            `json:"bytes"`
-	MessageID string         `json:"messageId"`
-	Outcome   ledger.Outcome `json:"outcome"`
+	SessionID string
+	FromName  string
+	Bytes     int
+	MessageID string
+	Outcome   ledger.Outcome
 	// Harness is the recipient's harness, and Peer the configured peer a remote send went to,
-	// for the send's event; not on the wire.
-	Harness string `json:"-"`
-	Peer    string `json:"-"`
+	// for the send's event; no answer carries them.
+	Harness string
+	Peer    string
 }
 
 // Result is what the send's event says of it, and its text for a monitor that asked for it.

@@ -16,10 +16,10 @@ type Bus interface {
 	// Events is the stream each answered request is announced on (ledger.Stream.Request).
 	Events() *ledger.Stream
 	Resolve(ref string) (bus.Target, error)
-	Sessions(cwd, status string) []bus.SessionView
+	Sessions(cwd, status string) []bus.Session
 	Accept(ctx context.Context, in bus.Inbound, t bus.Target, unresolved error) (bus.Delivery, error)
 	AcceptReply(ctx context.Context, r bus.InboundReply) (outcome ledger.Outcome, messageID string, err error)
-	PeerReplies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]bus.ReplyView, error)
+	PeerReplies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]bus.Reply, error)
 }
 
 var _ Bus = (*bus.Bus)(nil)

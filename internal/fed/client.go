@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xmsg/xmsg/internal/answer"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/ledger"
 )
@@ -181,11 +182,11 @@ func (n *Node) call(ctx context.Context, peer, method, path string, body any, ou
 func (n *Node) post(ctx context.Context, peer string, e Envelope) (bus.Delivery, error) {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	var d bus.Delivery
+	var d answer.Delivery
 	if err := n.call(ctx, peer, http.MethodPost, "/fed/v2/messages", e, &d, e.ID); err != nil {
 		return bus.Delivery{}, err
 	}
-	return d, nil
+	return d.Bus(), nil
 }
 
 // PushReply implements bus.Federation: POST /fed/v2/replies (§8.5).
@@ -225,13 +226,17 @@ func (n *Node) Sessions(ctx context.Context, peer string) ([]bus.RemoteSession, 
 }
 
 // Replies implements bus.Federation: GET /fed/v2/messages/{id}/replies, budget wait + 5 s.
-func (n *Node) Replies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]bus.ReplyView, error) {
+func (n *Node) Replies(ctx context.Context, peer, id string, after uint64, wait time.Duration) ([]bus.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+CallTimeout)
 	defer cancel()
 	q := url.Values{"after": {strconv.FormatUint(after, 10)}, "wait": {strconv.Itoa(int(wait / time.Second))}}
-	var out []bus.ReplyView
-	if err := n.call(ctx, peer, http.MethodGet, "/fed/v2/messages/"+url.PathEscape(id)+"/replies?"+q.Encode(), nil, &out, ""); err != nil {
+	var list []answer.Reply
+	if err := n.call(ctx, peer, http.MethodGet, "/fed/v2/messages/"+url.PathEscape(id)+"/replies?"+q.Encode(), nil, &list, ""); err != nil {
 		return nil, err
+	}
+	out := make([]bus.Reply, 0, len(list))
+	for _, r := range list {
+		out = append(out, r.Bus())
 	}
 	return out, nil
 }

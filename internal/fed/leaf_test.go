@@ -78,7 +78,7 @@ func (nd *node) outcome(id string) string {
 	if err != nil {
 		return err.Error()
 	}
-	return v.Outcome
+	return v.Outcome.String()
 }
 
 // eventually waits (bounded) for cond; the bound is a hang guard, not a timing assertion.
@@ -295,7 +295,7 @@ func TestPullLoop(t *testing.T) {
 
 	// The service replies on the leaf; the reply is pushed to the hub sender's queue.
 	res, err := l1.bus.Reply(ctx, svc.Caller(), d.MessageID, "pong")
-	if err != nil || res.PushOutcome == nil || *res.PushOutcome != "pushed" {
+	if err != nil || res.PushOutcome.String() != "pushed" {
 		t.Fatalf("leaf reply = %+v %v", res, err)
 	}
 	if got := hub.queued("svc:asker"); got != 1 {
@@ -343,7 +343,7 @@ func TestPullLoop(t *testing.T) {
 		t.Fatalf("hub svc:bot queue = %d", got)
 	}
 	r4, err := hub.bus.Reply(ctx, hubSvc, d4.MessageID, "answer")
-	if err != nil || r4.PushOutcome == nil || *r4.PushOutcome != "disabled" {
+	if err != nil || r4.PushOutcome.String() != "disabled" {
 		t.Errorf("reply to a leaf-originated message: %+v %v, want disabled", r4, err)
 	}
 	replies, err := l1.bus.Replies(ctx, d4.MessageID, 0, 2*time.Second)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/xmsg/xmsg/internal/answer"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/ledger"
@@ -338,7 +339,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	t, resolveErr := s.bus.Resolve(e.To.Ref)
 	if resolveErr == nil {
 		// The view names every target that has a name, an offline service included.
-		if !p.allowsTarget(targetNames(t.Harness, t.SessionID, t.View.Name)) {
+		if !p.allowsTarget(targetNames(t.Harness, t.SessionID, t.Session.Name)) {
 			writeError(w, apiError(ledger.OpDenied, "target not allowed for peer"))
 			return
 		}
@@ -369,7 +370,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, err)
 	} else {
-		writeJSON(w, http.StatusAccepted, d)
+		writeJSON(w, http.StatusAccepted, answer.DeliveryOf(d))
 	}
 	s.bus.Events().Request(ledger.Via{Transport: ledger.Fed, Actor: "fed:" + p.Name, Peer: p.Name}, ledger.Sent, "send", t.SessionID, d.Result(e.Body), err)
 }
@@ -454,7 +455,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, answer.RepliesOf(out))
 }
 
 // wireSession is an entry of GET /fed/v2/sessions.

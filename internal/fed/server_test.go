@@ -185,7 +185,7 @@ func TestSendAndReplyAcrossNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.PushOutcome == nil || *res.PushOutcome != "pushed" {
+	if res.PushOutcome.String() != "pushed" {
 		t.Errorf("push outcome = %v, want pushed", res.PushOutcome)
 	}
 	if got := a.queued("svc:bot"); got != 1 {
@@ -197,8 +197,8 @@ func TestSendAndReplyAcrossNodes(t *testing.T) {
 		t.Errorf("replies on a = %+v, %v", replies, err)
 	}
 	// A reply to the reply goes back to b (a holds an outbound row for the pushed message).
-	res2, err := a.bus.Reply(ctx, caller, *res.PushedMessageID, "pong again")
-	if err != nil || res2.PushOutcome == nil || *res2.PushOutcome != "pushed" {
+	res2, err := a.bus.Reply(ctx, caller, res.PushedMessageID, "pong again")
+	if err != nil || res2.PushOutcome.String() != "pushed" {
 		t.Fatalf("reply to the reply: %+v %v", res2, err)
 	}
 	// The remote session list, and an unknown peer.
@@ -222,7 +222,7 @@ func TestAnonymousRemoteSendPollsThePeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan []bus.ReplyView)
+	done := make(chan []bus.Reply)
 	go func() {
 		r, err := a.bus.Replies(ctx, d.MessageID, 0, 20*time.Second)
 		if err != nil {
@@ -234,7 +234,7 @@ func TestAnonymousRemoteSendPollsThePeer(t *testing.T) {
 	// long-poll, waiting on b's, wakes with it.
 	time.Sleep(50 * time.Millisecond)
 	res, err := b.bus.Reply(ctx, bus.Caller{Harness: "svc", SessionID: "svc:bot", Name: "bot"}, d.MessageID, "pong")
-	if err != nil || res.PushOutcome != nil {
+	if err != nil || res.PushOutcome.String() != "" {
 		t.Fatalf("reply: %+v %v", res, err)
 	}
 	r := <-done

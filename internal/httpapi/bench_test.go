@@ -25,6 +25,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/xmsg/xmsg/internal/answer"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/peercred"
@@ -106,7 +107,7 @@ func (e *benchEnv) send(tb testing.TB, text string) string {
 	// Read to EOF so the keep-alive connection is reused, as a real client would.
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	var d bus.Delivery
+	var d answer.Delivery
 	if resp.StatusCode != 202 || json.Unmarshal(raw, &d) != nil {
 		tb.Fatalf("send: %d", resp.StatusCode)
 	}
@@ -273,7 +274,7 @@ func BenchmarkSendReplyRoundTrip(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var rs []bus.ReplyView
+		var rs []answer.Reply
 		json.NewDecoder(resp.Body).Decode(&rs)
 		resp.Body.Close()
 		if len(rs) != 1 || rs[0].Text != "pong" {

@@ -16,10 +16,10 @@ type Bus interface {
 	Host() string
 	Send(ctx context.Context, s bus.Send) (bus.Delivery, error)
 	Resolve(ref string) (bus.Target, error)
-	Sessions(cwd, status string) []bus.SessionView
+	Sessions(cwd, status string) []bus.Session
 	RemoteSessions(ctx context.Context, peer string) ([]bus.RemoteSession, error)
-	Message(id string) (bus.MessageView, error)
-	Replies(ctx context.Context, id string, after uint64, wait time.Duration) ([]bus.ReplyView, error)
+	Message(id string) (bus.Message, error)
+	Replies(ctx context.Context, id string, after uint64, wait time.Duration) ([]bus.Reply, error)
 	SessionDirs() bus.SessionDirs
 }
 

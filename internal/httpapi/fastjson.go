@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/answer"
 	"github.com/xmsg/xmsg/internal/jsonline"
 )
 
@@ -64,7 +64,7 @@ func decodeSendFast(body []byte) (req SendRequest, ok bool) {
 }
 
 // encodeDelivery is jsonline.Encode(d): by hand when no string needs escaping.
-func encodeDelivery(d bus.Delivery) ([]byte, error) {
+func encodeDelivery(d answer.Delivery) ([]byte, error) {
 	if !plainJSON(d.SessionID) || !plainJSON(d.FromName) || !plainJSON(d.MessageID) || !plainJSON(d.Outcome.String()) {
 		return jsonline.Encode(d)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/xmsg/xmsg/internal/bus"
+	"github.com/xmsg/xmsg/internal/answer"
 	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/ledger"
 )
@@ -76,7 +76,7 @@ func TestFastSendDecodeMatches(t *testing.T) {
 // Mutant tried: plainJSON without the U+2028 check: red.
 func TestFastDeliveryMatches(t *testing.T) {
 	for _, s := range []string{"", "a", "xmsg@bench · load", "a\"b", `a\b`, "a\nb", "\x01", "<&>", "\u2028", "\u2029", "\xff", "é", "\x7f", "\ufffd"} {
-		d := bus.Delivery{SessionID: "11111111-2222-3333-4444-555555555555", FromName: s, Bytes: 123, MessageID: s + "id", Outcome: ledger.Delivered}
+		d := answer.Delivery{SessionID: "11111111-2222-3333-4444-555555555555", FromName: s, Bytes: 123, MessageID: s + "id", Outcome: ledger.Delivered}
 		got, err := encodeDelivery(d)
 		want, werr := jsonline.Encode(d)
 		if err != nil || werr != nil || !bytes.Equal(got, want) {

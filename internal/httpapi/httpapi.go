@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/xmsg/xmsg/internal/answer"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/jsonline"
@@ -184,7 +185,7 @@ func (h *handler) sendAudited(ctx context.Context, w http.ResponseWriter, actor 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	var body []byte
 	var err error
-	if d, ok := v.(bus.Delivery); ok {
+	if d, ok := v.(answer.Delivery); ok {
 		body, err = encodeDelivery(d) // the answer to every send: fastjson.go
 	} else {
 		body, err = jsonline.Encode(v)
@@ -315,10 +316,10 @@ func (h *handler) sessions(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, list)
+		writeJSON(w, http.StatusOK, answer.RemoteSessionsOf(list))
 		return
 	}
-	writeJSON(w, http.StatusOK, h.cfg.Bus.Sessions(q.Get("cwd"), q.Get("status")))
+	writeJSON(w, http.StatusOK, answer.SessionsOf(h.cfg.Bus.Sessions(q.Get("cwd"), q.Get("status"))))
 }
 
 func (h *handler) session(w http.ResponseWriter, r *http.Request) {
@@ -332,7 +333,7 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, t.View)
+	writeJSON(w, http.StatusOK, answer.SessionOf(t.Session))
 }
 
 // RequestCap is the largest send request body for a text limit of maxBody: every byte of the
@@ -423,7 +424,7 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusAccepted, d)
+		writeJSON(w, http.StatusAccepted, answer.DeliveryOf(d))
 		return
 	}
 	clean, err := envelope.Anonymous(req.From)
@@ -446,7 +447,7 @@ func (h *handler) send(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, d)
+	writeJSON(w, http.StatusAccepted, answer.DeliveryOf(d))
 }
 
 func (h *handler) message(w http.ResponseWriter, r *http.Request) {
@@ -455,7 +456,7 @@ func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	writeJSON(w, http.StatusOK, answer.MessageOf(m))
 }
 
 func (h *handler) replies(w http.ResponseWriter, r *http.Request) {
@@ -493,5 +494,5 @@ func (h *handler) replies(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, answer.RepliesOf(out))
 }

@@ -221,7 +221,7 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 	}
 	// The message rows carry the hub as return host: a reply goes back there.
 	v, err := b.Message(hub.rowID(0))
-	if err != nil || v.ReturnHarness == nil || *v.ReturnHarness != "claude" || !v.PushReplies {
+	if err != nil || v.ReturnHarness != "claude" || !v.PushReplies {
 		t.Errorf("message row = %+v %v", v, err)
 	}
 }

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"unicode/utf8"
 
+	"github.com/xmsg/xmsg/internal/answer"
 	"github.com/xmsg/xmsg/internal/jsonline"
 )
 
 // The two frames of a consumer's loop, a poll and an ack, are most of register.sock's traffic
 // (two per message delivered). They are read and written here without encoding/json's
 // reflection: quickLoop reads the plain shape clients send (flat, no escapes) and leaves
-// everything else to decodeLoop; appendDeliver writes the bytes encode(deliverResp) would.
+// everything else to decodeLoop; appendDeliver writes the bytes encode(answer.Deliver) would.
 // Both are checked against the general paths by fuzz tests.
 
 // quickLoop decodes line as decodeLoop would, if it is one flat object whose keys are plain
@@ -135,7 +136,7 @@ func plainUint(b []byte, i int) (n, next int, ok bool) {
 // appendDeliver appends the line encode(d) renders: the same bytes (fields in struct order,
 // strings escaped as encoding/json does without HTML escaping, origin compacted), newline
 // included. ok is false if origin is not valid JSON (encode then reports the failure).
-func appendDeliver(dst []byte, d deliverResp) ([]byte, bool) {
+func appendDeliver(dst []byte, d answer.Deliver) ([]byte, bool) {
 	dst = append(dst, `{"action":`...)
 	dst = appendString(dst, d.Action)
 	dst = append(dst, `,"messageId":`...)

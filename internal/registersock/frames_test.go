@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/xmsg/xmsg/internal/answer"
 )
 
 // FuzzQuickLoop: wherever the quick decoder takes a frame, it reads what decodeLoop reads;
@@ -57,7 +59,7 @@ func FuzzAppendDeliver(f *testing.F) {
 	f.Add("id", "n", "t", "e", []byte(`{"kind":`))
 	f.Add("id", "n", "t", "e", []byte(`{"k":"<&>"}`))
 	f.Fuzz(func(t *testing.T, id, from, text, env string, origin []byte) {
-		d := deliverResp{Action: "deliver", MessageID: id, FromName: from, Text: text, Envelope: env, Origin: json.RawMessage(origin)}
+		d := answer.Deliver{Action: "deliver", MessageID: id, FromName: from, Text: text, Envelope: env, Origin: json.RawMessage(origin)}
 		got, ok := appendDeliver(nil, d)
 		want := encode(d)
 		if !ok {

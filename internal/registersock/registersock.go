@@ -24,7 +24,6 @@ package registersock
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +34,7 @@ import (
 	"time"
 
 	"github.com/xmsg/xmsg/internal/agy"
+	"github.com/xmsg/xmsg/internal/answer"
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/custody"
 	"github.com/xmsg/xmsg/internal/harness"
@@ -511,7 +511,7 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		if waited && !reg.Current() {
 			return nil, nil, false // taken over while waiting: the new connection gets it
 		}
-		return encodeDeliver(deliverFrame(s.origin(reg), p)), nil, true
+		return encodeDeliver(answer.DeliverOf(*p, s.origin(reg))), nil, true
 	case req.Action == "ack":
 		// ok, as in the original xmsg (docs/protocol.md §4.2), for an id that is not this session's pending message: that
 		// changes nothing (the bus scopes it to reg) and says nothing about it. But an ack
@@ -546,8 +546,8 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		// The pushed message is the reply's new message id; with no push (no return address,
 		// pushes disabled, sender gone) there is none, and the original id is returned.
 		id := res.MessageID
-		if res.PushedMessageID != nil {
-			id = *res.PushedMessageID
+		if res.PushedMessageID != "" {
+			id = res.PushedMessageID
 		}
 		return encode(replyResp{Status: "ok", MessageID: id}), audit, true
 	case req.Action == "credential":
@@ -557,18 +557,6 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 		s.refuse(actor, "frame", "unknown action")
 		return errorLine(ledger.BadRequest, "unknown action: "+req.Action), nil, true
 	}
-}
-
-// deliverFrame is the deliver frame of p; origin: the harness's entries carry their origin.
-func deliverFrame(origin bool, p *bus.Queued) deliverResp {
-	d := deliverResp{Action: "deliver", MessageID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope}
-	if origin {
-		d.Origin = p.Origin
-		if len(d.Origin) == 0 {
-			d.Origin = json.RawMessage(`{"kind":"anonymous"}`)
-		}
-	}
-	return d
 }
 
 // origin reports whether reg's harness's queue entries carry their origin (services).
@@ -581,7 +569,7 @@ func (s *Server) origin(reg *bus.Registration) bool {
 var okLine = encode(okResp{Status: "ok"})
 
 // encodeDeliver is encode(d), without reflection (appendDeliver).
-func encodeDeliver(d deliverResp) []byte {
+func encodeDeliver(d answer.Deliver) []byte {
 	line, ok := appendDeliver(make([]byte, 0, 128+len(d.Text)+len(d.Envelope)+len(d.Origin)), d)
 	if !ok {
 		return encode(d)
@@ -604,14 +592,6 @@ type (
 	}
 	timeoutResp struct {
 		Action string `json:"action"`
-	}
-	deliverResp struct {
-		Action    string          `json:"action"`
-		MessageID string          `json:"messageId"`
-		FromName  string          `json:"fromName"`
-		Text      string          `json:"text"`
-		Envelope  string          `json:"envelope"`
-		Origin    json.RawMessage `json:"origin,omitempty"`
 	}
 	replyResp struct {
 		Status    string `json:"status"`

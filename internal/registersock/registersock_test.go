@@ -291,7 +291,7 @@ func TestServiceReply(t *testing.T) {
 		t.Fatalf("inbox: got %q, want %q and the text", content, want)
 	}
 	replies, err := e.Bus.Replies(context.Background(), id, 0, 0)
-	if err != nil || len(replies) != 1 || *replies[0].PushOutcome != "pushed" || replies[0].ReplierSessionID != "svc:bot" {
+	if err != nil || len(replies) != 1 || replies[0].PushOutcome.String() != "pushed" || replies[0].ReplierSessionID != "svc:bot" {
 		t.Fatalf("stored reply: got %+v, %v", replies, err)
 	}
 	// Not the recipient of its own pushed reply.
