@@ -85,13 +85,14 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 	// The record is committed BEFORE a Claude inbox sees the message: a session may reply the
 	// instant the line arrives, and its reply must find the message. If the delivery then
 	// fails, a second commit marks the message failed and forgets the key, so a retry with
-	// the same key delivers again. The inbox is connected now, though, and written after the
-	// commit: the session accepts while the daemon waits for the disk, not after. A failed
-	// commit leaves it a connection that carries nothing.
-	var inbox *claude.Inbox
+	// the same key delivers again. The inbox is connected, and its line built, while the
+	// commit runs, though (on a goroutine of their own: the commit's fsyncs leave the CPU
+	// idle), and written after it: the session accepts while the daemon waits for the disk,
+	// not after. A failed commit leaves it a connection that carries nothing.
+	var pre *inboxPrep
 	if h.Delivery() == harness.Inbox {
-		inbox = b.dialClaude(t.Claude.MessagingSocketPath)
-		defer later(ctx, inbox.Close)
+		pre = b.prepInbox(t.Claude.MessagingSocketPath, a, msg.ID)
+		defer func() { later(ctx, pre.wait().Close) }()
 	}
 	var enqueue func(*store.Tx) error
 	if pending != nil {
@@ -108,10 +109,11 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 		return Delivery{}, err
 	}
 	slot.committed()
-	if inbox != nil {
-		line, err := envelope.ClaudeLineReported(a.fromName, envelope.ClaudeBody(a.text, msg.ID), b.cfg.ReplyTo, msg.ID)
+	if pre != nil {
+		inbox := pre.wait()
+		err := pre.err
 		if err == nil {
-			err = inbox.Write(line)
+			err = inbox.Write(pre.line)
 		}
 		if err != nil {
 			b.failed(msg, a.idem)
@@ -122,6 +124,31 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 		b.queues.Fire(t.SessionID)
 	}
 	return d, nil
+}
+
+// inboxPrep is a Claude inbox connected, and the line for it built, on a goroutine of its
+// own while the caller commits.
+type inboxPrep struct {
+	done  chan struct{}
+	inbox *claude.Inbox
+	line  []byte
+	err   error // building the line failed
+}
+
+func (b *Bus) prepInbox(path string, a arrival, id string) *inboxPrep {
+	p := &inboxPrep{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.inbox = b.dialClaude(path)
+		p.line, p.err = envelope.ClaudeLineReported(a.fromName, envelope.ClaudeBody(a.text, id), b.cfg.ReplyTo, id)
+	}()
+	return p
+}
+
+// wait returns the inbox once it is connected (or has failed to).
+func (p *inboxPrep) wait() *claude.Inbox {
+	<-p.done
+	return p.inbox
 }
 
 // record is the message row of a for t, outcome delivered; a new id is made here when a
