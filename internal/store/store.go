@@ -500,7 +500,7 @@ func (s *Store) ReportMessage(id string, change func(*Message) bool) (found bool
 
 // PutMessage inserts or replaces a message.
 func (t *Tx) PutMessage(m Message) error {
-	return put(t.btx.Bucket(bucketMessages), []byte(m.ID), m)
+	return t.btx.Bucket(bucketMessages).Put([]byte(m.ID), appendMessage(make([]byte, 0, 256+len(m.FromName)), m))
 }
 
 // AddReply stores r with the next global sequence number and returns that number.
