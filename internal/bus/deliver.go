@@ -85,14 +85,13 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 	// The record is committed BEFORE a Claude inbox sees the message: a session may reply the
 	// instant the line arrives, and its reply must find the message. If the delivery then
 	// fails, a second commit marks the message failed and forgets the key, so a retry with
-	// the same key delivers again. The inbox is connected, and its line built, while the
-	// commit runs, though (on a goroutine of their own: the commit's fsyncs leave the CPU
-	// idle), and written after it: the session accepts while the daemon waits for the disk,
-	// not after. A failed commit leaves it a connection that carries nothing.
-	var pre *inboxPrep
+	// the same key delivers again. The inbox is connected now, though, and written after the
+	// commit: the session accepts while the daemon waits for the disk, not after. A failed
+	// commit leaves it a connection that carries nothing.
+	var inbox *claude.Inbox
 	if h.Delivery() == harness.Inbox {
-		pre = b.prepInbox(t.Claude.MessagingSocketPath, a, msg.ID)
-		defer func() { later(ctx, pre.wait().Close) }()
+		inbox = b.dialClaude(t.Claude.MessagingSocketPath)
+		defer later(ctx, inbox.Close)
 	}
 	var enqueue func(*store.Tx) error
 	if pending != nil {
@@ -109,11 +108,10 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 		return Delivery{}, err
 	}
 	slot.committed()
-	if pre != nil {
-		inbox := pre.wait()
-		err := pre.err
+	if inbox != nil {
+		line, err := envelope.ClaudeLineReported(a.fromName, envelope.ClaudeBody(a.text, msg.ID), b.cfg.ReplyTo, msg.ID)
 		if err == nil {
-			err = inbox.Write(pre.line)
+			err = inbox.Write(line)
 		}
 		if err != nil {
 			b.failed(msg, a.idem)
@@ -124,31 +122,6 @@ func (b *Bus) deliver(ctx context.Context, t Target, a arrival) (Delivery, error
 		b.queues.Fire(t.SessionID)
 	}
 	return d, nil
-}
-
-// inboxPrep is a Claude inbox connected, and the line for it built, on a goroutine of its
-// own while the caller commits.
-type inboxPrep struct {
-	done  chan struct{}
-	inbox *claude.Inbox
-	line  []byte
-	err   error // building the line failed
-}
-
-func (b *Bus) prepInbox(path string, a arrival, id string) *inboxPrep {
-	p := &inboxPrep{done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		p.inbox = b.dialClaude(path)
-		p.line, p.err = envelope.ClaudeLineReported(a.fromName, envelope.ClaudeBody(a.text, id), b.cfg.ReplyTo, id)
-	}()
-	return p
-}
-
-// wait returns the inbox once it is connected (or has failed to).
-func (p *inboxPrep) wait() *claude.Inbox {
-	<-p.done
-	return p.inbox
 }
 
 // record is the message row of a for t, outcome delivered; a new id is made here when a
