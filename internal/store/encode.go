@@ -1,15 +1,18 @@
 package store
 
 import (
+	"bytes"
+	"encoding/json"
 	"strconv"
 	"unicode/utf8"
 )
 
-// A message row is encoded in every send's transaction, while the commit's writer lock is
-// held (and, in a group commit, once for each send of the batch, one after the other), so it
-// is written by hand: encoding/json's reflection was the largest part of a send's work inside
-// the transaction. The bytes are exactly json.Marshal's (TestAppendMessageIsMarshal,
-// FuzzAppendMessage): a row reads the same whichever wrote it.
+// A message row, and a queued recipient's queue row, are encoded in every send's transaction,
+// while the commit's writer lock is held (and, in a group commit, once for each send of the
+// batch, one after the other), so they are written by hand: encoding/json's reflection was the
+// largest part of a send's work inside the transaction. The bytes are exactly json.Marshal's
+// (TestAppendMessageIsMarshal, TestAppendPendingIsMarshal and their fuzzers): a row reads the
+// same whichever wrote it.
 
 // appendMessage appends json.Marshal(m).
 func appendMessage(dst []byte, m Message) []byte {
@@ -48,6 +51,40 @@ func appendMessage(dst []byte, m Message) []byte {
 		dst = appendString(dst, m.Report)
 	}
 	return append(dst, '}')
+}
+
+// appendPending appends json.Marshal(p); ok is false when p.Origin is not valid JSON (then
+// json.Marshal says why).
+func appendPending(dst []byte, p Pending) ([]byte, bool) {
+	dst = append(dst, `{"id":`...)
+	dst = appendString(dst, p.ID)
+	if p.Share != "" {
+		dst = append(dst, `,"share":`...)
+		dst = appendString(dst, p.Share)
+	}
+	dst = append(dst, `,"sessionId":`...)
+	dst = appendString(dst, p.SessionID)
+	dst = append(dst, `,"createdAt":`...)
+	dst = strconv.AppendInt(dst, p.CreatedAt, 10)
+	dst = append(dst, `,"fromName":`...)
+	dst = appendString(dst, p.FromName)
+	dst = append(dst, `,"bytes":`...)
+	dst = strconv.AppendInt(dst, int64(p.Bytes), 10)
+	dst = append(dst, `,"text":`...)
+	dst = appendString(dst, p.Text)
+	dst = append(dst, `,"envelope":`...)
+	dst = appendString(dst, p.Envelope)
+	if len(p.Origin) > 0 {
+		// As json.Marshal writes a RawMessage: compacted, with < > & U+2028 U+2029 escaped.
+		var c bytes.Buffer
+		if json.Compact(&c, p.Origin) != nil {
+			return dst, false
+		}
+		out := bytes.NewBuffer(append(dst, `,"origin":`...))
+		json.HTMLEscape(out, c.Bytes())
+		dst = out.Bytes()
+	}
+	return append(dst, '}'), true
 }
 
 const hexDigits = "0123456789abcdef"

@@ -609,7 +609,11 @@ func (t *Tx) EnqueueShare(p Pending, limit, shareMax int) ([]byte, error) {
 		return nil, fmt.Errorf("store: queue sequence: %w", err)
 	}
 	key := append(prefix, u64(seq)...)
-	return key, put(b, key, p)
+	raw, ok := appendPending(make([]byte, 0, 256+len(p.Text)+len(p.Envelope)+len(p.Origin)), p)
+	if !ok {
+		return key, put(b, key, p) // json.Marshal's error for the origin
+	}
+	return key, b.Put(key, raw)
 }
 
 // QueueKey is one row of a session's queue: its key and its message id.
