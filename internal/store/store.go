@@ -488,7 +488,7 @@ func (t *Tx) Message(id string) (Message, bool, error) {
 
 // PutMessage inserts or replaces a message.
 func (t *Tx) PutMessage(m Message) error {
-	return put(t.btx.Bucket(bucketMessages), []byte(m.ID), m)
+	return t.btx.Bucket(bucketMessages).Put([]byte(m.ID), appendMessage(make([]byte, 0, 256+len(m.FromName)), m))
 }
 
 // AddReply stores r with the next global sequence number and returns that number.
@@ -597,7 +597,11 @@ func (t *Tx) EnqueueShare(p Pending, limit, shareMax int) ([]byte, error) {
 		return nil, fmt.Errorf("store: queue sequence: %w", err)
 	}
 	key := append(prefix, u64(seq)...)
-	return key, put(b, key, p)
+	raw, ok := appendPending(make([]byte, 0, 256+len(p.Text)+len(p.Envelope)+len(p.Origin)), p)
+	if !ok {
+		return key, put(b, key, p) // json.Marshal's error for the origin
+	}
+	return key, b.Put(key, raw)
 }
 
 // QueueKey is one row of a session's queue: its key and its message id.

@@ -1,0 +1,83 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// A hand-written row must be json.Marshal's bytes, so that rows written before and after read
+// the same: every field, each optional one present and absent, and every kind of escape.
+func TestAppendMessageIsMarshal(t *testing.T) {
+	odd := "a\"b\\c\b\f\n\r\t\x00\x1f<>&\u2028\u2029\xff\xfeé😀"
+	for _, m := range []Message{
+		{},
+		{ID: "019a-x", CreatedAt: -3, SessionID: "s", FromName: "f", Bytes: 200, Outcome: "delivered", RecipientHarness: "claude", ThreadID: "t"},
+		{ID: odd, CreatedAt: 1 << 62, SessionID: odd, FromName: odd, Bytes: -1, Outcome: odd, RecipientHarness: odd,
+			ReturnHarness: odd, ReturnSessionID: odd, ReturnHost: odd, PushReplies: true, ThreadID: odd, Report: odd},
+		{ReturnHost: "h"}, {Report: "written"}, {ReturnSessionID: "r"},
+	} {
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendMessage(nil, m); !bytes.Equal(got, want) {
+			t.Errorf("appendMessage = %s, want %s", got, want)
+		}
+	}
+}
+
+func FuzzAppendMessage(f *testing.F) {
+	f.Add("id", int64(1), "s", "from<&>", 3, "delivered", "claude", "", "sid", "", true, "t", "written")
+	f.Add("\xff", int64(-1), "\u2028", "\x00\"\\", 0, "", "", "h", "", "host", false, "", "")
+	f.Fuzz(func(t *testing.T, id string, at int64, sid, from string, n int, outcome, harness, rh, rs, host string, push bool, thread, report string) {
+		m := Message{ID: id, CreatedAt: at, SessionID: sid, FromName: from, Bytes: n, Outcome: outcome, RecipientHarness: harness,
+			ReturnHarness: rh, ReturnSessionID: rs, ReturnHost: host, PushReplies: push, ThreadID: thread, Report: report}
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendMessage(nil, m); !bytes.Equal(got, want) {
+			t.Errorf("appendMessage = %q, want %q", got, want)
+		}
+	})
+}
+
+func TestAppendPendingIsMarshal(t *testing.T) {
+	odd := "a\"b\\c\b\f\n\r\t\x00\x1f<>&\u2028\u2029\xff\xfeé😀"
+	for _, p := range []Pending{
+		{},
+		{ID: "id", SessionID: "svc:x", CreatedAt: 7, FromName: "f", Bytes: 3, Text: "hi", Envelope: "env", Origin: json.RawMessage(`{"kind":"anonymous"}`)},
+		{ID: odd, Share: odd, SessionID: odd, CreatedAt: -1 << 60, FromName: odd, Bytes: -5, Text: odd, Envelope: odd,
+			Origin: json.RawMessage(" {\"kind\" : \"local\", \"a\":[1, 2.5e3, true, null, \"<>&\u2028\u2029\\u003c\"]}\n")},
+		{Share: "peer"}, {Origin: json.RawMessage(`"x"`)},
+	} {
+		want, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := appendPending(nil, p); !ok || !bytes.Equal(got, want) {
+			t.Errorf("appendPending = %s, %v, want %s", got, ok, want)
+		}
+	}
+	// An origin that is not JSON is json.Marshal's to refuse.
+	if _, ok := appendPending(nil, Pending{Origin: json.RawMessage(`{"kind":`)}); ok {
+		t.Error("appendPending took an origin that is not JSON")
+	}
+}
+
+func FuzzAppendPending(f *testing.F) {
+	f.Add("id", "", "svc:x", int64(1), "from<&>", 3, "text", "env", []byte(`{"kind":"anonymous"}`))
+	f.Add("\xff", "peer", "\u2028", int64(-1), "\x00\"\\", 0, "", "", []byte(" [1, \"\u2029<\" ] "))
+	f.Fuzz(func(t *testing.T, id, share, sid string, at int64, from string, n int, text, env string, origin []byte) {
+		p := Pending{ID: id, Share: share, SessionID: sid, CreatedAt: at, FromName: from, Bytes: n, Text: text, Envelope: env, Origin: origin}
+		want, err := json.Marshal(p)
+		got, ok := appendPending(nil, p)
+		if (err == nil) != ok {
+			t.Fatalf("appendPending ok = %v, json.Marshal err = %v", ok, err)
+		}
+		if ok && !bytes.Equal(got, want) {
+			t.Errorf("appendPending = %q, want %q", got, want)
+		}
+	})
+}
