@@ -27,7 +27,7 @@ func appendMessage(dst []byte, m Message) []byte {
 	dst = append(dst, `,"bytes":`...)
 	dst = strconv.AppendInt(dst, int64(m.Bytes), 10)
 	dst = append(dst, `,"outcome":`...)
-	dst = appendString(dst, m.Outcome)
+	dst = appendString(dst, m.Outcome.String())
 	dst = append(dst, `,"recipientHarness":`...)
 	dst = appendString(dst, m.RecipientHarness)
 	if m.ReturnHarness != "" {

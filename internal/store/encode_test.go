@@ -1,6 +1,7 @@
 package store
 
 import (
+	"github.com/xmsg/xmsg/internal/ledger"
 	"bytes"
 	"encoding/json"
 	"testing"
@@ -12,8 +13,8 @@ func TestAppendMessageIsMarshal(t *testing.T) {
 	odd := "a\"b\\c\b\f\n\r\t\x00\x1f<>&\u2028\u2029\xff\xfeé😀"
 	for _, m := range []Message{
 		{},
-		{ID: "019a-x", CreatedAt: -3, SessionID: "s", FromName: "f", Bytes: 200, Outcome: "delivered", RecipientHarness: "claude", ThreadID: "t"},
-		{ID: odd, CreatedAt: 1 << 62, SessionID: odd, FromName: odd, Bytes: -1, Outcome: odd, RecipientHarness: odd,
+		{ID: "019a-x", CreatedAt: -3, SessionID: "s", FromName: "f", Bytes: 200, Outcome: ledger.Delivered, RecipientHarness: "claude", ThreadID: "t"},
+		{ID: odd, CreatedAt: 1 << 62, SessionID: odd, FromName: odd, Bytes: -1, Outcome: ledger.Outcome(200), RecipientHarness: odd,
 			ReturnHarness: odd, ReturnSessionID: odd, ReturnHost: odd, PushReplies: true, ThreadID: odd, Report: odd},
 		{ReturnHost: "h"}, {Report: "written"}, {ReturnSessionID: "r"},
 	} {
@@ -28,10 +29,10 @@ func TestAppendMessageIsMarshal(t *testing.T) {
 }
 
 func FuzzAppendMessage(f *testing.F) {
-	f.Add("id", int64(1), "s", "from<&>", 3, "delivered", "claude", "", "sid", "", true, "t", "written")
-	f.Add("\xff", int64(-1), "\u2028", "\x00\"\\", 0, "", "", "h", "", "host", false, "", "")
-	f.Fuzz(func(t *testing.T, id string, at int64, sid, from string, n int, outcome, harness, rh, rs, host string, push bool, thread, report string) {
-		m := Message{ID: id, CreatedAt: at, SessionID: sid, FromName: from, Bytes: n, Outcome: outcome, RecipientHarness: harness,
+	f.Add("id", int64(1), "s", "from<&>", 3, uint8(1), "claude", "", "sid", "", true, "t", "written")
+	f.Add("\xff", int64(-1), "\u2028", "\x00\"\\", 0, uint8(255), "", "h", "", "host", false, "", "")
+	f.Fuzz(func(t *testing.T, id string, at int64, sid, from string, n int, outcome uint8, harness, rh, rs, host string, push bool, thread, report string) {
+		m := Message{ID: id, CreatedAt: at, SessionID: sid, FromName: from, Bytes: n, Outcome: ledger.Outcome(outcome), RecipientHarness: harness,
 			ReturnHarness: rh, ReturnSessionID: rs, ReturnHost: host, PushReplies: push, ThreadID: thread, Report: report}
 		want, err := json.Marshal(m)
 		if err != nil {
