@@ -252,11 +252,29 @@ func TestAttackFedIdleFlood(t *testing.T) {
 type fleetLeaf struct {
 	ns, addr string
 	tls      *tls.Config
+	count    *fleetCounts
 	mu       sync.Mutex
 	back     time.Time // the first success after the last failure
 	failed   bool
 	got      map[string]bool // ids of the mail pulled (and acked)
 	dups     int             // mail pulled again after it was acked
+}
+
+// fleetCounts are the whole fleet's attempts, by how each ended: what a comeback cost is
+// how many handshakes it took, not only how long.
+type fleetCounts struct {
+	dials, dialFailed, handshakeFailed, requestFailed atomic.Int64
+}
+
+func (c *fleetCounts) reset() {
+	for _, v := range []*atomic.Int64{&c.dials, &c.dialFailed, &c.handshakeFailed, &c.requestFailed} {
+		v.Store(0)
+	}
+}
+
+func (c *fleetCounts) String() string {
+	return fmt.Sprintf("%d connections dialled: %d not connected, %d handshakes failed, %d closed in a request",
+		c.dials.Load(), c.dialFailed.Load(), c.handshakeFailed.Load(), c.requestFailed.Load())
 }
 
 // duplicates is how many rows l pulled that it had acked before.
@@ -300,13 +318,16 @@ func (l *fleetLeaf) run(stop <-chan struct{}) {
 		}
 		err := func() error {
 			if c == nil {
+				l.count.dials.Add(1)
 				raw, err := dialIn(l.ns, l.addr)
 				if err != nil {
+					l.count.dialFailed.Add(1)
 					return err
 				}
 				tc := tls.Client(raw, l.tls)
 				tc.SetDeadline(time.Now().Add(10 * time.Second))
 				if err := tc.Handshake(); err != nil {
+					l.count.handshakeFailed.Add(1)
 					tc.Close()
 					return err
 				}
@@ -359,6 +380,7 @@ func (l *fleetLeaf) run(stop <-chan struct{}) {
 			l.mu.Lock()
 			l.failed = true
 			if c != nil {
+				l.count.requestFailed.Add(1)
 				c.Close()
 				c = nil
 			}
@@ -406,6 +428,7 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 	}
 	peers := map[string]map[string]any{}
 	leaves := make([]*fleetLeaf, n)
+	var count fleetCounts
 	for i := range n {
 		// Short names and pins without their optional prefix: 10,000 peers must fit the
 		// peers file's 1 MiB.
@@ -413,7 +436,7 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 		cert := fedtest.New(t, name, nil, fedtest.Options{})
 		peers[name] = map[string]any{"pin": strings.TrimPrefix(cert.Pin, "sha256:"), "leaf": true}
 		pair, _ := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
-		leaves[i] = &fleetLeaf{ns: np.a, addr: hub.addr(),
+		leaves[i] = &fleetLeaf{ns: np.a, addr: hub.addr(), count: &count,
 			tls: &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}}
 	}
 	hub.writeFile("peers.json", peersJSON(peers))
@@ -451,8 +474,10 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 	if back != n {
 		t.Fatalf("%d of %d leaves connected at first", back, n)
 	}
+	t.Logf("at first: %v", &count)
 	time.Sleep(time.Second) // every leaf in its long-poll
 	hub.kill()
+	count.reset()
 	t1 := time.Now()
 	own0 := ownCPU()
 	hub.restart()
@@ -465,6 +490,7 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 	t.Logf("%d leaves behind one source address: all connected in %v at first; after a hub kill and restart (serving again %v after the kill) all back %v after the kill (2 CPUs shared with the fleet and other work); CPU until then: hub %v (%.2f ms per leaf), the fleet's TLS clients %v (%.2f ms per leaf)",
 		n, first.Round(10*time.Millisecond), serving.Round(10*time.Millisecond), again.Round(10*time.Millisecond),
 		hubCPU.Round(10*time.Millisecond), float64(hubCPU)/1e6/float64(n), fleetCPU.Round(10*time.Millisecond), float64(fleetCPU)/1e6/float64(n))
+	t.Logf("after the restart: %v; the hub: %v", &count, fedConnLine(hub))
 	if back != n {
 		t.Errorf("%d of %d leaves back after the restart", back, n)
 	}
@@ -511,6 +537,18 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 	if strings.Contains(hub.stderr.String(), "refused for capacity") {
 		t.Logf("hub log has capacity refusals:\n%s", hub.stderr)
 	}
+}
+
+// fedConnLine is the hub's doctor line about its federation connections (pools, refusals,
+// evictions since start).
+func fedConnLine(n *fedNode) string {
+	lines, _ := n.httpDoctor().([]any)
+	for _, l := range lines {
+		if s, _ := l.(string); strings.Contains(s, "federation connections:") {
+			return s
+		}
+	}
+	return fmt.Sprint(lines)
 }
 
 // rssKB is a process's resident set (VmRSS) in KB; 0 if it cannot be read.

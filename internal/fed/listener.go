@@ -24,8 +24,11 @@ import (
 const (
 	maxPerPeer    = 8 // concurrent authenticated connections per peer
 	handshakeTime = 3 * time.Second
-	// staleHandshake: a pending connection this old may make room although it spoke; a
-	// handshake takes milliseconds, so only one stalled on purpose is that slow.
+	// staleHandshake: a pending connection whose handshake has waited this long for the
+	// client's next bytes may make room although it spoke; a client answers in milliseconds,
+	// so only one stalled on purpose is that slow. A handshake slow because the hub is busy
+	// (a fleet coming back at once) is not waiting for its client and is never taken: its
+	// work would be lost and done again.
 	staleHandshake = time.Second
 	// Handshakes per second per source address, a token bucket (hsBudget): the burst holds
 	// every peer that may connect, at least hsBurst, so a fleet of leaves behind one NAT
@@ -63,13 +66,17 @@ type conn struct {
 type rawConn struct {
 	net.Conn
 	spoke atomic.Bool // a byte arrived: not an idle holder
-	st    *state      // the snapshot the handshake used
-	peer  *Peer
-	chain []*x509.Certificate
+	// reading is since when a Read has waited for the client (unix ns; 0: none waits).
+	reading atomic.Int64
+	st      *state // the snapshot the handshake used
+	peer    *Peer
+	chain   []*x509.Certificate
 }
 
 func (r *rawConn) Read(b []byte) (int, error) {
+	r.reading.Store(time.Now().UnixNano())
 	n, err := r.Conn.Read(b)
+	r.reading.Store(0)
 	if n > 0 && !r.spoke.Load() {
 		r.spoke.Store(true)
 	}
@@ -89,6 +96,51 @@ type pending struct {
 	at   time.Time
 	gone chan struct{} // closed when evicted
 	in   bool          // still counted (guarded by l.mu)
+	// Its place in its source's queue (guarded by l.mu).
+	prev, next *pending
+}
+
+// queue is one source's pending connections, oldest first. Linked through the connections,
+// so that taking one out costs the same with one pending as with a thousand: a fleet behind
+// one address holds the whole pool, and a slice copied on every handshake's end was most of
+// what the listener allocated while it came back.
+type queue struct {
+	head, tail *pending
+	n          int
+}
+
+func (q *queue) push(p *pending) {
+	p.prev, p.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = p
+	} else {
+		q.head = p
+	}
+	q.tail = p
+	q.n++
+}
+
+func (q *queue) remove(p *pending) {
+	if p.prev != nil {
+		p.prev.next = p.next
+	} else {
+		q.head = p.next
+	}
+	if p.next != nil {
+		p.next.prev = p.prev
+	} else {
+		q.tail = p.prev
+	}
+	p.prev, p.next = nil, nil
+	q.n--
+}
+
+// size is how many q holds (a nil queue holds none).
+func (q *queue) size() int {
+	if q == nil {
+		return 0
+	}
+	return q.n
 }
 
 // listener accepts TCP connections, keeps the pools of capacity.go, runs the TLS handshake
@@ -104,7 +156,7 @@ type listener struct {
 	rlog  ratelog.Limiter // refusals and evictions, one line per reason a second
 
 	mu      sync.Mutex
-	bySrc   map[netip.Addr][]*pending // oldest first
+	bySrc   map[netip.Addr]*queue
 	npend   int
 	perPeer map[string][]*conn // oldest first
 	shared  int
@@ -117,11 +169,13 @@ type listener struct {
 	evictedAt map[netip.Addr]time.Time
 	refused   atomic.Int64 // capacity refusals (doctor)
 	evicted   atomic.Int64
+	// evictedQuiet: of the pending evicted, those that had not sent a byte.
+	evictedQuiet atomic.Int64
 }
 
 func (n *Node) newListener(inner net.Listener) *listener {
 	l := &listener{inner: inner, n: n, cap: n.cap, out: make(chan net.Conn), done: make(chan struct{}),
-		bySrc: map[netip.Addr][]*pending{}, perPeer: map[string][]*conn{}, buckets: map[netip.Addr]*hsBucket{},
+		bySrc: map[netip.Addr]*queue{}, perPeer: map[string][]*conn{}, buckets: map[netip.Addr]*hsBucket{},
 		evictedAt: map[netip.Addr]time.Time{}}
 	n.lst.Store(l)
 	l.wg.Add(1)
@@ -185,6 +239,9 @@ func (l *listener) acceptLoop() {
 		if victim != nil {
 			victim.raw.Conn.Close()
 			l.evicted.Add(1)
+			if victim.quiet() {
+				l.evictedQuiet.Add(1)
+			}
 			l.log("evict", src, "fed pending connection evicted for a newer one", nil, "evicted_source", victim.key.String())
 		}
 		if p == nil {
@@ -207,7 +264,7 @@ func (l *listener) admit(c net.Conn, src netip.Addr, now time.Time) (p *pending,
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case len(l.bySrc[key]) >= l.cap.srcShare(inbound):
+	case l.bySrc[key].size() >= l.cap.srcShare(inbound):
 		// Over its own share: it makes room only among its own source's connections.
 		if victim = pick(l.bySrc[key], now); victim == nil {
 			return nil, 0, nil, "pending connections of this source address at their bound"
@@ -232,7 +289,12 @@ func (l *listener) admit(c net.Conn, src netip.Addr, now time.Time) (p *pending,
 		l.markEvicted(victim.key, now)
 	}
 	p = &pending{raw: &rawConn{Conn: c}, key: key, at: now, gone: make(chan struct{}), in: true}
-	l.bySrc[key] = append(l.bySrc[key], p)
+	q := l.bySrc[key]
+	if q == nil {
+		q = &queue{}
+		l.bySrc[key] = q
+	}
+	q.push(p)
 	l.npend++
 	return p, wait, victim, ""
 }
@@ -251,16 +313,28 @@ func (p *pending) heard() bool {
 	return false
 }
 
-// pick is the connection of list (oldest first) that makes room: the oldest that never sent
-// a byte, else the oldest stalled handshake, else none.
-func pick(list []*pending, now time.Time) *pending {
-	for _, p := range list {
+// stalled reports a handshake that has waited staleHandshake or longer for its client's
+// next bytes, none of which wait unread in the kernel.
+func (p *pending) stalled(now time.Time) bool {
+	since := p.raw.reading.Load()
+	return since != 0 && now.UnixNano()-since >= int64(staleHandshake) && !inq.Pending(p.raw.Conn)
+}
+
+// pick is the connection of q that makes room: the oldest that never sent a byte, else the
+// oldest stalled handshake, else none.
+func pick(q *queue, now time.Time) *pending {
+	if q == nil {
+		return nil
+	}
+	for p := q.head; p != nil; p = p.next {
 		if p.quiet() && !p.heard() {
 			return p
 		}
 	}
-	if len(list) > 0 && now.Sub(list[0].at) >= staleHandshake {
-		return list[0]
+	for p := q.head; p != nil; p = p.next {
+		if !p.quiet() && p.stalled(now) {
+			return p
+		}
 	}
 	return nil
 }
@@ -274,12 +348,12 @@ func (l *listener) heaviest(now time.Time) *pending {
 	for {
 		var best *pending
 		bestN := 0
-		for key, list := range l.bySrc {
-			n := l.weight(key, len(list), now)
+		for key, q := range l.bySrc {
+			n := l.weight(key, q.n, now)
 			if n < bestN {
 				continue
 			}
-			for _, p := range list {
+			for p := q.head; p != nil; p = p.next {
 				if p.quiet() {
 					if n > bestN || p.at.Before(best.at) {
 						best, bestN = p, n
@@ -297,9 +371,17 @@ func (l *listener) heaviest(now time.Time) *pending {
 	}
 	var best *pending
 	bestN := 0
-	for _, list := range l.bySrc {
-		if p := list[0]; now.Sub(p.at) >= staleHandshake && (len(list) > bestN || (len(list) == bestN && p.at.Before(best.at))) {
-			best, bestN = p, len(list)
+	for _, q := range l.bySrc {
+		if q.n < bestN {
+			continue
+		}
+		for p := q.head; p != nil; p = p.next {
+			if !p.quiet() && p.stalled(now) {
+				if q.n > bestN || p.at.Before(best.at) {
+					best, bestN = p, q.n
+				}
+				break
+			}
 		}
 	}
 	return best
@@ -339,17 +421,10 @@ func (l *listener) drop(p *pending) {
 		return
 	}
 	p.in = false
-	list := l.bySrc[p.key]
-	for i, q := range list {
-		if q == p {
-			list = append(list[:i:i], list[i+1:]...)
-			break
-		}
-	}
-	if len(list) == 0 {
+	q := l.bySrc[p.key]
+	q.remove(p)
+	if q.n == 0 {
 		delete(l.bySrc, p.key)
-	} else {
-		l.bySrc[p.key] = list
 	}
 	l.npend--
 	if p.gone != nil {
@@ -614,8 +689,8 @@ func (l *listener) stats() string {
 	for _, list := range l.perPeer {
 		auth += len(list)
 	}
-	return fmt.Sprintf("pending %d, authenticated %d (%d shared), answered busy now %d; since start %d refused for capacity, %d evicted",
-		l.npend, auth, l.shared, l.busy, l.refused.Load(), l.evicted.Load())
+	return fmt.Sprintf("pending %d, authenticated %d (%d shared), answered busy now %d; since start %d refused for capacity, %d evicted (%d before they sent a byte)",
+		l.npend, auth, l.shared, l.busy, l.refused.Load(), l.evicted.Load(), l.evictedQuiet.Load())
 }
 
 // serverConfig is the static outer config: it fetches the current snapshot per connection,

@@ -23,6 +23,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/fed/fedtest"
+	"github.com/xmsg/xmsg/internal/inq"
 	"github.com/xmsg/xmsg/internal/ledger"
 )
 
@@ -607,14 +608,16 @@ func TestReloadKubeletSwap(t *testing.T) {
 // before a peer whose ClientHello is a moment late.
 func TestEvictedSourceWeighsMore(t *testing.T) {
 	now := time.Now()
-	l := &listener{bySrc: map[netip.Addr][]*pending{}, evictedAt: map[netip.Addr]time.Time{}}
+	l := &listener{bySrc: map[netip.Addr]*queue{}, evictedAt: map[netip.Addr]time.Time{}}
 	peer, flood := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
 	c1, c2 := net.Pipe()
 	defer c1.Close()
 	defer c2.Close()
 	old := &pending{raw: &rawConn{Conn: c1}, key: peer, at: now.Add(-time.Second), in: true}
 	young := &pending{raw: &rawConn{Conn: c2}, key: flood, at: now, in: true}
-	l.bySrc[peer], l.bySrc[flood] = []*pending{old}, []*pending{young}
+	l.bySrc[peer], l.bySrc[flood] = &queue{}, &queue{}
+	l.bySrc[peer].push(old)
+	l.bySrc[flood].push(young)
 	if v := l.heaviest(now); v != old {
 		t.Fatalf("without an eviction: victim %v, want the oldest silent one", v)
 	}
@@ -624,5 +627,95 @@ func TestEvictedSourceWeighsMore(t *testing.T) {
 	}
 	if v := l.heaviest(now.Add(handshakeTime)); v != old {
 		t.Fatalf("past the handshake time the weight is gone: victim %v, want the oldest", v)
+	}
+}
+
+// tcpPair is a loopback TCP connection: the server's end (as the listener holds it) and the
+// client's.
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close(); client.Close() })
+	return server, client
+}
+
+// TestBusyHandshakeKept: a source at its share makes room with a handshake stalled by its
+// client (its Read has waited over staleHandshake and nothing waits in the kernel), never with
+// one slow because the hub is busy, however old: a fleet coming back at once would lose that
+// work and do it again. Mutant tried: the old rule (the oldest, once staleHandshake old): red.
+func TestBusyHandshakeKept(t *testing.T) {
+	now := time.Now()
+	mk := func(age time.Duration) (*pending, net.Conn) {
+		s, c := tcpPair(t)
+		p := &pending{raw: &rawConn{Conn: s}, at: now.Add(-age), in: true}
+		p.raw.spoke.Store(true)
+		return p, c
+	}
+	busy, _ := mk(10 * time.Second) // spoke; the hub is computing, no Read waits
+	q := &queue{}
+	q.push(busy)
+	if v := pick(q, now); v != nil {
+		t.Fatal("a handshake the hub is busy with was taken to make room")
+	}
+	answered, client := mk(2 * time.Second) // its Read has waited, but the client's bytes are there
+	answered.raw.reading.Store(now.Add(-2 * time.Second).UnixNano())
+	client.Write([]byte{0x16})
+	waitFor(t, "the byte in the kernel", func() bool { return inq.Pending(answered.raw.Conn) })
+	q.push(answered)
+	if v := pick(q, now); v != nil {
+		t.Fatal("a handshake whose client's bytes wait unread was taken to make room")
+	}
+	stalled, _ := mk(2 * time.Second) // its Read has waited 2 s for a silent client
+	stalled.raw.reading.Store(now.Add(-2 * time.Second).UnixNano())
+	q.push(stalled)
+	if v := pick(q, now); v != stalled {
+		t.Fatalf("victim %v, want the handshake its client stalled", v)
+	}
+	l := &listener{bySrc: map[netip.Addr]*queue{netip.MustParseAddr("192.0.2.1"): q}, evictedAt: map[netip.Addr]time.Time{}}
+	if v := l.heaviest(now); v != stalled {
+		t.Fatalf("pool full: victim %v, want the handshake its client stalled", v)
+	}
+}
+
+// TestEvictedSilentGivesTokenBack: a connection evicted before it sent a byte gives its
+// handshake token back. A fleet behind one address whose connections keep being evicted
+// while their ClientHellos are late (10,000 evictions at one instant, past the bucket's
+// burst) still finds its tokens: the next connection starts its handshake at once. Mutant
+// tried: no give-back on eviction: red.
+func TestEvictedSilentGivesTokenBack(t *testing.T) {
+	nd := &Node{}
+	peers := &Peers{inbound: 10}
+	nd.st.Store(&state{peers: peers})
+	l := &listener{n: nd, cap: sizeCapacity(32, 0), bySrc: map[netip.Addr]*queue{}, buckets: map[netip.Addr]*hsBucket{},
+		evictedAt: map[netip.Addr]time.Time{}}
+	src := netip.MustParseAddr("192.0.2.1")
+	now := time.Now()
+	var held []net.Conn
+	for range l.cap.srcShare(peers.inbound) {
+		s, _ := tcpPair(t)
+		held = append(held, s)
+		if p, wait, victim, why := l.admit(s, src, now); p == nil || victim != nil || wait != 0 {
+			t.Fatalf("filling the share: %v %v %v %s", p, wait, victim, why)
+		}
+	}
+	_, burst := hsBudget(peers.inbound)
+	s, _ := tcpPair(t)
+	for i := range 10000 {
+		p, wait, victim, why := l.admit(s, src, now)
+		if p == nil || victim == nil || wait != 0 {
+			t.Fatalf("eviction %d (burst %v): admitted %v, victim %v, wait %v %s; want a silent one evicted and the handshake at once",
+				i, burst, p != nil, victim != nil, wait, why)
+		}
 	}
 }
