@@ -493,7 +493,9 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 			tls: &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}}
 	}
 	hub.writeFile("peers.json", peersJSON(peers))
+	t00 := time.Now()
 	hub.start()
+	t.Logf("the hub with %d peers started (serving) in %v", n, time.Since(t00).Round(10*time.Millisecond))
 	time.Sleep(time.Second) // settled before the fleet: the hub's own footprint
 	rssBefore := rssKB(hub.cmd.Process.Pid)
 	stop := make(chan struct{})
