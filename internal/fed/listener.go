@@ -695,16 +695,24 @@ func (l *listener) stats() string {
 
 // serverConfig is the static outer config: it fetches the current snapshot per connection,
 // so a reload applies to the next handshake and never to one in progress.
+//
+// No session tickets (docs/security.md §1): every connection proves its key in a full
+// handshake. A resumed session would be judged on the certificate its ticket remembers, and
+// after a restart, when a fleet comes back at once, no ticket of the previous process is
+// valid unless its ticket keys were kept on disk, a secret the hub does not keep; what it
+// would save is the signatures (about an eighth of the hub's CPU of a fleet's comeback).
 func (n *Node) serverConfig() *tls.Config {
 	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
+		MinVersion:             tls.VersionTLS13,
+		SessionTicketsDisabled: true,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			raw, _ := hello.Conn.(*rawConn)
 			st := n.st.Load()
 			return &tls.Config{
-				MinVersion:   tls.VersionTLS13,
-				Certificates: []tls.Certificate{st.cert},
-				NextProtos:   []string{"http/1.1"},
+				MinVersion:             tls.VersionTLS13,
+				SessionTicketsDisabled: true,
+				Certificates:           []tls.Certificate{st.cert},
+				NextProtos:             []string{"http/1.1"},
 				// Any certificate is requested; VerifyConnection alone decides (no system
 				// roots, no name check): pins and CA peers are ours to judge (§8.1).
 				ClientAuth: tls.RequireAnyClientCert,

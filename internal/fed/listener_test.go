@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -718,4 +719,50 @@ func TestEvictedSilentGivesTokenBack(t *testing.T) {
 				i, burst, p != nil, victim != nil, wait, why)
 		}
 	}
+}
+
+// TestNoSessionResumption: the listener issues no session tickets, so a peer's next
+// connection is a full handshake that proves its key again, never one resumed on a ticket's
+// memory of the certificate. Mutant tried: session tickets left on: red (a ticket arrived;
+// none resumed even then, each handshake having a config, and so ticket keys, of its own).
+func TestNoSessionResumption(t *testing.T) {
+	hub, a := newNode(t, "hub"), newNode(t, "a")
+	hub.start("{" + peerEntry("a", a.addr(), a.cert.Pin, `, "leaf": true`) + "}")
+	pair, _ := tls.X509KeyPair(a.cert.CertPEM, a.cert.KeyPEM)
+	cache := &ticketCount{ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13,
+		NextProtos: []string{"http/1.1"}, ClientSessionCache: cache}
+	for i := range 2 {
+		c, err := tls.Dial("tcp", hub.addr(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A request and its answer: a ticket, were one sent, has arrived by then.
+		fmt.Fprintf(c, "GET /fed/v2/inbox?wait=0 HTTP/1.1\r\nHost: hub\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if c.ConnectionState().DidResume {
+			t.Errorf("connection %d resumed a session", i+1)
+		}
+		c.Close()
+	}
+	if n := cache.puts.Load(); n != 0 {
+		t.Errorf("%d session tickets received, want none", n)
+	}
+}
+
+// ticketCount counts the session tickets a client is handed.
+type ticketCount struct {
+	tls.ClientSessionCache
+	puts atomic.Int64
+}
+
+func (c *ticketCount) Put(key string, cs *tls.ClientSessionState) {
+	if cs != nil {
+		c.puts.Add(1)
+	}
+	c.ClientSessionCache.Put(key, cs)
 }
