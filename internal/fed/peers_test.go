@@ -160,3 +160,24 @@ func TestPeersFileBound(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkParsePeersFleet: parsing the peers file of a hub of 10,000 leaves (what a start
+// and a reload of a changed file cost).
+func BenchmarkParsePeersFleet(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString("{")
+	for i := range 10000 {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, `"leaf-%06d": {"pin": "sha256:%064x", "leaf": true}`, i, i)
+	}
+	sb.WriteString("}")
+	raw := []byte(sb.String())
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if _, err := ParsePeers(raw, noCA); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
