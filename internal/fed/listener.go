@@ -66,21 +66,32 @@ type conn struct {
 type rawConn struct {
 	net.Conn
 	spoke atomic.Bool // a byte arrived: not an idle holder
-	// reading is since when a Read has waited for the client (unix ns; 0: none waits).
-	reading atomic.Int64
-	st      *state // the snapshot the handshake used
-	peer    *Peer
-	chain   []*x509.Certificate
+	// waitFrom is since when we have waited for the client (unix ns; 0: not waiting): from the
+	// first Read after our last Write, so that a client trickling a byte at a time is still
+	// waited for since then. inRead: a Read is under way.
+	waitFrom atomic.Int64
+	inRead   atomic.Bool
+	st       *state // the snapshot the handshake used
+	peer     *Peer
+	chain    []*x509.Certificate
 }
 
 func (r *rawConn) Read(b []byte) (int, error) {
-	r.reading.Store(time.Now().UnixNano())
+	if r.waitFrom.Load() == 0 {
+		r.waitFrom.Store(time.Now().UnixNano())
+	}
+	r.inRead.Store(true)
 	n, err := r.Conn.Read(b)
-	r.reading.Store(0)
+	r.inRead.Store(false)
 	if n > 0 && !r.spoke.Load() {
 		r.spoke.Store(true)
 	}
 	return n, err
+}
+
+func (r *rawConn) Write(b []byte) (int, error) {
+	r.waitFrom.Store(0) // our turn: whatever we waited for came
+	return r.Conn.Write(b)
 }
 
 func (c *conn) Close() error {
@@ -313,11 +324,12 @@ func (p *pending) heard() bool {
 	return false
 }
 
-// stalled reports a handshake that has waited staleHandshake or longer for its client's
-// next bytes, none of which wait unread in the kernel.
+// stalled reports a handshake waiting in a Read for its client, which has owed it the rest of
+// its flight for staleHandshake or longer (bytes trickled meanwhile do not count), with none
+// of it unread in the kernel.
 func (p *pending) stalled(now time.Time) bool {
-	since := p.raw.reading.Load()
-	return since != 0 && now.UnixNano()-since >= int64(staleHandshake) && !inq.Pending(p.raw.Conn)
+	since := p.raw.waitFrom.Load()
+	return p.raw.inRead.Load() && since != 0 && now.UnixNano()-since >= int64(staleHandshake) && !inq.Pending(p.raw.Conn)
 }
 
 // pick is the connection of q that makes room: the oldest that never sent a byte, else the

@@ -670,7 +670,8 @@ func TestBusyHandshakeKept(t *testing.T) {
 		t.Fatal("a handshake the hub is busy with was taken to make room")
 	}
 	answered, client := mk(2 * time.Second) // its Read has waited, but the client's bytes are there
-	answered.raw.reading.Store(now.Add(-2 * time.Second).UnixNano())
+	answered.raw.waitFrom.Store(now.Add(-2 * time.Second).UnixNano())
+	answered.raw.inRead.Store(true)
 	client.Write([]byte{0x16})
 	waitFor(t, "the byte in the kernel", func() bool { return inq.Pending(answered.raw.Conn) })
 	q.push(answered)
@@ -678,7 +679,8 @@ func TestBusyHandshakeKept(t *testing.T) {
 		t.Fatal("a handshake whose client's bytes wait unread was taken to make room")
 	}
 	stalled, _ := mk(2 * time.Second) // its Read has waited 2 s for a silent client
-	stalled.raw.reading.Store(now.Add(-2 * time.Second).UnixNano())
+	stalled.raw.waitFrom.Store(now.Add(-2 * time.Second).UnixNano())
+	stalled.raw.inRead.Store(true)
 	q.push(stalled)
 	if v := pick(q, now); v != stalled {
 		t.Fatalf("victim %v, want the handshake its client stalled", v)
@@ -765,4 +767,32 @@ func (c *ticketCount) Put(key string, cs *tls.ClientSessionState) {
 		c.puts.Add(1)
 	}
 	c.ClientSessionCache.Put(key, cs)
+}
+
+// TestTrickledHandshakeStalls: a client that trickles its flight a byte at a time, each within
+// staleHandshake, has still stalled its handshake once it has owed the flight that long: the
+// wait counts from our last write, not from its last byte. Mutant tried: the wait counted
+// from each Read: red.
+func TestTrickledHandshakeStalls(t *testing.T) {
+	s, c := tcpPair(t)
+	p := &pending{raw: &rawConn{Conn: s}, at: time.Now(), in: true}
+	go func() { // the handshake reading its client's record
+		buf := make([]byte, 1)
+		for {
+			if _, err := p.raw.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	for time.Since(start) < 3*staleHandshake {
+		c.Write([]byte{0x16})
+		for range 4 {
+			time.Sleep(staleHandshake / 20)
+			if p.stalled(time.Now()) {
+				return
+			}
+		}
+	}
+	t.Fatalf("a client trickling a byte every %v never stalled its handshake in %v", staleHandshake/5, 3*staleHandshake)
 }
