@@ -549,6 +549,14 @@ func TestFedLeafFleetReconnect(t *testing.T) {
 		n, first.Round(10*time.Millisecond), dead.Round(10*time.Millisecond), serving.Round(10*time.Millisecond), again.Round(10*time.Millisecond),
 		hubCPU.Round(10*time.Millisecond), float64(hubCPU)/1e6/float64(n), fleetCPU.Round(10*time.Millisecond), float64(fleetCPU)/1e6/float64(n))
 	t.Logf("after the restart: %v; the hub: %v", &count, fedConnLine(hub))
+	// Why handshakes failed, as the hub saw it (one line a second at most).
+	shown := 0
+	for _, line := range strings.Split(hub.stderr.String(), "\n") {
+		if strings.Contains(line, "fed handshake refused") && shown < 3 {
+			t.Logf("hub: %s", line)
+			shown++
+		}
+	}
 	if back != n {
 		t.Errorf("%d of %d leaves back after the restart", back, n)
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,12 +72,24 @@ type rawConn struct {
 	// waited for since then. inRead: a Read is under way.
 	waitFrom atomic.Int64
 	inRead   atomic.Bool
-	st       *state // the snapshot the handshake used
-	peer     *Peer
-	chain    []*x509.Certificate
+	// During the handshake, the listener's CPU slots (nil after it, or none): a handshake
+	// holds one while it computes, never while it waits for its client. Only the handshake's
+	// goroutine reads held; closed and gone end a wait for a slot.
+	cpu    chan struct{}
+	held   bool
+	closed chan struct{}
+	once   sync.Once
+	gone   <-chan struct{}
+	st     *state // the snapshot the handshake used
+	peer   *Peer
+	chain  []*x509.Certificate
 }
 
 func (r *rawConn) Read(b []byte) (int, error) {
+	if r.held { // waiting for the client: the slot is for a handshake that computes
+		<-r.cpu
+		r.held = false
+	}
 	if r.waitFrom.Load() == 0 {
 		r.waitFrom.Store(time.Now().UnixNano())
 	}
@@ -86,7 +99,33 @@ func (r *rawConn) Read(b []byte) (int, error) {
 	if n > 0 && !r.spoke.Load() {
 		r.spoke.Store(true)
 	}
+	if r.cpu != nil && err == nil {
+		select {
+		case r.cpu <- struct{}{}:
+			r.held = true
+		case <-r.closed:
+		case <-r.gone:
+		}
+	}
 	return n, err
+}
+
+func (r *rawConn) Close() error {
+	r.once.Do(func() {
+		if r.closed != nil {
+			close(r.closed)
+		}
+	})
+	return r.Conn.Close()
+}
+
+// handshakeDone gives back the CPU slot the handshake holds; r takes none from now on.
+func (r *rawConn) handshakeDone() {
+	if r.held {
+		<-r.cpu
+		r.held = false
+	}
+	r.cpu = nil
 }
 
 func (r *rawConn) Write(b []byte) (int, error) {
@@ -178,8 +217,12 @@ type listener struct {
 	// once, so that among equals (256 sources holding one silent connection each, say) the
 	// flood makes room, not the peer whose ClientHello is a moment late.
 	evictedAt map[netip.Addr]time.Time
-	refused   atomic.Int64 // capacity refusals (doctor)
-	evicted   atomic.Int64
+	// cpu holds a token for each handshake computing now (cpuSlots): a fleet's thousand
+	// handshakes at once each finish in turn, instead of all sharing the CPU until every one
+	// is late (the 3 s budget) and its work lost.
+	cpu     chan struct{}
+	refused atomic.Int64 // capacity refusals (doctor)
+	evicted atomic.Int64
 	// evictedQuiet: of the pending evicted, those that had not sent a byte.
 	evictedQuiet atomic.Int64
 }
@@ -187,7 +230,7 @@ type listener struct {
 func (n *Node) newListener(inner net.Listener) *listener {
 	l := &listener{inner: inner, n: n, cap: n.cap, out: make(chan net.Conn), done: make(chan struct{}),
 		bySrc: map[netip.Addr]*queue{}, perPeer: map[string][]*conn{}, buckets: map[netip.Addr]*hsBucket{},
-		evictedAt: map[netip.Addr]time.Time{}}
+		evictedAt: map[netip.Addr]time.Time{}, cpu: make(chan struct{}, cpuSlots())}
 	n.lst.Store(l)
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -299,7 +342,8 @@ func (l *listener) admit(c net.Conn, src netip.Addr, now time.Time) (p *pending,
 		l.drop(victim)
 		l.markEvicted(victim.key, now)
 	}
-	p = &pending{raw: &rawConn{Conn: c}, key: key, at: now, gone: make(chan struct{}), in: true}
+	gone := make(chan struct{})
+	p = &pending{raw: &rawConn{Conn: c, cpu: l.cpu, closed: make(chan struct{}), gone: gone}, key: key, at: now, gone: gone, in: true}
 	q := l.bySrc[key]
 	if q == nil {
 		q = &queue{}
@@ -444,6 +488,10 @@ func (l *listener) drop(p *pending) {
 	}
 }
 
+// cpuSlots is how many handshakes may compute at once: two per CPU the runtime uses, so that
+// the CPUs are kept busy while a handshake writes or is woken.
+func cpuSlots() int { return 2 * runtime.GOMAXPROCS(0) }
+
 // hsBucket is a per-source token bucket of handshakes.
 type hsBucket struct {
 	tokens float64
@@ -518,6 +566,7 @@ func (l *listener) handshake(p *pending, wait time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTime)
 	err := tc.HandshakeContext(ctx)
 	cancel()
+	raw.handshakeDone()
 	l.mu.Lock()
 	evicted := !p.in
 	l.drop(p)

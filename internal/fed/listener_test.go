@@ -796,3 +796,43 @@ func TestTrickledHandshakeStalls(t *testing.T) {
 	}
 	t.Fatalf("a client trickling a byte every %v never stalled its handshake in %v", staleHandshake/5, 3*staleHandshake)
 }
+
+// TestHandshakeCPUSlots: a handshake holds a CPU slot while it computes (from its client's
+// bytes read until it waits for the client again), never while it waits; one whose bytes came
+// while every slot is held waits for one. Mutant tried: no slot taken after a read: red.
+func TestHandshakeCPUSlots(t *testing.T) {
+	cpu := make(chan struct{}, 1)
+	mk := func() (*rawConn, net.Conn) {
+		s, c := tcpPair(t)
+		return &rawConn{Conn: s, cpu: cpu, closed: make(chan struct{}), gone: make(chan struct{})}, c
+	}
+	a, ac := mk()
+	b, bc := mk()
+	buf := make([]byte, 1)
+	ac.Write([]byte{1})
+	if _, err := a.Read(buf); err != nil || !a.held {
+		t.Fatalf("a read its client's byte: held %v, err %v; want the slot", a.held, err)
+	}
+	bc.Write([]byte{1})
+	bRead := make(chan error, 1)
+	go func() { _, err := b.Read(buf); bRead <- err }()
+	select {
+	case err := <-bRead:
+		t.Fatalf("b went on computing while a held the only slot (%v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	aRead := make(chan error, 1)
+	go func() { _, err := a.Read(make([]byte, 1)); aRead <- err }() // a waits for its client
+	if err := <-bRead; err != nil || !b.held {
+		t.Fatalf("b, once a waits for its client: held %v, err %v; want the slot", b.held, err)
+	}
+	b.handshakeDone()
+	if b.held || len(cpu) != 0 || b.cpu != nil {
+		t.Fatal("the slot not given back at the handshake's end")
+	}
+	a.Close() // a's wait ends; it takes no slot without its client's bytes
+	<-aRead
+	if a.held {
+		t.Error("a closed connection took a slot")
+	}
+}
