@@ -18,7 +18,8 @@
 //     but this process's uid. This is the shape systemd ≥ 255 delivers on tmpfs (root-owned,
 //     mode 0440, user:<service uid>:r--); systemd 252 on ramfs delivers 0400 files owned
 //     by the service user instead. Both are accepted; a file readable by anyone else is not;
-//   - it must be at most MaxSize bytes, checked before and while reading.
+//   - it must be at most MaxSize bytes (or the bound its reader gives, ReadMax), checked
+//     before and while reading.
 //
 // One shape more is accepted, in $CREDENTIALS_DIRECTORY and for a plain path alike: a
 // Kubernetes Secret volume (the kubelet's links through ..data, resolved beneath the
@@ -64,11 +65,17 @@ func Dir() string { return os.Getenv("CREDENTIALS_DIRECTORY") }
 // A file that exists but fails a check (see the package documentation) is an error; it
 // never falls through to the next source. Errors name the credential, never its content.
 func Read(name, fallbackPath string) ([]byte, Source, error) {
+	return ReadMax(name, fallbackPath, MaxSize)
+}
+
+// ReadMax is Read with a bound of its own instead of MaxSize: a credential that grows with
+// what it describes (the peers file of a hub, one entry per leaf).
+func ReadMax(name, fallbackPath string, max int) ([]byte, Source, error) {
 	if err := checkName(name); err != nil {
 		return nil, SourceNone, err
 	}
 	if dir := Dir(); dir != "" {
-		b, err := readCredential(dir, name)
+		b, err := readCredential(dir, name, max)
 		if err == nil {
 			return b, SourceCredentialsDirectory, nil
 		}
@@ -78,7 +85,7 @@ func Read(name, fallbackPath string) ([]byte, Source, error) {
 		// Not delivered by systemd: an optional credential, or one given by flag.
 	}
 	if fallbackPath != "" {
-		b, err := readFile(name, fallbackPath)
+		b, err := readFile(name, fallbackPath, max)
 		if err != nil {
 			return nil, SourcePath, err
 		}
@@ -97,23 +104,23 @@ func checkName(name string) error {
 
 // readCredential reads $CREDENTIALS_DIRECTORY/name: a plain file as readFile does, or the
 // kubelet's Secret layout (kube.go), whose symlinks are resolved beneath dir only.
-func readCredential(dir, name string) ([]byte, error) {
+func readCredential(dir, name string, max int) ([]byte, error) {
 	path := filepath.Join(dir, name)
 	if !kubeLayout(dir, name) {
-		return readFile(name, path)
+		return readFile(name, path, max)
 	}
 	f, err := openBeneath(dir, name)
 	if err != nil {
 		return nil, fmt.Errorf("creds: %s: open: %w", name, err)
 	}
 	defer f.Close()
-	return readOpened(name, path, f, true)
+	return readOpened(name, path, f, true, max)
 }
 
 // readFile opens path without following a symlink, checks the opened file and reads it.
 // The one symlink taken is the kubelet's Secret layout (kube.go), resolved beneath the
 // file's own directory: a pod mounts its Secret at a path its flags name.
-func readFile(name, path string) ([]byte, error) {
+func readFile(name, path string, max int) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if errors.Is(err, syscall.ELOOP) {
 		dir, base := filepath.Dir(path), filepath.Base(path)
@@ -124,18 +131,18 @@ func readFile(name, path string) ([]byte, error) {
 			return nil, fmt.Errorf("creds: %s: open: %w", name, err)
 		}
 		defer f.Close()
-		return readOpened(name, path, f, true)
+		return readOpened(name, path, f, true, max)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("creds: %s: open: %w", name, err)
 	}
 	defer f.Close()
-	return readOpened(name, path, f, false)
+	return readOpened(name, path, f, false, max)
 }
 
 // readOpened checks the opened file and reads it; ownGroupRead lets the file's group read it
 // when that group is this process's own (the kubelet's fsGroup; kube.go).
-func readOpened(name, path string, f *os.File, ownGroupRead bool) ([]byte, error) {
+func readOpened(name, path string, f *os.File, ownGroupRead bool, max int) ([]byte, error) {
 
 	fi, err := f.Stat() // fstat of the opened file: what we check is what we read
 	if err != nil {
@@ -147,22 +154,27 @@ func readOpened(name, path string, f *os.File, ownGroupRead bool) ([]byte, error
 	if err := checkAccess(f, fi, ownGroupRead); err != nil {
 		return nil, fmt.Errorf("creds: %s: %s %w", name, path, err)
 	}
-	if fi.Size() > MaxSize {
-		return nil, fmt.Errorf("creds: %s: %s is larger than %d bytes", name, path, MaxSize)
+	if fi.Size() > int64(max) {
+		return nil, tooLarge(name, path, max)
 	}
 	// Read at most one byte more than allowed, in case the file grew after the fstat, into
 	// one buffer sized by the fstat: a buffer grown while reading would leave partial copies
 	// of the secret behind as garbage (custody zeroes the one buffer it is given).
 	var buf bytes.Buffer
 	buf.Grow(int(fi.Size()) + bytes.MinRead)
-	if _, err := buf.ReadFrom(io.LimitReader(f, MaxSize+1)); err != nil {
+	if _, err := buf.ReadFrom(io.LimitReader(f, int64(max)+1)); err != nil {
 		return nil, fmt.Errorf("creds: %s: read: %w", name, err)
 	}
 	b := buf.Bytes()
-	if len(b) > MaxSize {
-		return nil, fmt.Errorf("creds: %s: %s is larger than %d bytes", name, path, MaxSize)
+	if len(b) > max {
+		return nil, tooLarge(name, path, max)
 	}
 	return b, nil
+}
+
+// tooLarge is the error of a credential over its bound, which it names.
+func tooLarge(name, path string, max int) error {
+	return fmt.Errorf("creds: %s: %s is larger than %d bytes (%d MiB), the most the %s credential may hold", name, path, max, max>>20, name)
 }
 
 // checkAccess refuses a file that anyone but its owner and this process could read or

@@ -4,9 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"time"
 
 	"github.com/xmsg/xmsg/internal/claude"
 	"github.com/xmsg/xmsg/internal/doctor"
@@ -34,8 +34,12 @@ func reportWatchFallbacks(sessions *claude.Scanner, proc peercred.Proc, log *slo
 //
 // That headroom is for a small heap. A hub holding thousands of leaves has a live heap of tens
 // of MB, where 5x would be most of its RSS and no CPU saved that matters: so, unless GOMEMLIMIT
-// says otherwise, a soft memory limit of max(64 MiB, 2x the live heap) (GOGC=100's growth),
-// renewed every 10 s from the live heap the last collection measured, bounds it until ctx ends.
+// says otherwise, a soft memory limit (gcLimit: GOGC=100's growth over what a collection
+// cannot free), renewed after every collection until ctx ends. The limit counts the
+// goroutine stacks and the runtime's own memory as well as the heap, and a hub's thousands of
+// connections hold more in stacks than in heap: a limit of the heap's alone, or one renewed
+// only now and then while a fleet reconnects after a restart, sat under what the process
+// already held, and the collector then ran without pause at its cap of half the CPU.
 func tuneGC(ctx context.Context) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
@@ -44,30 +48,48 @@ func tuneGC(ctx context.Context) {
 		return
 	}
 	setGCLimit()
-	go func() {
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				setGCLimit()
-			}
+	afterGC(ctx, setGCLimit)
+}
+
+// afterGC calls f after every collection (when the collection found a sentinel unreachable)
+// until ctx ends.
+func afterGC(ctx context.Context, f func()) {
+	// Big enough not to share a tiny allocation with anything that stays reachable.
+	sentinel := new([64]byte)
+	runtime.AddCleanup(sentinel, func(ctx context.Context) {
+		if ctx.Err() == nil {
+			f()
+			afterGC(ctx, f)
 		}
-	}()
+	}, ctx)
 }
 
 // gcLimitFloor is the soft memory limit of a small heap: GOGC=400's headroom stays below it.
 const gcLimitFloor = 64 << 20
 
-// setGCLimit sets the soft memory limit to max(gcLimitFloor, twice the live heap).
-func setGCLimit() {
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(sample)
-	limit := int64(gcLimitFloor)
-	if sample[0].Value.Kind() == metrics.KindUint64 {
-		limit = max(limit, 2*int64(sample[0].Value.Uint64()))
+// gcLimit is the soft memory limit for what the runtime holds now: at least gcLimitFloor, and
+// room for the live heap to double beside what no collection frees (stacks, the runtime's
+// metadata and buffers).
+func gcLimit() int64 {
+	samples := []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
 	}
-	debug.SetMemoryLimit(limit)
+	metrics.Read(samples)
+	v := make([]int64, len(samples))
+	for i, s := range samples {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return gcLimitFloor
+		}
+		v[i] = int64(s.Value.Uint64())
+	}
+	live, nonHeap := v[0], v[1]-v[2]-v[3]-v[4]-v[5]
+	return max(gcLimitFloor, 2*live+max(nonHeap, 0))
 }
+
+// setGCLimit sets the soft memory limit to gcLimit.
+func setGCLimit() { debug.SetMemoryLimit(gcLimit()) }

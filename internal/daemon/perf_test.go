@@ -1,7 +1,11 @@
 package daemon
 
 import (
+	"context"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"sync"
 	"testing"
 )
 
@@ -20,4 +24,71 @@ func TestGCLimit(t *testing.T) {
 		t.Errorf("memory limit %d MiB with 40 MiB live; want at least max(64 MiB, 80 MiB)", got>>20)
 	}
 	_ = keep[len(keep)-1][0]
+}
+
+// TestGCLimitCountsStacks: the limit leaves the heap its room beside the goroutine stacks, which
+// the runtime counts against it and no collection frees (a hub's connections hold more in
+// stacks than in heap). Mutant tried: the limit of the live heap alone (2x live): red.
+func TestGCLimitCountsStacks(t *testing.T) {
+	old := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(old)
+	// 2,000 goroutines of 32 KiB stacks each: about 64 MiB of stacks, a few KB of heap.
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	for range 2000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deep(64, release)
+		}()
+	}
+	defer func() { close(release); wg.Wait() }()
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	stacks, live := int64(s[0].Value.Uint64()), int64(s[1].Value.Uint64())
+	if got := gcLimit(); got < stacks+2*live {
+		t.Errorf("memory limit %d MiB with %d MiB of stacks and %d MiB live: the heap has no room to grow", got>>20, stacks>>20, live>>20)
+	}
+}
+
+// deep recurses n frames of 512 bytes each, then waits.
+func deep(n int, wait <-chan struct{}) byte {
+	var pad [512]byte
+	if n == 0 {
+		<-wait
+		return pad[0]
+	}
+	pad[n%512] = deep(n-1, wait)
+	return pad[0]
+}
+
+// TestGCLimitRenewedAfterCollection: the limit follows the process after each collection, not
+// now and then: a hub whose fleet reconnects grows within seconds of its start. Mutant tried:
+// afterGC calling f never: red.
+func TestGCLimitRenewedAfterCollection(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := make(chan struct{}, 16)
+	afterGC(ctx, func() {
+		select {
+		case calls <- struct{}{}:
+		default:
+		}
+	})
+	for i := range 3 {
+		for waited := 0; ; waited++ {
+			runtime.GC()
+			select {
+			case <-calls:
+			default:
+				if waited < 1000 {
+					runtime.Gosched()
+					continue
+				}
+				t.Fatalf("collection %d: f not called after 1000 collections", i)
+			}
+			break
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,8 +25,11 @@ import (
 const (
 	maxPerPeer    = 8 // concurrent authenticated connections per peer
 	handshakeTime = 3 * time.Second
-	// staleHandshake: a pending connection this old may make room although it spoke; a
-	// handshake takes milliseconds, so only one stalled on purpose is that slow.
+	// staleHandshake: a pending connection whose handshake has waited this long for the
+	// client's next bytes may make room although it spoke; a client answers in milliseconds,
+	// so only one stalled on purpose is that slow. A handshake slow because the hub is busy
+	// (a fleet coming back at once) is not waiting for its client and is never taken: its
+	// work would be lost and done again.
 	staleHandshake = time.Second
 	// Handshakes per second per source address, a token bucket (hsBudget): the burst holds
 	// every peer that may connect, at least hsBurst, so a fleet of leaves behind one NAT
@@ -63,17 +67,70 @@ type conn struct {
 type rawConn struct {
 	net.Conn
 	spoke atomic.Bool // a byte arrived: not an idle holder
-	st    *state      // the snapshot the handshake used
-	peer  *Peer
-	chain []*x509.Certificate
+	// waitFrom is since when we have waited for the client (unix ns; 0: not waiting): from the
+	// first Read after our last Write, so that a client trickling a byte at a time is still
+	// waited for since then. inRead: a Read is under way.
+	waitFrom atomic.Int64
+	inRead   atomic.Bool
+	// During the handshake, the listener's CPU slots (nil after it, or none): a handshake
+	// holds one while it computes, never while it waits for its client. Only the handshake's
+	// goroutine reads held; closed and gone end a wait for a slot.
+	cpu    chan struct{}
+	held   bool
+	closed chan struct{}
+	once   sync.Once
+	gone   <-chan struct{}
+	st     *state // the snapshot the handshake used
+	peer   *Peer
+	chain  []*x509.Certificate
 }
 
 func (r *rawConn) Read(b []byte) (int, error) {
+	if r.held { // waiting for the client: the slot is for a handshake that computes
+		<-r.cpu
+		r.held = false
+	}
+	if r.waitFrom.Load() == 0 {
+		r.waitFrom.Store(time.Now().UnixNano())
+	}
+	r.inRead.Store(true)
 	n, err := r.Conn.Read(b)
+	r.inRead.Store(false)
 	if n > 0 && !r.spoke.Load() {
 		r.spoke.Store(true)
 	}
+	if r.cpu != nil && err == nil {
+		select {
+		case r.cpu <- struct{}{}:
+			r.held = true
+		case <-r.closed:
+		case <-r.gone:
+		}
+	}
 	return n, err
+}
+
+func (r *rawConn) Close() error {
+	r.once.Do(func() {
+		if r.closed != nil {
+			close(r.closed)
+		}
+	})
+	return r.Conn.Close()
+}
+
+// handshakeDone gives back the CPU slot the handshake holds; r takes none from now on.
+func (r *rawConn) handshakeDone() {
+	if r.held {
+		<-r.cpu
+		r.held = false
+	}
+	r.cpu = nil
+}
+
+func (r *rawConn) Write(b []byte) (int, error) {
+	r.waitFrom.Store(0) // our turn: whatever we waited for came
+	return r.Conn.Write(b)
 }
 
 func (c *conn) Close() error {
@@ -89,6 +146,51 @@ type pending struct {
 	at   time.Time
 	gone chan struct{} // closed when evicted
 	in   bool          // still counted (guarded by l.mu)
+	// Its place in its source's queue (guarded by l.mu).
+	prev, next *pending
+}
+
+// queue is one source's pending connections, oldest first. Linked through the connections,
+// so that taking one out costs the same with one pending as with a thousand: a fleet behind
+// one address holds the whole pool, and a slice copied on every handshake's end was most of
+// what the listener allocated while it came back.
+type queue struct {
+	head, tail *pending
+	n          int
+}
+
+func (q *queue) push(p *pending) {
+	p.prev, p.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = p
+	} else {
+		q.head = p
+	}
+	q.tail = p
+	q.n++
+}
+
+func (q *queue) remove(p *pending) {
+	if p.prev != nil {
+		p.prev.next = p.next
+	} else {
+		q.head = p.next
+	}
+	if p.next != nil {
+		p.next.prev = p.prev
+	} else {
+		q.tail = p.prev
+	}
+	p.prev, p.next = nil, nil
+	q.n--
+}
+
+// size is how many q holds (a nil queue holds none).
+func (q *queue) size() int {
+	if q == nil {
+		return 0
+	}
+	return q.n
 }
 
 // listener accepts TCP connections, keeps the pools of capacity.go, runs the TLS handshake
@@ -104,7 +206,7 @@ type listener struct {
 	rlog  ratelog.Limiter // refusals and evictions, one line per reason a second
 
 	mu      sync.Mutex
-	bySrc   map[netip.Addr][]*pending // oldest first
+	bySrc   map[netip.Addr]*queue
 	npend   int
 	perPeer map[string][]*conn // oldest first
 	shared  int
@@ -115,14 +217,20 @@ type listener struct {
 	// once, so that among equals (256 sources holding one silent connection each, say) the
 	// flood makes room, not the peer whose ClientHello is a moment late.
 	evictedAt map[netip.Addr]time.Time
-	refused   atomic.Int64 // capacity refusals (doctor)
-	evicted   atomic.Int64
+	// cpu holds a token for each handshake computing now (cpuSlots): a fleet's thousand
+	// handshakes at once each finish in turn, instead of all sharing the CPU until every one
+	// is late (the 3 s budget) and its work lost.
+	cpu     chan struct{}
+	refused atomic.Int64 // capacity refusals (doctor)
+	evicted atomic.Int64
+	// evictedQuiet: of the pending evicted, those that had not sent a byte.
+	evictedQuiet atomic.Int64
 }
 
 func (n *Node) newListener(inner net.Listener) *listener {
 	l := &listener{inner: inner, n: n, cap: n.cap, out: make(chan net.Conn), done: make(chan struct{}),
-		bySrc: map[netip.Addr][]*pending{}, perPeer: map[string][]*conn{}, buckets: map[netip.Addr]*hsBucket{},
-		evictedAt: map[netip.Addr]time.Time{}}
+		bySrc: map[netip.Addr]*queue{}, perPeer: map[string][]*conn{}, buckets: map[netip.Addr]*hsBucket{},
+		evictedAt: map[netip.Addr]time.Time{}, cpu: make(chan struct{}, cpuSlots())}
 	n.lst.Store(l)
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -185,6 +293,9 @@ func (l *listener) acceptLoop() {
 		if victim != nil {
 			victim.raw.Conn.Close()
 			l.evicted.Add(1)
+			if victim.quiet() {
+				l.evictedQuiet.Add(1)
+			}
 			l.log("evict", src, "fed pending connection evicted for a newer one", nil, "evicted_source", victim.key.String())
 		}
 		if p == nil {
@@ -207,7 +318,7 @@ func (l *listener) admit(c net.Conn, src netip.Addr, now time.Time) (p *pending,
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case len(l.bySrc[key]) >= l.cap.srcShare(inbound):
+	case l.bySrc[key].size() >= l.cap.srcShare(inbound):
 		// Over its own share: it makes room only among its own source's connections.
 		if victim = pick(l.bySrc[key], now); victim == nil {
 			return nil, 0, nil, "pending connections of this source address at their bound"
@@ -231,8 +342,14 @@ func (l *listener) admit(c net.Conn, src netip.Addr, now time.Time) (p *pending,
 		l.drop(victim)
 		l.markEvicted(victim.key, now)
 	}
-	p = &pending{raw: &rawConn{Conn: c}, key: key, at: now, gone: make(chan struct{}), in: true}
-	l.bySrc[key] = append(l.bySrc[key], p)
+	gone := make(chan struct{})
+	p = &pending{raw: &rawConn{Conn: c, cpu: l.cpu, closed: make(chan struct{}), gone: gone}, key: key, at: now, gone: gone, in: true}
+	q := l.bySrc[key]
+	if q == nil {
+		q = &queue{}
+		l.bySrc[key] = q
+	}
+	q.push(p)
 	l.npend++
 	return p, wait, victim, ""
 }
@@ -251,16 +368,29 @@ func (p *pending) heard() bool {
 	return false
 }
 
-// pick is the connection of list (oldest first) that makes room: the oldest that never sent
-// a byte, else the oldest stalled handshake, else none.
-func pick(list []*pending, now time.Time) *pending {
-	for _, p := range list {
+// stalled reports a handshake waiting in a Read for its client, which has owed it the rest of
+// its flight for staleHandshake or longer (bytes trickled meanwhile do not count), with none
+// of it unread in the kernel.
+func (p *pending) stalled(now time.Time) bool {
+	since := p.raw.waitFrom.Load()
+	return p.raw.inRead.Load() && since != 0 && now.UnixNano()-since >= int64(staleHandshake) && !inq.Pending(p.raw.Conn)
+}
+
+// pick is the connection of q that makes room: the oldest that never sent a byte, else the
+// oldest stalled handshake, else none.
+func pick(q *queue, now time.Time) *pending {
+	if q == nil {
+		return nil
+	}
+	for p := q.head; p != nil; p = p.next {
 		if p.quiet() && !p.heard() {
 			return p
 		}
 	}
-	if len(list) > 0 && now.Sub(list[0].at) >= staleHandshake {
-		return list[0]
+	for p := q.head; p != nil; p = p.next {
+		if !p.quiet() && p.stalled(now) {
+			return p
+		}
 	}
 	return nil
 }
@@ -274,12 +404,12 @@ func (l *listener) heaviest(now time.Time) *pending {
 	for {
 		var best *pending
 		bestN := 0
-		for key, list := range l.bySrc {
-			n := l.weight(key, len(list), now)
+		for key, q := range l.bySrc {
+			n := l.weight(key, q.n, now)
 			if n < bestN {
 				continue
 			}
-			for _, p := range list {
+			for p := q.head; p != nil; p = p.next {
 				if p.quiet() {
 					if n > bestN || p.at.Before(best.at) {
 						best, bestN = p, n
@@ -297,9 +427,17 @@ func (l *listener) heaviest(now time.Time) *pending {
 	}
 	var best *pending
 	bestN := 0
-	for _, list := range l.bySrc {
-		if p := list[0]; now.Sub(p.at) >= staleHandshake && (len(list) > bestN || (len(list) == bestN && p.at.Before(best.at))) {
-			best, bestN = p, len(list)
+	for _, q := range l.bySrc {
+		if q.n < bestN {
+			continue
+		}
+		for p := q.head; p != nil; p = p.next {
+			if !p.quiet() && p.stalled(now) {
+				if q.n > bestN || p.at.Before(best.at) {
+					best, bestN = p, q.n
+				}
+				break
+			}
 		}
 	}
 	return best
@@ -339,23 +477,20 @@ func (l *listener) drop(p *pending) {
 		return
 	}
 	p.in = false
-	list := l.bySrc[p.key]
-	for i, q := range list {
-		if q == p {
-			list = append(list[:i:i], list[i+1:]...)
-			break
-		}
-	}
-	if len(list) == 0 {
+	q := l.bySrc[p.key]
+	q.remove(p)
+	if q.n == 0 {
 		delete(l.bySrc, p.key)
-	} else {
-		l.bySrc[p.key] = list
 	}
 	l.npend--
 	if p.gone != nil {
 		close(p.gone)
 	}
 }
+
+// cpuSlots is how many handshakes may compute at once: two per CPU the runtime uses, so that
+// the CPUs are kept busy while a handshake writes or is woken.
+func cpuSlots() int { return 2 * runtime.GOMAXPROCS(0) }
 
 // hsBucket is a per-source token bucket of handshakes.
 type hsBucket struct {
@@ -431,6 +566,7 @@ func (l *listener) handshake(p *pending, wait time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTime)
 	err := tc.HandshakeContext(ctx)
 	cancel()
+	raw.handshakeDone()
 	l.mu.Lock()
 	evicted := !p.in
 	l.drop(p)
@@ -614,22 +750,30 @@ func (l *listener) stats() string {
 	for _, list := range l.perPeer {
 		auth += len(list)
 	}
-	return fmt.Sprintf("pending %d, authenticated %d (%d shared), answered busy now %d; since start %d refused for capacity, %d evicted",
-		l.npend, auth, l.shared, l.busy, l.refused.Load(), l.evicted.Load())
+	return fmt.Sprintf("pending %d, authenticated %d (%d shared), answered busy now %d; since start %d refused for capacity, %d evicted (%d before they sent a byte)",
+		l.npend, auth, l.shared, l.busy, l.refused.Load(), l.evicted.Load(), l.evictedQuiet.Load())
 }
 
 // serverConfig is the static outer config: it fetches the current snapshot per connection,
 // so a reload applies to the next handshake and never to one in progress.
+//
+// No session tickets (docs/security.md §1): every connection proves its key in a full
+// handshake. A resumed session would be judged on the certificate its ticket remembers, and
+// after a restart, when a fleet comes back at once, no ticket of the previous process is
+// valid unless its ticket keys were kept on disk, a secret the hub does not keep; what it
+// would save is the signatures (about an eighth of the hub's CPU of a fleet's comeback).
 func (n *Node) serverConfig() *tls.Config {
 	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
+		MinVersion:             tls.VersionTLS13,
+		SessionTicketsDisabled: true,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			raw, _ := hello.Conn.(*rawConn)
 			st := n.st.Load()
 			return &tls.Config{
-				MinVersion:   tls.VersionTLS13,
-				Certificates: []tls.Certificate{st.cert},
-				NextProtos:   []string{"http/1.1"},
+				MinVersion:             tls.VersionTLS13,
+				SessionTicketsDisabled: true,
+				Certificates:           []tls.Certificate{st.cert},
+				NextProtos:             []string{"http/1.1"},
 				// Any certificate is requested; VerifyConnection alone decides (no system
 				// roots, no name check): pins and CA peers are ours to judge (§8.1).
 				ClientAuth: tls.RequireAnyClientCert,

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/fed/fedtest"
+	"github.com/xmsg/xmsg/internal/inq"
 	"github.com/xmsg/xmsg/internal/ledger"
 )
 
@@ -607,14 +609,16 @@ func TestReloadKubeletSwap(t *testing.T) {
 // before a peer whose ClientHello is a moment late.
 func TestEvictedSourceWeighsMore(t *testing.T) {
 	now := time.Now()
-	l := &listener{bySrc: map[netip.Addr][]*pending{}, evictedAt: map[netip.Addr]time.Time{}}
+	l := &listener{bySrc: map[netip.Addr]*queue{}, evictedAt: map[netip.Addr]time.Time{}}
 	peer, flood := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
 	c1, c2 := net.Pipe()
 	defer c1.Close()
 	defer c2.Close()
 	old := &pending{raw: &rawConn{Conn: c1}, key: peer, at: now.Add(-time.Second), in: true}
 	young := &pending{raw: &rawConn{Conn: c2}, key: flood, at: now, in: true}
-	l.bySrc[peer], l.bySrc[flood] = []*pending{old}, []*pending{young}
+	l.bySrc[peer], l.bySrc[flood] = &queue{}, &queue{}
+	l.bySrc[peer].push(old)
+	l.bySrc[flood].push(young)
 	if v := l.heaviest(now); v != old {
 		t.Fatalf("without an eviction: victim %v, want the oldest silent one", v)
 	}
@@ -624,5 +628,211 @@ func TestEvictedSourceWeighsMore(t *testing.T) {
 	}
 	if v := l.heaviest(now.Add(handshakeTime)); v != old {
 		t.Fatalf("past the handshake time the weight is gone: victim %v, want the oldest", v)
+	}
+}
+
+// tcpPair is a loopback TCP connection: the server's end (as the listener holds it) and the
+// client's.
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close(); client.Close() })
+	return server, client
+}
+
+// TestBusyHandshakeKept: a source at its share makes room with a handshake stalled by its
+// client (its Read has waited over staleHandshake and nothing waits in the kernel), never with
+// one slow because the hub is busy, however old: a fleet coming back at once would lose that
+// work and do it again. Mutant tried: the old rule (the oldest, once staleHandshake old): red.
+func TestBusyHandshakeKept(t *testing.T) {
+	now := time.Now()
+	mk := func(age time.Duration) (*pending, net.Conn) {
+		s, c := tcpPair(t)
+		p := &pending{raw: &rawConn{Conn: s}, at: now.Add(-age), in: true}
+		p.raw.spoke.Store(true)
+		return p, c
+	}
+	busy, _ := mk(10 * time.Second) // spoke; the hub is computing, no Read waits
+	q := &queue{}
+	q.push(busy)
+	if v := pick(q, now); v != nil {
+		t.Fatal("a handshake the hub is busy with was taken to make room")
+	}
+	answered, client := mk(2 * time.Second) // its Read has waited, but the client's bytes are there
+	answered.raw.waitFrom.Store(now.Add(-2 * time.Second).UnixNano())
+	answered.raw.inRead.Store(true)
+	client.Write([]byte{0x16})
+	waitFor(t, "the byte in the kernel", func() bool { return inq.Pending(answered.raw.Conn) })
+	q.push(answered)
+	if v := pick(q, now); v != nil {
+		t.Fatal("a handshake whose client's bytes wait unread was taken to make room")
+	}
+	stalled, _ := mk(2 * time.Second) // its Read has waited 2 s for a silent client
+	stalled.raw.waitFrom.Store(now.Add(-2 * time.Second).UnixNano())
+	stalled.raw.inRead.Store(true)
+	q.push(stalled)
+	if v := pick(q, now); v != stalled {
+		t.Fatalf("victim %v, want the handshake its client stalled", v)
+	}
+	l := &listener{bySrc: map[netip.Addr]*queue{netip.MustParseAddr("192.0.2.1"): q}, evictedAt: map[netip.Addr]time.Time{}}
+	if v := l.heaviest(now); v != stalled {
+		t.Fatalf("pool full: victim %v, want the handshake its client stalled", v)
+	}
+}
+
+// TestEvictedSilentGivesTokenBack: a connection evicted before it sent a byte gives its
+// handshake token back. A fleet behind one address whose connections keep being evicted
+// while their ClientHellos are late (10,000 evictions at one instant, past the bucket's
+// burst) still finds its tokens: the next connection starts its handshake at once. Mutant
+// tried: no give-back on eviction: red.
+func TestEvictedSilentGivesTokenBack(t *testing.T) {
+	nd := &Node{}
+	peers := &Peers{inbound: 10}
+	nd.st.Store(&state{peers: peers})
+	l := &listener{n: nd, cap: sizeCapacity(32, 0), bySrc: map[netip.Addr]*queue{}, buckets: map[netip.Addr]*hsBucket{},
+		evictedAt: map[netip.Addr]time.Time{}}
+	src := netip.MustParseAddr("192.0.2.1")
+	now := time.Now()
+	var held []net.Conn
+	for range l.cap.srcShare(peers.inbound) {
+		s, _ := tcpPair(t)
+		held = append(held, s)
+		if p, wait, victim, why := l.admit(s, src, now); p == nil || victim != nil || wait != 0 {
+			t.Fatalf("filling the share: %v %v %v %s", p, wait, victim, why)
+		}
+	}
+	_, burst := hsBudget(peers.inbound)
+	s, _ := tcpPair(t)
+	for i := range 10000 {
+		p, wait, victim, why := l.admit(s, src, now)
+		if p == nil || victim == nil || wait != 0 {
+			t.Fatalf("eviction %d (burst %v): admitted %v, victim %v, wait %v %s; want a silent one evicted and the handshake at once",
+				i, burst, p != nil, victim != nil, wait, why)
+		}
+	}
+}
+
+// TestNoSessionResumption: the listener issues no session tickets, so a peer's next
+// connection is a full handshake that proves its key again, never one resumed on a ticket's
+// memory of the certificate. Mutant tried: session tickets left on: red (a ticket arrived;
+// none resumed even then, each handshake having a config, and so ticket keys, of its own).
+func TestNoSessionResumption(t *testing.T) {
+	hub, a := newNode(t, "hub"), newNode(t, "a")
+	hub.start("{" + peerEntry("a", a.addr(), a.cert.Pin, `, "leaf": true`) + "}")
+	pair, _ := tls.X509KeyPair(a.cert.CertPEM, a.cert.KeyPEM)
+	cache := &ticketCount{ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13,
+		NextProtos: []string{"http/1.1"}, ClientSessionCache: cache}
+	for i := range 2 {
+		c, err := tls.Dial("tcp", hub.addr(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A request and its answer: a ticket, were one sent, has arrived by then.
+		fmt.Fprintf(c, "GET /fed/v2/inbox?wait=0 HTTP/1.1\r\nHost: hub\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if c.ConnectionState().DidResume {
+			t.Errorf("connection %d resumed a session", i+1)
+		}
+		c.Close()
+	}
+	if n := cache.puts.Load(); n != 0 {
+		t.Errorf("%d session tickets received, want none", n)
+	}
+}
+
+// ticketCount counts the session tickets a client is handed.
+type ticketCount struct {
+	tls.ClientSessionCache
+	puts atomic.Int64
+}
+
+func (c *ticketCount) Put(key string, cs *tls.ClientSessionState) {
+	if cs != nil {
+		c.puts.Add(1)
+	}
+	c.ClientSessionCache.Put(key, cs)
+}
+
+// TestTrickledHandshakeStalls: a client that trickles its flight a byte at a time, each within
+// staleHandshake, has still stalled its handshake once it has owed the flight that long: the
+// wait counts from our last write, not from its last byte. Mutant tried: the wait counted
+// from each Read: red.
+func TestTrickledHandshakeStalls(t *testing.T) {
+	s, c := tcpPair(t)
+	p := &pending{raw: &rawConn{Conn: s}, at: time.Now(), in: true}
+	go func() { // the handshake reading its client's record
+		buf := make([]byte, 1)
+		for {
+			if _, err := p.raw.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	for time.Since(start) < 3*staleHandshake {
+		c.Write([]byte{0x16})
+		for range 4 {
+			time.Sleep(staleHandshake / 20)
+			if p.stalled(time.Now()) {
+				return
+			}
+		}
+	}
+	t.Fatalf("a client trickling a byte every %v never stalled its handshake in %v", staleHandshake/5, 3*staleHandshake)
+}
+
+// TestHandshakeCPUSlots: a handshake holds a CPU slot while it computes (from its client's
+// bytes read until it waits for the client again), never while it waits; one whose bytes came
+// while every slot is held waits for one. Mutant tried: no slot taken after a read: red.
+func TestHandshakeCPUSlots(t *testing.T) {
+	cpu := make(chan struct{}, 1)
+	mk := func() (*rawConn, net.Conn) {
+		s, c := tcpPair(t)
+		return &rawConn{Conn: s, cpu: cpu, closed: make(chan struct{}), gone: make(chan struct{})}, c
+	}
+	a, ac := mk()
+	b, bc := mk()
+	buf := make([]byte, 1)
+	ac.Write([]byte{1})
+	if _, err := a.Read(buf); err != nil || !a.held {
+		t.Fatalf("a read its client's byte: held %v, err %v; want the slot", a.held, err)
+	}
+	bc.Write([]byte{1})
+	bRead := make(chan error, 1)
+	go func() { _, err := b.Read(buf); bRead <- err }()
+	select {
+	case err := <-bRead:
+		t.Fatalf("b went on computing while a held the only slot (%v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	aRead := make(chan error, 1)
+	go func() { _, err := a.Read(make([]byte, 1)); aRead <- err }() // a waits for its client
+	if err := <-bRead; err != nil || !b.held {
+		t.Fatalf("b, once a waits for its client: held %v, err %v; want the slot", b.held, err)
+	}
+	b.handshakeDone()
+	if b.held || len(cpu) != 0 || b.cpu != nil {
+		t.Fatal("the slot not given back at the handshake's end")
+	}
+	a.Close() // a's wait ends; it takes no slot without its client's bytes
+	<-aRead
+	if a.held {
+		t.Error("a closed connection took a slot")
 	}
 }

@@ -295,10 +295,19 @@ func readPlain(path string) ([]byte, error) {
 	return b, nil
 }
 
+// MaxPeersSize is the largest peers file: it grows with the fleet, an entry a leaf (about
+// 100 bytes with a short name, 130 with a 20-character one and the pin's "sha256:"), so a
+// credential's 1 MiB held only some 10,000 leaves. 16 MiB holds well over 100,000, more
+// than the connection budget of any descriptor limit a hub is likely to run with, and
+// parsing 100,000 takes about half a second (BenchmarkParsePeersFleet: 52 ms for 10,000),
+// once per change (a reload of an unchanged file parses nothing). A file past it is refused
+// at start and at reload, the error naming the bound.
+const MaxPeersSize = 16 << 20
+
 func readInputs(cfg Config) (*inputs, error) {
 	in := &inputs{cas: map[string][]byte{}, source: creds.SourceNone}
-	read := func(name, path string) ([]byte, error) {
-		raw, src, err := creds.Read(name, path)
+	read := func(name, path string, max int) ([]byte, error) {
+		raw, src, err := creds.ReadMax(name, path, max)
 		if err != nil {
 			return nil, err
 		}
@@ -308,13 +317,13 @@ func readInputs(cfg Config) (*inputs, error) {
 		return raw, nil
 	}
 	var err error
-	if in.cert, err = read(CredCert, cfg.CertPath); err != nil {
+	if in.cert, err = read(CredCert, cfg.CertPath, creds.MaxSize); err != nil {
 		return nil, err
 	}
-	if in.key, err = read(CredKey, cfg.KeyPath); err != nil {
+	if in.key, err = read(CredKey, cfg.KeyPath, creds.MaxSize); err != nil {
 		return nil, err
 	}
-	if in.peers, err = read(CredPeers, cfg.PeersPath); err != nil {
+	if in.peers, err = read(CredPeers, cfg.PeersPath, MaxPeersSize); err != nil {
 		return nil, err
 	}
 	return in, nil

@@ -1,8 +1,12 @@
 package fed
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -129,6 +133,51 @@ func TestPeersLoadErrors(t *testing.T) {
 		_, err := ParsePeers([]byte(tt.raw), readCA)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s:\n got  %v\n want …%s…", tt.raw, err, tt.want)
+		}
+	}
+}
+
+// TestPeersFileBound: the peers file has a bound of its own, not a credential's 1 MiB: one
+// entry a leaf, 100,000 leaves of 20-character names and prefixed pins fit, and a file one
+// byte over the bound is refused with the bound named. Mutant tried: the peers file read
+// under creds.MaxSize: red.
+func TestPeersFileBound(t *testing.T) {
+	entry := fmt.Sprintf(`"%s": {"pin": "sha256:%064x", "leaf": true},`, strings.Repeat("n", 20), 0)
+	if 100000*len(entry)+2 > MaxPeersSize {
+		t.Fatalf("100,000 entries of %d bytes do not fit %d bytes", len(entry), MaxPeersSize)
+	}
+	path := filepath.Join(t.TempDir(), "peers.json")
+	for _, size := range []int{MaxPeersSize, MaxPeersSize + 1} {
+		if err := os.WriteFile(path, bytes.Repeat([]byte(" "), size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		in, err := readInputs(Config{PeersPath: path})
+		switch {
+		case size <= MaxPeersSize && (err != nil || len(in.peers) != size):
+			t.Errorf("a peers file of %d bytes: %v", size, err)
+		case size > MaxPeersSize && (err == nil || !strings.Contains(err.Error(), "larger than 16777216 bytes (16 MiB), the most the peers credential may hold")):
+			t.Errorf("a peers file of %d bytes: %v, want refused naming the bound", size, err)
+		}
+	}
+}
+
+// BenchmarkParsePeersFleet: parsing the peers file of a hub of 10,000 leaves (what a start
+// and a reload of a changed file cost).
+func BenchmarkParsePeersFleet(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString("{")
+	for i := range 10000 {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, `"leaf-%06d": {"pin": "sha256:%064x", "leaf": true}`, i, i)
+	}
+	sb.WriteString("}")
+	raw := []byte(sb.String())
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if _, err := ParsePeers(raw, noCA); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

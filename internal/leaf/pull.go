@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -127,9 +128,17 @@ type backoff struct{ cur, min, max time.Duration }
 
 func (b *backoff) reset() { b.cur = b.min }
 
-// wait sleeps the current delay (or until ctx ends) and doubles it.
+// delay is the wait before the next retry: between half the current delay and all of it,
+// drawn at random. A fleet of leaves that lost its hub at one instant (a hub restart) would
+// otherwise come back at the same instants, every one of them, each time the delay doubles:
+// bursts the hub's handshake pool cannot hold, and idle time between them.
+func (b *backoff) delay() time.Duration {
+	return b.cur/2 + rand.N(b.cur/2+1)
+}
+
+// wait sleeps delay (or until ctx ends) and doubles the current delay.
 func (b *backoff) wait(ctx context.Context) bool {
-	t := time.NewTimer(b.cur)
+	t := time.NewTimer(b.delay())
 	defer t.Stop()
 	b.cur = min(b.cur*2, b.max)
 	select {

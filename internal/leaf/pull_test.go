@@ -270,3 +270,22 @@ func TestPullerRetryLogIsRateLimited(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestBackoffJitter: a retry waits between half the current delay and all of it, drawn at
+// random, so a fleet that lost its hub at one instant does not come back at the same instants
+// each time the delay doubles. Mutant tried: delay returning the current delay: red.
+func TestBackoffJitter(t *testing.T) {
+	b := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	b.reset()
+	seen := map[time.Duration]bool{}
+	for range 1000 {
+		d := b.delay()
+		if d < b.cur/2 || d > b.cur {
+			t.Fatalf("delay %v outside [%v, %v]", d, b.cur/2, b.cur)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 500 {
+		t.Errorf("1000 retries of a fleet at 100 ms: %d distinct delays, want them spread", len(seen))
+	}
+}
