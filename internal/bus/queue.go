@@ -44,6 +44,13 @@ type queueState struct {
 	todo   []ackOp
 	wake   chan struct{} // buffered(1): todo was empty and is not
 	done   chan struct{} // the flusher has exited
+	// inFlight holds, by message id, the records queued in memory before their commit
+	// (AcceptBatch); the channel is closed once that commit is done.
+	inFlight map[string]chan struct{}
+	awaiting int // callers in awaitRecord now (tests)
+	// testWritten, when set (tests), is called at the end of AcceptBatch's written hook: the
+	// rows are in the queue in memory, their commit not yet done.
+	testWritten func()
 }
 
 // sessionQueue is one session's unacknowledged rows, in queue (key) order, plus the places
@@ -89,6 +96,55 @@ type ackOp struct {
 
 func (q *queueState) init() {
 	q.s, q.acked, q.wake, q.done = map[string]*sessionQueue{}, map[string]map[string]ackOp{}, make(chan struct{}, 1), make(chan struct{})
+	q.inFlight = map[string]chan struct{}{}
+}
+
+// recording marks ids as queued in memory with their commit still in flight.
+func (b *Bus) recording(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	ch := make(chan struct{})
+	b.q.mu.Lock()
+	for _, id := range ids {
+		b.q.inFlight[id] = ch
+	}
+	b.q.mu.Unlock()
+}
+
+// recorded ends recording(ids): their commit is done (or failed).
+func (b *Bus) recorded(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	b.q.mu.Lock()
+	ch := b.q.inFlight[ids[0]]
+	for _, id := range ids {
+		delete(b.q.inFlight, id)
+	}
+	b.q.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// awaitRecord waits while message id is queued in memory and its commit is in flight, so that
+// whoever got it from the queue and asks about it (a reply) finds its record: at most one
+// commit's wait.
+func (b *Bus) awaitRecord(id string) {
+	b.q.mu.Lock()
+	ch := b.q.inFlight[id]
+	if ch != nil {
+		b.q.awaiting++
+	}
+	b.q.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	<-ch
+	b.q.mu.Lock()
+	b.q.awaiting--
+	b.q.mu.Unlock()
 }
 
 // load returns session's queue, reading its rows from the store if it is not loaded. The

@@ -276,6 +276,7 @@ func (b *Bus) registered(sessionID string) bool {
 }
 
 func (b *Bus) message(id string) (store.Message, bool, error) {
+	b.awaitRecord(id)
 	var m store.Message
 	var found bool
 	err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
@@ -328,6 +329,7 @@ func messageNotFound(id string) *Error { return errorf(ledger.NotFound, "no mess
 
 // Message returns a stored message with its replies.
 func (b *Bus) Message(id string) (MessageView, error) {
+	b.awaitRecord(id)
 	var m store.Message
 	var found bool
 	var replies []store.Reply
@@ -384,6 +386,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 	if wait > MaxWait {
 		wait = MaxWait
 	}
+	b.awaitRecord(id)
 	remote := false
 	list := func() ([]ReplyView, bool, error) {
 		var rs []store.Reply

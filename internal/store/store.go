@@ -148,6 +148,9 @@ type op struct {
 	fn   func(*Tx) error
 	err  chan error  // buffered: the result, or errLead
 	done func(error) // instead of err: called with the result (a Rider's writes)
+	// written, when set, is called once fn's writes are final (its last run succeeded)
+	// and before the commit's fsync; the commit may still fail after it (UpdateWritten).
+	written func()
 }
 
 // Rider supplies writes that ride every commit without asking for one, for a writer with a
@@ -336,7 +339,20 @@ func (s *Store) Close() error {
 // it writes from the transaction and its captured inputs. If fn returns an error, none of
 // its writes are kept.
 func (s *Store) Update(fn func(*Tx) error) error {
-	o := &op{fn: fn, err: make(chan error, 1)}
+	return s.update(&op{fn: fn, err: make(chan error, 1)})
+}
+
+// UpdateWritten is Update that also calls written once fn's writes are final in the
+// transaction and before the commit's fsync, so that the caller can overlap what follows the
+// commit with the disk's wait (written runs on the committing goroutine, under the store's
+// write lock: it must be quick and must not call the store). The commit may still fail after
+// written: the caller must undo then whatever written did, and must use it only where a
+// write that is lost in a crash is no loss (what it wrote is still held elsewhere).
+func (s *Store) UpdateWritten(fn func(*Tx) error, written func()) error {
+	return s.update(&op{fn: fn, err: make(chan error, 1), written: written})
+}
+
+func (s *Store) update(o *op) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -422,6 +438,12 @@ func (s *Store) commit(batch []*op) {
 				if errs[i] = o.fn(tx); errs[i] != nil {
 					failed[i] = true
 					return errRetryWithout
+				}
+			}
+			// Every write is final: bbolt commits (writes and fsyncs) once this returns.
+			for i, o := range batch {
+				if o.written != nil && !failed[i] {
+					o.written()
 				}
 			}
 			return nil
