@@ -77,6 +77,7 @@ type Node struct {
 	st        atomic.Pointer[state]
 	transport *http.Transport
 	client    *http.Client
+	pulls     pullConns // a leaf's pull connection to each hub (pullconn.go)
 	limits    *limiter
 	rec       *records // the outbound half's records (Attach)
 	book      book
@@ -176,6 +177,7 @@ func (n *Node) Close() {
 		n.rec.bg.Wait()
 	}
 	n.transport.CloseIdleConnections()
+	n.pulls.closeAll()
 }
 
 // Known implements bus.Federation.
