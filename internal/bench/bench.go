@@ -52,6 +52,9 @@ type Options struct {
 	Runs     int
 	Size     int // message text bytes
 	Leaves   int // the leaf path's leaf daemons (RunLeaf; 0 or 1: one)
+	// Only, when set, runs only the leaf paths whose name holds it (RunLeaf): a profile of
+	// the daemons then covers that path alone.
+	Only string
 
 	Progress io.Writer // a progress line ("" = none)
 

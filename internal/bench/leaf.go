@@ -355,6 +355,9 @@ func (l *leafEnv) run() (*Result, error) {
 		}
 		r.FsyncP50us, r.CommitP50us, r.RTTP50us = percentile(fsync, 50), percentile(commit, 50), percentile(rtt, 50)
 		for _, p := range paths {
+			if l.o.Only != "" && !strings.Contains(p.name, l.o.Only) {
+				continue
+			}
 			e.prog.set(p.name, p.n)
 			f, err := l.drain(p.name, p.socks, p.refs, p.senders, p.n)
 			if err != nil {
