@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -184,5 +185,76 @@ func TestLeafMailboxBound(t *testing.T) {
 	}
 	if size > limits.LeafMailboxMaxBytes || hub.mailbox("l1") != accepted {
 		t.Errorf("mailbox %d bytes, %d rows: over its bound", size, hub.mailbox("l1"))
+	}
+}
+
+// A leaf's pulls share one kept connection it reads and writes itself: no handshake after
+// the first; a connection the hub closed while idle (its restart, its idle timeout) is dialled
+// again and the pull sent again, unnoticed by the caller; a reload dials with the new
+// snapshot; cancelling the pull's context ends its long-poll. Mutants tried: no resend after
+// errStale (the pull after the hub closed the connection fails: red); a kept connection
+// surviving a reload (dials stay 2: red).
+func TestPullConnection(t *testing.T) {
+	hub, l1, _, plain := hubWithLeaves(t, "")
+	peers := "{" + peerEntry("hub", hub.addr(), hub.cert.Pin, "") + "}"
+	l1.startLeaf(peers)
+	ctx := context.Background()
+	send := func(text string) string {
+		d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: text, Bytes: len(text), FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.MessageID
+	}
+	pull := func(what string, ack []string, want int) []string {
+		t.Helper()
+		rows, err := l1.n.Pull(ctx, "hub", ack, nil, 10, 0, 0)
+		if err != nil || len(rows) != want {
+			t.Fatalf("%s: pull = %d rows, %v; want %d", what, len(rows), err, want)
+		}
+		var ids []string
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	dials := func() int64 { return l1.n.dials.Load() }
+	send("one")
+	got := pull("first", nil, 1)
+	send("two")
+	got = pull("second, acking the first", got, 1)
+	if dials() != 1 {
+		t.Errorf("%d handshakes for two pulls, want 1 (a kept connection)", dials())
+	}
+	// The hub closes its idle connections.
+	hub.srv.srv.SetKeepAlivesEnabled(false)
+	hub.srv.srv.SetKeepAlivesEnabled(true)
+	send("three")
+	got = pull("after the hub closed the connection", got, 1)
+	if dials() != 2 {
+		t.Errorf("%d handshakes, want 2 (one new connection after the close)", dials())
+	}
+	// A reload (another peer added): the next pull dials with the new snapshot.
+	l1.write("peers.json", []byte("{"+peerEntry("hub", hub.addr(), hub.cert.Pin, "")+","+peerEntry("other", "192.0.2.9:1", plain.cert.Pin, "")+"}"))
+	if changed, err := l1.n.Reload(); err != nil || !changed {
+		t.Fatalf("reload = %v, %v", changed, err)
+	}
+	pull("after a reload", got, 0)
+	if dials() != 3 {
+		t.Errorf("%d handshakes, want 3 (a reload dials again)", dials())
+	}
+	// A long-poll ends with its context.
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := l1.n.Pull(cctx, "hub", nil, nil, 10, 0, 30*time.Second)
+		done <- err
+	}()
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("a cancelled long-poll returned no error")
+	}
+	if hub.mailbox("l1") != 0 {
+		t.Errorf("mailbox %d after every row was acked, want 0", hub.mailbox("l1"))
 	}
 }
