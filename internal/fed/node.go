@@ -139,9 +139,11 @@ func New(cfg Config) (*Node, error) {
 		n.startPorts[p] = true
 	}
 	n.transport = &http.Transport{
-		DialTLSContext:        n.dialTLS,
-		MaxIdleConnsPerHost:   8,
-		MaxConnsPerHost:       8, // a peer accepts at most 8 connections from us (§2.6)
+		DialTLSContext:      n.dialTLS,
+		MaxIdleConnsPerHost: 8,
+		// A peer accepts at most 8 connections from us (§2.6); the eighth is kept for a
+		// leaf's pull connection to its hub (pullconn.go).
+		MaxConnsPerHost:       7,
 		IdleConnTimeout:       50 * time.Second,
 		ResponseHeaderTimeout: 0, // bounded by each call's context instead (long-polls)
 		DisableCompression:    true,
