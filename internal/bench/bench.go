@@ -90,7 +90,10 @@ type Figure struct {
 	CommitP50us float64 `json:"commit_p50_us,omitempty"`
 	FsyncP50us  float64 `json:"fsync_p50_us,omitempty"`
 	Refused     int     `json:"refused,omitempty"` // 503s (full queues), retried
-	Note        string  `json:"note,omitempty"`
+	// Duplicates counts messages a consumer got again after it had them (the leaf paths):
+	// with no crash in the run, any is a fault.
+	Duplicates int    `json:"duplicates,omitempty"`
+	Note       string `json:"note,omitempty"`
 }
 
 // Run is one pass over every path.

@@ -438,6 +438,7 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 	var (
 		mu   sync.Mutex
 		lat  []float64
+		dups int
 		seen = map[string]bool{}
 		last time.Time
 		all  = make(chan struct{})
@@ -468,7 +469,9 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 				id, _ := m["messageId"].(string)
 				text, _ := m["text"].(string)
 				mu.Lock()
-				if !seen[id] {
+				if seen[id] {
+					dups++
+				} else {
 					seen[id] = true
 					l.e.prog.tick(1)
 					if ts, ok := strings.CutPrefix(text, "t="); ok {
@@ -562,10 +565,10 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 		<-all
 	}
 	mu.Lock()
-	wall, k := last.Sub(t0), len(seen)
+	wall, k, twice := last.Sub(t0), len(seen), dups
 	mu.Unlock()
 	f := Figure{Path: name, N: k, PerSec: float64(k) / wall.Seconds(), P50us: percentile(lat, 50), P99us: percentile(lat, 99),
-		Refused: int(refused.Load()), Note: "received by the consumers per second; p50/p99 from the send to the consumer"}
+		Refused: int(refused.Load()), Duplicates: twice, Note: "received by the consumers per second; p50/p99 from the send to the consumer"}
 	if cpu0 >= 0 {
 		f.MachineCPUus = (machineCPU() - cpu0) / float64(k)
 	}
