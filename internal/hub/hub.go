@@ -98,48 +98,22 @@ func (m *Mailboxes) full(peer string) *bus.Error {
 	return &bus.Error{Code: ledger.ServiceUnavailable, Detail: fmt.Sprintf("mailbox of leaf '%s' is full (%s)", peer, strings.Join(bounds, " or "))}
 }
 
-// busyLinger is how long the batch of a busy mailbox waits for more rows before it is
-// answered: one that held more than one row when the pull came, but fewer than the leaf asked
-// for. Its senders are ahead of the leaf, so waiting a moment lets each pull, and the leaf's
-// commit of it, carry more rows (batches grow with the load); a mailbox with one row, the
-// one-at-a-time path, is answered at once.
-const busyLinger = 2 * time.Millisecond
-
 // Batch returns the oldest mail of leaf peer without removing it: at most maxN rows and,
 // past the first, maxBytes of stored rows (<= 0: no bound), waiting up to wait (at most
-// MaxWait) for one; nil when none came. A busy mailbox's batch waits up to busyLinger for
-// more.
+// MaxWait) for one; nil when none came.
 func (m *Mailboxes) Batch(ctx context.Context, peer string, wait time.Duration, maxN, maxBytes int) ([]store.MailboxEntry, error) {
 	var rows []store.MailboxEntry
-	read := func() error {
-		return m.store.View(func(tx *store.Tx) (err error) {
+	_, err := m.wake.Until(ctx, peer, min(wait, MaxWait), func() (bool, error) {
+		err := m.store.View(func(tx *store.Tx) (err error) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			settling := m.settling[peer]
 			rows, err = tx.MailboxBatch(peer, maxN, maxBytes, func(id string) bool { return settling[id] })
 			return err
 		})
-	}
-	checks := 0
-	_, err := m.wake.Until(ctx, peer, min(wait, MaxWait), func() (bool, error) {
-		checks++
-		err := read()
 		return len(rows) > 0, err
 	})
-	if err != nil || checks > 1 || len(rows) < 2 || len(rows) >= maxN {
-		return rows, err
-	}
-	m.wake.Until(ctx, peer, busyLinger, func() (bool, error) {
-		n := 0
-		m.store.View(func(tx *store.Tx) error {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			n = tx.MailboxLen(peer) - len(m.settling[peer])
-			return nil
-		})
-		return n >= maxN, nil
-	})
-	return rows, read()
+	return rows, err
 }
 
 // Ack deletes the mail ids from leaf peer's mailbox and marks each delivered: the leaf acks
