@@ -364,7 +364,7 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 			}
 			// Past the TTL: it must not be delivered. Drop it now rather than wait for the
 			// purge, and look at the next one.
-			if err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.Unqueue(key) }); err != nil {
+			if err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.UnqueueID(key, m.ID) }); err != nil {
 				return false, err
 			}
 			b.q.mu.Lock()
@@ -470,7 +470,7 @@ func (b *Bus) Ack(ctx context.Context, r *Registration, messageID string) error 
 	}
 	if failing {
 		// Committed before the answer, outside q.mu: a commit's rider takes q.mu when done.
-		err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.Unqueue(op.key) })
+		err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.UnqueueID(op.key, op.id) })
 		q.mu.Lock()
 		if err != nil {
 			// Queued again, as if never acknowledged: it comes again.
@@ -521,7 +521,7 @@ func (b *Bus) rideAcks() (func(*store.Tx) error, func(error)) {
 	}
 	return func(tx *store.Tx) error {
 		for _, o := range ops {
-			if err := tx.Unqueue(o.key); err != nil {
+			if err := tx.UnqueueID(o.key, o.id); err != nil {
 				return err
 			}
 		}
@@ -654,7 +654,7 @@ func (b *Bus) forceAcks(all bool) error {
 		ops := b.takeAcks(true)
 		err := b.cfg.Store.Update(func(tx *store.Tx) error {
 			for _, o := range ops {
-				if err := tx.Unqueue(o.key); err != nil {
+				if err := tx.UnqueueID(o.key, o.id); err != nil {
 					return err
 				}
 			}

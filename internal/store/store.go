@@ -665,6 +665,21 @@ func (t *Tx) Unqueue(key []byte) error {
 	return t.btx.Bucket(bucketQueue).Delete(key)
 }
 
+// UnqueueID deletes the queue row stored under key if it is message id's, and changes nothing
+// otherwise: a key whose write was never committed (its transaction failed) may be given
+// again to another row, which an ack of the first must not delete.
+func (t *Tx) UnqueueID(key []byte, id string) error {
+	b := t.btx.Bucket(bucketQueue)
+	v := b.Get(key)
+	if v == nil {
+		return nil
+	}
+	if got, err := pendingID(v); err == nil && got != id {
+		return nil // another row's (a row that cannot be read is deleted, as by Unqueue)
+	}
+	return b.Delete(key)
+}
+
 // Head returns the oldest unacknowledged message of a session.
 func (t *Tx) Head(sessionID string) (Pending, bool, error) {
 	prefix := queuePrefix(sessionID)

@@ -513,3 +513,34 @@ func TestUpdateWritten(t *testing.T) {
 		t.Error("the write is not committed")
 	}
 }
+
+// TestUnqueueID: an ack's delete removes the row under its key only if that row is its
+// message's: a key given again after a failed transaction holds another row, which stays.
+// Mutant tried: UnqueueID deleting whatever is under the key (the other row is gone: red).
+func TestUnqueueID(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	defer s.Close()
+	var key []byte
+	if err := s.Update(func(tx *Tx) (err error) {
+		key, err = tx.EnqueueShare(Pending{ID: "m2", SessionID: "svc:bot", Text: "x"}, MaxStored, 0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	queued := func(id string) (ok bool) {
+		s.View(func(tx *Tx) error { ok, _ = tx.Queued("svc:bot", id); return nil })
+		return ok
+	}
+	if err := s.Update(func(tx *Tx) error { return tx.UnqueueID(key, "m1") }); err != nil {
+		t.Fatal(err)
+	}
+	if !queued("m2") {
+		t.Fatal("an ack of m1 deleted m2, which holds the same key")
+	}
+	if err := s.Update(func(tx *Tx) error { return tx.UnqueueID(key, "m2") }); err != nil {
+		t.Fatal(err)
+	}
+	if queued("m2") {
+		t.Fatal("m2's own ack left it queued")
+	}
+}
