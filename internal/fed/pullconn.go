@@ -79,9 +79,10 @@ func (pc *pullConn) drop() {
 var errStale = errors.New("fed: kept connection closed by the peer")
 
 // maxPullAnswer bounds the answer read: a batch of MaxInboxBatchBytes stored bytes past its
-// first row, that row (at most a body's JSON-escaped size) and the JSON around them.
+// first row, that row (at most a body's JSON-escaped size) and the JSON around them, and no
+// less than any other answer of a peer may be (call).
 func (n *Node) maxPullAnswer() int64 {
-	return int64(MaxInboxBatchBytes)*2 + int64(n.cfg.MaxBody)*6 + 65536
+	return max(int64(MaxInboxBatchBytes)*2+int64(n.cfg.MaxBody)*6+65536, int64(n.cfg.MaxBody)*64+65536)
 }
 
 // postPull sends body (JSON) to peer's POST /fed/v2/inbox on the peer's pull connection and
