@@ -25,10 +25,14 @@ import (
 // the next pull dial again (with the current address, pin and certificate).
 type pullConn struct {
 	mu sync.Mutex // one request at a time (the puller's; a second caller waits)
-	c  net.Conn
-	st *state // the snapshot c was dialled with
-	r  *bufio.Reader
-	w  *bufio.Writer
+	// cmu guards c's changes and closed, so that Node.Close can close c while a long-poll
+	// holds mu; c is changed only by the holder of mu, which reads it without cmu.
+	cmu    sync.Mutex
+	c      net.Conn
+	closed bool
+	st     *state // the snapshot c was dialled with
+	r      *bufio.Reader
+	w      *bufio.Writer
 }
 
 // pullConns holds a node's pull connections, one per hub.
@@ -51,23 +55,38 @@ func (p *pullConns) get(peer string) *pullConn {
 	return pc
 }
 
-// closeAll closes every pull connection (Node.Close); a pull in flight fails.
+// closeAll closes every pull connection (Node.Close): a pull in flight fails, and no later
+// one dials.
 func (p *pullConns) closeAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, pc := range p.conns {
-		pc.closeConn()
+		pc.cmu.Lock()
+		pc.closed = true
+		if pc.c != nil {
+			pc.c.Close()
+		}
+		pc.cmu.Unlock()
 	}
 }
 
-func (pc *pullConn) closeConn() {
-	if c := pc.c; c != nil {
+// set installs c, dialled with st (the caller holds mu); false when the node closed
+// meanwhile (c is closed then).
+func (pc *pullConn) set(c net.Conn, st *state) bool {
+	pc.cmu.Lock()
+	defer pc.cmu.Unlock()
+	if pc.closed {
 		c.Close()
+		return false
 	}
+	pc.c, pc.st, pc.r, pc.w = c, st, bufio.NewReaderSize(c, 64<<10), bufio.NewWriterSize(c, 16<<10)
+	return true
 }
 
-// drop forgets the connection (closed): the next request dials.
+// drop closes and forgets the connection (the caller holds mu): the next request dials.
 func (pc *pullConn) drop() {
+	pc.cmu.Lock()
+	defer pc.cmu.Unlock()
 	if pc.c != nil {
 		pc.c.Close()
 	}
@@ -102,7 +121,9 @@ func (n *Node) postPull(ctx context.Context, peer string, body []byte) (int, []b
 			if err != nil {
 				return 0, nil, callError(peer, err)
 			}
-			pc.c, pc.st, pc.r, pc.w = c, st, bufio.NewReaderSize(c, 64<<10), bufio.NewWriterSize(c, 16<<10)
+			if !pc.set(c, st) {
+				return 0, nil, callError(peer, errUnreachable)
+			}
 		}
 		status, raw, err := pc.roundTrip(ctx, peer, body, n.maxPullAnswer())
 		if err == nil {
@@ -122,13 +143,14 @@ func (n *Node) postPull(ctx context.Context, peer string, body []byte) (int, []b
 // roundTrip writes one request and reads its answer. The connection is left usable only on
 // success with a kept-alive answer read in full; the caller drops it otherwise.
 func (pc *pullConn) roundTrip(ctx context.Context, peer string, body []byte, limit int64) (int, []byte, error) {
+	c := pc.c
 	if d, ok := ctx.Deadline(); ok {
-		pc.c.SetDeadline(d)
+		c.SetDeadline(d)
 	} else {
-		pc.c.SetDeadline(time.Time{})
+		c.SetDeadline(time.Time{})
 	}
 	// A cancelled context (the daemon stopping) ends a long-poll in flight at once.
-	stop := context.AfterFunc(ctx, func() { pc.c.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	w := pc.w
 	w.WriteString("POST /fed/v2/inbox HTTP/1.1\r\nHost: ")
