@@ -48,6 +48,7 @@ func benchFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 	fs.IntVar(&o.Size, "size", 200, "message text bytes")
 	leafPath := fs.Bool("leaf", false, "measure hub -> leaf -> service (two daemons of its own) instead")
 	fs.IntVar(&o.Leaves, "leaves", 1, "with --leaf: leaf daemons (each its own process and certificate); more than one adds the path through all of them")
+	fs.StringVar(&o.Only, "only", "", "with --leaf: run only the paths whose name contains this text")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	return func(pos []string) error {

@@ -52,6 +52,9 @@ type Options struct {
 	Runs     int
 	Size     int // message text bytes
 	Leaves   int // the leaf path's leaf daemons (RunLeaf; 0 or 1: one)
+	// Only, when set, runs only the leaf paths whose name holds it (RunLeaf): a profile of
+	// the daemons then covers that path alone.
+	Only string
 
 	Progress io.Writer // a progress line ("" = none)
 
@@ -87,7 +90,10 @@ type Figure struct {
 	CommitP50us float64 `json:"commit_p50_us,omitempty"`
 	FsyncP50us  float64 `json:"fsync_p50_us,omitempty"`
 	Refused     int     `json:"refused,omitempty"` // 503s (full queues), retried
-	Note        string  `json:"note,omitempty"`
+	// Duplicates counts messages a consumer got again after it had them (the leaf paths):
+	// with no crash in the run, any is a fault.
+	Duplicates int    `json:"duplicates,omitempty"`
+	Note       string `json:"note,omitempty"`
 }
 
 // Run is one pass over every path.

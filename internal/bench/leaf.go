@@ -355,6 +355,9 @@ func (l *leafEnv) run() (*Result, error) {
 		}
 		r.FsyncP50us, r.CommitP50us, r.RTTP50us = percentile(fsync, 50), percentile(commit, 50), percentile(rtt, 50)
 		for _, p := range paths {
+			if l.o.Only != "" && !strings.Contains(p.name, l.o.Only) {
+				continue
+			}
 			e.prog.set(p.name, p.n)
 			f, err := l.drain(p.name, p.socks, p.refs, p.senders, p.n)
 			if err != nil {
@@ -435,6 +438,7 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 	var (
 		mu   sync.Mutex
 		lat  []float64
+		dups int
 		seen = map[string]bool{}
 		last time.Time
 		all  = make(chan struct{})
@@ -465,7 +469,9 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 				id, _ := m["messageId"].(string)
 				text, _ := m["text"].(string)
 				mu.Lock()
-				if !seen[id] {
+				if seen[id] {
+					dups++
+				} else {
 					seen[id] = true
 					l.e.prog.tick(1)
 					if ts, ok := strings.CutPrefix(text, "t="); ok {
@@ -559,10 +565,10 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 		<-all
 	}
 	mu.Lock()
-	wall, k := last.Sub(t0), len(seen)
+	wall, k, twice := last.Sub(t0), len(seen), dups
 	mu.Unlock()
 	f := Figure{Path: name, N: k, PerSec: float64(k) / wall.Seconds(), P50us: percentile(lat, 50), P99us: percentile(lat, 99),
-		Refused: int(refused.Load()), Note: "received by the consumers per second; p50/p99 from the send to the consumer"}
+		Refused: int(refused.Load()), Duplicates: twice, Note: "received by the consumers per second; p50/p99 from the send to the consumer"}
 	if cpu0 >= 0 {
 		f.MachineCPUus = (machineCPU() - cpu0) / float64(k)
 	}

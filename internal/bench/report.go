@@ -85,6 +85,9 @@ func (r *Result) Text(w io.Writer) {
 		if r := fig(func(f Figure) float64 { return float64(f.Refused) }); r.Max > 0 {
 			name += " [" + r.fmt(" refused", 0) + ", retried]"
 		}
+		if r := fig(func(f Figure) float64 { return float64(f.Duplicates) }); r.Max > 0 {
+			name += " [" + r.fmt(" delivered twice", 0) + "]"
+		}
 		last := ""
 		if leafCPU {
 			last = cell(func(f Figure) float64 { return f.LeafCPUus }, " µs", 0) + "\t"

@@ -153,7 +153,26 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, 
 	}
 	var queued []int
 	var txFull error
-	err = b.cfg.Store.Update(func(tx *store.Tx) error {
+	// The rows join the queue in memory once their writes are final, before the commit's
+	// fsync, so the service starts on them while the disk works: a pulled row is still held
+	// by the hub's mailbox until the puller acks it there, which it does only once this
+	// returned nil, so a crash before the commit loses nothing (the hub hands the row out
+	// again). A reply to one of them meanwhile waits for the commit (awaitRecord).
+	var early []string
+	written := func() {
+		for _, i := range queued {
+			slots[i].committed()
+			early = append(early, ins[i].ID)
+		}
+		b.recording(early)
+		if len(queued) > 0 {
+			b.queues.Fire(t.SessionID)
+		}
+		if b.q.testWritten != nil {
+			b.q.testWritten()
+		}
+	}
+	err = b.cfg.Store.UpdateWritten(func(tx *store.Tx) error {
 		n, queued, txFull = 0, queued[:0], nil
 		for i, in := range ins {
 			if _, found, err := tx.Message(in.ID); err != nil {
@@ -186,18 +205,20 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, 
 			n++
 		}
 		return nil
-	})
+	}, written)
 	if err != nil {
+		if len(early) > 0 {
+			// In memory, never committed: the queue is read again from the store.
+			b.uncounted(t.SessionID)
+		}
+		b.recorded(early)
 		return 0, err
 	}
-	for _, i := range queued {
-		slots[i].committed()
-		if newly != nil {
+	b.recorded(early)
+	if newly != nil {
+		for _, i := range queued {
 			newly(ins[i])
 		}
-	}
-	if len(queued) > 0 {
-		b.queues.Fire(t.SessionID)
 	}
 	if n == 0 && txFull != nil {
 		return 0, txFull

@@ -44,6 +44,13 @@ type queueState struct {
 	todo   []ackOp
 	wake   chan struct{} // buffered(1): todo was empty and is not
 	done   chan struct{} // the flusher has exited
+	// inFlight holds, by message id, the records queued in memory before their commit
+	// (AcceptBatch); the channel is closed once that commit is done.
+	inFlight map[string]chan struct{}
+	awaiting int // callers in awaitRecord now (tests)
+	// testWritten, when set (tests), is called at the end of AcceptBatch's written hook: the
+	// rows are in the queue in memory, their commit not yet done.
+	testWritten func()
 }
 
 // sessionQueue is one session's unacknowledged rows, in queue (key) order, plus the places
@@ -89,6 +96,55 @@ type ackOp struct {
 
 func (q *queueState) init() {
 	q.s, q.acked, q.wake, q.done = map[string]*sessionQueue{}, map[string]map[string]ackOp{}, make(chan struct{}, 1), make(chan struct{})
+	q.inFlight = map[string]chan struct{}{}
+}
+
+// recording marks ids as queued in memory with their commit still in flight.
+func (b *Bus) recording(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	ch := make(chan struct{})
+	b.q.mu.Lock()
+	for _, id := range ids {
+		b.q.inFlight[id] = ch
+	}
+	b.q.mu.Unlock()
+}
+
+// recorded ends recording(ids): their commit is done (or failed).
+func (b *Bus) recorded(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	b.q.mu.Lock()
+	ch := b.q.inFlight[ids[0]]
+	for _, id := range ids {
+		delete(b.q.inFlight, id)
+	}
+	b.q.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// awaitRecord waits while message id is queued in memory and its commit is in flight, so that
+// whoever got it from the queue and asks about it (a reply) finds its record: at most one
+// commit's wait.
+func (b *Bus) awaitRecord(id string) {
+	b.q.mu.Lock()
+	ch := b.q.inFlight[id]
+	if ch != nil {
+		b.q.awaiting++
+	}
+	b.q.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	<-ch
+	b.q.mu.Lock()
+	b.q.awaiting--
+	b.q.mu.Unlock()
 }
 
 // load returns session's queue, reading its rows from the store if it is not loaded. The
@@ -308,7 +364,7 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 			}
 			// Past the TTL: it must not be delivered. Drop it now rather than wait for the
 			// purge, and look at the next one.
-			if err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.Unqueue(key) }); err != nil {
+			if err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.UnqueueID(key, m.ID) }); err != nil {
 				return false, err
 			}
 			b.q.mu.Lock()
@@ -414,7 +470,7 @@ func (b *Bus) Ack(ctx context.Context, r *Registration, messageID string) error 
 	}
 	if failing {
 		// Committed before the answer, outside q.mu: a commit's rider takes q.mu when done.
-		err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.Unqueue(op.key) })
+		err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.UnqueueID(op.key, op.id) })
 		q.mu.Lock()
 		if err != nil {
 			// Queued again, as if never acknowledged: it comes again.
@@ -465,7 +521,7 @@ func (b *Bus) rideAcks() (func(*store.Tx) error, func(error)) {
 	}
 	return func(tx *store.Tx) error {
 		for _, o := range ops {
-			if err := tx.Unqueue(o.key); err != nil {
+			if err := tx.UnqueueID(o.key, o.id); err != nil {
 				return err
 			}
 		}
@@ -598,7 +654,7 @@ func (b *Bus) forceAcks(all bool) error {
 		ops := b.takeAcks(true)
 		err := b.cfg.Store.Update(func(tx *store.Tx) error {
 			for _, o := range ops {
-				if err := tx.Unqueue(o.key); err != nil {
+				if err := tx.UnqueueID(o.key, o.id); err != nil {
 					return err
 				}
 			}

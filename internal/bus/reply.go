@@ -256,6 +256,7 @@ func (b *Bus) registered(sessionID string) bool {
 }
 
 func (b *Bus) message(id string) (store.Message, bool, error) {
+	b.awaitRecord(id)
 	var m store.Message
 	var found bool
 	err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
@@ -309,6 +310,7 @@ func messageNotFound(id string) *Error { return errorf(ledger.NotFound, "no mess
 
 // Message returns a stored message with its replies.
 func (b *Bus) Message(id string) (Message, error) {
+	b.awaitRecord(id)
 	var m store.Message
 	var found bool
 	var replies []store.Reply
@@ -365,6 +367,7 @@ func (b *Bus) Replies(ctx context.Context, id string, after uint64, wait time.Du
 	if wait > MaxWait {
 		wait = MaxWait
 	}
+	b.awaitRecord(id)
 	remote := false
 	list := func() ([]Reply, bool, error) {
 		var rs []store.Reply

@@ -155,13 +155,18 @@ func (n *Node) call(ctx context.Context, peer, method, path string, body any, ou
 	if err != nil {
 		return callError(peer, err)
 	}
-	if resp.StatusCode/100 != 2 {
+	return decodeAnswer(peer, resp.StatusCode, raw, out)
+}
+
+// decodeAnswer decodes a peer's answer: a 2xx one into out, an error one into its code.
+func decodeAnswer(peer string, status int, raw []byte, out any) error {
+	if status/100 != 2 {
 		var e struct {
 			Error  string `json:"error"`
 			Detail string `json:"detail"`
 		}
 		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
-			return &bus.Error{Code: ledger.ServiceUnavailable, Detail: fmt.Sprintf("peer '%s' answered %d", peer, resp.StatusCode)}
+			return &bus.Error{Code: ledger.ServiceUnavailable, Detail: fmt.Sprintf("peer '%s' answered %d", peer, status)}
 		}
 		code, known := ledger.ParseCode(e.Error)
 		if !known {

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/ledger"
 )
@@ -286,11 +284,17 @@ func (n *Node) Pull(ctx context.Context, peer string, ack, reject []string, max,
 	if ack == nil {
 		ack = []string{}
 	}
+	body, err := json.Marshal(PullRequest{Ack: ack, Reject: reject, Max: max, MaxBytes: maxBytes, Wait: int(wait / time.Second)})
+	if err != nil {
+		return nil, err
+	}
+	// On the hub's pull connection (pullconn.go), not the shared client.
+	status, raw, err := n.postPull(ctx, peer, body)
+	if err != nil {
+		return nil, err
+	}
 	var ans PullAnswer
-	// Safe to send again on a kept-alive connection the hub closed meanwhile: acks are
-	// idempotent and the rows stay until acked.
-	if err := n.call(ctx, peer, http.MethodPost, "/fed/v2/inbox",
-		PullRequest{Ack: ack, Reject: reject, Max: max, MaxBytes: maxBytes, Wait: int(wait / time.Second)}, &ans, uuid.NewString()); err != nil {
+	if err := decodeAnswer(peer, status, raw, &ans); err != nil {
 		return nil, err
 	}
 	return ans.Rows, nil

@@ -1,12 +1,17 @@
 package fed
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -184,5 +189,114 @@ func TestLeafMailboxBound(t *testing.T) {
 	}
 	if size > limits.LeafMailboxMaxBytes || hub.mailbox("l1") != accepted {
 		t.Errorf("mailbox %d bytes, %d rows: over its bound", size, hub.mailbox("l1"))
+	}
+}
+
+// A leaf's pulls share one kept connection it reads and writes itself: no handshake after
+// the first; a reload dials with the new snapshot; cancelling the pull's context ends its
+// long-poll. Mutant tried: a kept connection surviving a reload (dials stay 1: red).
+func TestPullConnection(t *testing.T) {
+	hub, l1, _, plain := hubWithLeaves(t, "")
+	peers := "{" + peerEntry("hub", hub.addr(), hub.cert.Pin, "") + "}"
+	l1.startLeaf(peers)
+	ctx := context.Background()
+	send := func(text string) string {
+		d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: text, Bytes: len(text), FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.MessageID
+	}
+	pull := func(what string, ack []string, want int) []string {
+		t.Helper()
+		rows, err := l1.n.Pull(ctx, "hub", ack, nil, 10, 0, 0)
+		if err != nil || len(rows) != want {
+			t.Fatalf("%s: pull = %d rows, %v; want %d", what, len(rows), err, want)
+		}
+		var ids []string
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	dials := func() int64 { return l1.n.dials.Load() }
+	send("one")
+	got := pull("first", nil, 1)
+	send("two")
+	got = pull("second, acking the first", got, 1)
+	send("three")
+	got = pull("third, acking the second", got, 1)
+	if dials() != 1 {
+		t.Errorf("%d handshakes for two pulls, want 1 (a kept connection)", dials())
+	}
+	// A reload (another peer added): the next pull dials with the new snapshot.
+	l1.write("peers.json", []byte("{"+peerEntry("hub", hub.addr(), hub.cert.Pin, "")+","+peerEntry("other", "192.0.2.9:1", plain.cert.Pin, "")+"}"))
+	if changed, err := l1.n.Reload(); err != nil || !changed {
+		t.Fatalf("reload = %v, %v", changed, err)
+	}
+	pull("after a reload", got, 0)
+	if dials() != 2 {
+		t.Errorf("%d handshakes, want 2 (a reload dials again)", dials())
+	}
+	// A long-poll ends with its context.
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := l1.n.Pull(cctx, "hub", nil, nil, 10, 0, 30*time.Second)
+		done <- err
+	}()
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("a cancelled long-poll returned no error")
+	}
+	if hub.mailbox("l1") != 0 {
+		t.Errorf("mailbox %d after every row was acked, want 0", hub.mailbox("l1"))
+	}
+}
+
+// A hub that closed the leaf's kept connection while it was idle (a restart, its idle
+// timeout): the next pull finds it closed before any answer came, dials again and sends the
+// pull again, and its caller sees an answer, not an error. The hub here is a TLS listener with
+// the hub's pinned certificate that answers each connection's first request and closes it.
+// Mutant tried: no resend after errStale (the second pull fails: red).
+func TestPullConnectionClosedByHub(t *testing.T) {
+	hub, l1, _, _ := hubWithLeaves(t, "")
+	pair, err := tls.X509KeyPair(hub.cert.CertPEM, hub.cert.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAnyClientCert, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				const ans = `{"acked":0,"rows":[]}`
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(ans), ans)
+			}()
+		}
+	}()
+	l1.startLeaf("{" + peerEntry("hub", ln.Addr().String(), hub.cert.Pin, "") + "}")
+	for i := range 3 {
+		if _, err := l1.n.Pull(context.Background(), "hub", nil, nil, 10, 0, 0); err != nil {
+			t.Fatalf("pull %d: %v", i, err)
+		}
+	}
+	if n := accepted.Load(); n != 3 {
+		t.Errorf("%d connections for 3 pulls each answered on a connection then closed, want 3", n)
 	}
 }

@@ -77,6 +77,7 @@ type Node struct {
 	st        atomic.Pointer[state]
 	transport *http.Transport
 	client    *http.Client
+	pulls     pullConns // a leaf's pull connection to each hub (pullconn.go)
 	limits    *limiter
 	rec       *outbox // the outbound half's records (Attach)
 	book      book
@@ -138,9 +139,11 @@ func New(cfg Config) (*Node, error) {
 		n.startPorts[p] = true
 	}
 	n.transport = &http.Transport{
-		DialTLSContext:        n.dialTLS,
-		MaxIdleConnsPerHost:   8,
-		MaxConnsPerHost:       8, // a peer accepts at most 8 connections from us (§2.6)
+		DialTLSContext:      n.dialTLS,
+		MaxIdleConnsPerHost: 8,
+		// A peer accepts at most 8 connections from us (§2.6); the eighth is kept for a
+		// leaf's pull connection to its hub (pullconn.go).
+		MaxConnsPerHost:       7,
 		IdleConnTimeout:       50 * time.Second,
 		ResponseHeaderTimeout: 0, // bounded by each call's context instead (long-polls)
 		DisableCompression:    true,
@@ -176,6 +179,7 @@ func (n *Node) Close() {
 		n.rec.bg.Wait()
 	}
 	n.transport.CloseIdleConnections()
+	n.pulls.closeAll()
 }
 
 // Known implements bus.Federation.

@@ -150,6 +150,9 @@ type op struct {
 	fn   func(*Tx) error
 	err  chan error  // buffered: the result, or errLead
 	done func(error) // instead of err: called with the result (a Rider's writes)
+	// written, when set, is called once fn's writes are final (its last run succeeded)
+	// and before the commit's fsync; the commit may still fail after it (UpdateWritten).
+	written func()
 }
 
 // Rider supplies writes that ride every commit without asking for one, for a writer with a
@@ -338,7 +341,20 @@ func (s *Store) Close() error {
 // it writes from the transaction and its captured inputs. If fn returns an error, none of
 // its writes are kept.
 func (s *Store) Update(fn func(*Tx) error) error {
-	o := &op{fn: fn, err: make(chan error, 1)}
+	return s.update(&op{fn: fn, err: make(chan error, 1)})
+}
+
+// UpdateWritten is Update that also calls written once fn's writes are final in the
+// transaction and before the commit's fsync, so that the caller can overlap what follows the
+// commit with the disk's wait (written runs on the committing goroutine, under the store's
+// write lock: it must be quick and must not call the store). The commit may still fail after
+// written: the caller must undo then whatever written did, and must use it only where a
+// write that is lost in a crash is no loss (what it wrote is still held elsewhere).
+func (s *Store) UpdateWritten(fn func(*Tx) error, written func()) error {
+	return s.update(&op{fn: fn, err: make(chan error, 1), written: written})
+}
+
+func (s *Store) update(o *op) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -424,6 +440,12 @@ func (s *Store) commit(batch []*op) {
 				if errs[i] = o.fn(tx); errs[i] != nil {
 					failed[i] = true
 					return errRetryWithout
+				}
+			}
+			// Every write is final: bbolt commits (writes and fsyncs) once this returns.
+			for i, o := range batch {
+				if o.written != nil && !failed[i] {
+					o.written()
 				}
 			}
 			return nil
@@ -633,6 +655,21 @@ func (t *Tx) QueueRow(key []byte) (Pending, bool, error) {
 // Unqueue deletes the queue row stored under key; a key that is not there changes nothing.
 func (t *Tx) Unqueue(key []byte) error {
 	return t.btx.Bucket(bucketQueue).Delete(key)
+}
+
+// UnqueueID deletes the queue row stored under key if it is message id's, and changes nothing
+// otherwise: a key whose write was never committed (its transaction failed) may be given
+// again to another row, which an ack of the first must not delete.
+func (t *Tx) UnqueueID(key []byte, id string) error {
+	b := t.btx.Bucket(bucketQueue)
+	v := b.Get(key)
+	if v == nil {
+		return nil
+	}
+	if got, err := pendingID(v); err == nil && got != id {
+		return nil // another row's (a row that cannot be read is deleted, as by Unqueue)
+	}
+	return b.Delete(key)
 }
 
 // Head returns the oldest unacknowledged message of a session.

@@ -423,3 +423,124 @@ func TestRider(t *testing.T) {
 		t.Fatalf("a read or an empty rider added a ride: %d dones", dones)
 	}
 }
+
+// TestUpdateWritten: written runs once per write, after its function's last run and before the
+// commit is visible, never for a write that failed; a batch whose other write fails runs the
+// good one's function again but its written once. Mutants tried: written called inside each
+// run of fn (called twice: red); called for the failed write too (red).
+func TestUpdateWritten(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	defer s.Close()
+	hold, held := make(chan struct{}), make(chan struct{})
+	lead := make(chan error, 1)
+	go func() {
+		lead <- s.Update(func(tx *Tx) error {
+			select {
+			case <-held:
+			default:
+				close(held)
+			}
+			<-hold
+			return nil
+		})
+	}()
+	<-held
+	var mu sync.Mutex
+	runs, written := 0, map[string]int{}
+	visible := map[string]bool{}
+	write := func(id string, fail bool) chan error {
+		errc := make(chan error, 1)
+		go func() {
+			errc <- s.UpdateWritten(func(tx *Tx) error {
+				if fail {
+					return errors.New("refused")
+				}
+				mu.Lock()
+				runs++
+				mu.Unlock()
+				return tx.PutMessage(Message{ID: id})
+			}, func() {
+				// Another reader sees the last commit, not this one's writes.
+				seen := make(chan bool)
+				go s.View(func(tx *Tx) error { _, ok, _ := tx.Message(id); seen <- ok; return nil })
+				ok := <-seen
+				mu.Lock()
+				written[id]++
+				visible[id] = ok
+				mu.Unlock()
+			})
+		}()
+		return errc
+	}
+	good := write("good", false)
+	for range 1000 {
+		s.mu.Lock()
+		queued := len(s.pending)
+		s.mu.Unlock()
+		if queued == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	bad := write("bad", true)
+	for range 1000 {
+		s.mu.Lock()
+		queued := len(s.pending)
+		s.mu.Unlock()
+		if queued == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(hold)
+	if err := <-lead; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-good; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bad; err == nil {
+		t.Fatal("the failing write succeeded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs != 2 || written["good"] != 1 || written["bad"] != 0 || visible["good"] {
+		t.Errorf("fn ran %d times (want 2: the batch again without the failed write), written %v (want good once), visible in written %v (want not)", runs, written, visible)
+	}
+	var stored bool
+	s.View(func(tx *Tx) error { _, stored, _ = tx.Message("good"); return nil })
+	if !stored {
+		t.Error("the write is not committed")
+	}
+}
+
+// TestUnqueueID: an ack's delete removes the row under its key only if that row is its
+// message's: a key given again after a failed transaction holds another row, which stays.
+// Mutant tried: UnqueueID deleting whatever is under the key (the other row is gone: red).
+func TestUnqueueID(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	defer s.Close()
+	var key []byte
+	if err := s.Update(func(tx *Tx) (err error) {
+		key, err = tx.EnqueueShare(Pending{ID: "m2", SessionID: "svc:bot", Text: "x"}, MaxStored, 0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	queued := func(id string) (ok bool) {
+		s.View(func(tx *Tx) error { ok, _ = tx.Queued("svc:bot", id); return nil })
+		return ok
+	}
+	if err := s.Update(func(tx *Tx) error { return tx.UnqueueID(key, "m1") }); err != nil {
+		t.Fatal(err)
+	}
+	if !queued("m2") {
+		t.Fatal("an ack of m1 deleted m2, which holds the same key")
+	}
+	if err := s.Update(func(tx *Tx) error { return tx.UnqueueID(key, "m2") }); err != nil {
+		t.Fatal(err)
+	}
+	if queued("m2") {
+		t.Fatal("m2's own ack left it queued")
+	}
+}
