@@ -138,15 +138,15 @@ func plainUint(b []byte, i int) (n, next int, ok bool) {
 // included. ok is false if origin is not valid JSON (encode then reports the failure).
 func appendDeliver(dst []byte, d answer.Deliver) ([]byte, bool) {
 	dst = append(dst, `{"action":`...)
-	dst = appendString(dst, d.Action)
+	dst = jsonline.AppendString(dst, d.Action, false)
 	dst = append(dst, `,"messageId":`...)
-	dst = appendString(dst, d.MessageID)
+	dst = jsonline.AppendString(dst, d.MessageID, false)
 	dst = append(dst, `,"fromName":`...)
-	dst = appendString(dst, d.FromName)
+	dst = jsonline.AppendString(dst, d.FromName, false)
 	dst = append(dst, `,"text":`...)
-	dst = appendString(dst, d.Text)
+	dst = jsonline.AppendString(dst, d.Text, false)
 	dst = append(dst, `,"envelope":`...)
-	dst = appendString(dst, d.Envelope)
+	dst = jsonline.AppendString(dst, d.Envelope, false)
 	if len(d.Origin) > 0 {
 		dst = append(dst, `,"origin":`...)
 		n := len(dst)
@@ -162,60 +162,4 @@ func appendCompact(dst []byte, raw []byte) ([]byte, error) {
 	buf := bytes.NewBuffer(dst)
 	err := json.Compact(buf, raw)
 	return buf.Bytes(), err
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as encoding/json writes a string with HTML escaping off: '"' and '\\'
-// escaped, \b \f \n \r \t by name, other control characters as \u00xx, invalid UTF-8 as
-// \ufffd, and U+2028 and U+2029 escaped (JavaScript line terminators).
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }

@@ -1,9 +1,9 @@
 package store
 
 import (
-	"github.com/xmsg/xmsg/internal/ledger"
 	"bytes"
 	"encoding/json"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"testing"
 )
 
