@@ -517,9 +517,10 @@ var ErrGone = errors.New("lineserver: peer process exited or its pid was reused"
 // Reader reads one connection's frames: '\n'-terminated lines of at most Max bytes (without
 // the newline), blank lines skipped. It is the read prologue both protocols share.
 type Reader struct {
-	s *Server
-	c net.Conn
-	r *bufio.Reader
+	s   *Server
+	c   net.Conn
+	r   *bufio.Reader
+	src *source // under r: what a Watch read, then c
 	// Max is the cap of the next line; a protocol may change it between frames (a first
 	// frame and the loop's frames have caps of their own).
 	Max int
@@ -535,7 +536,109 @@ type Reader struct {
 
 // NewReader returns c's frame reader, with a 64 KiB read buffer.
 func (s *Server) NewReader(c net.Conn, max int, what string) *Reader {
-	return &Reader{s: s, c: c, r: bufio.NewReaderSize(c, 64<<10), Max: max, What: what}
+	src := &source{c: c}
+	return &Reader{s: s, c: c, r: bufio.NewReaderSize(src, 64<<10), src: src, Max: max, What: what}
+}
+
+// source is what a Reader's buffer reads: first the bytes a Watch read, then the connection.
+type source struct {
+	c    net.Conn
+	held []byte
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	if len(s.held) > 0 {
+		n := copy(p, s.held)
+		if s.held = s.held[n:]; len(s.held) == 0 {
+			s.held = nil
+		}
+		return n, nil
+	}
+	return s.c.Read(p)
+}
+
+// Watch reads the connection while the protocol waits for something other than the peer (a
+// long poll), so that the peer hanging up ends the wait at once, also behind bytes the peer
+// sent ahead. What it reads is kept, in order, for Next once the watch is stopped: nothing is
+// lost, and nothing is answered before its turn. gone is called once, from the watch's
+// goroutine, when the read ends (the peer hung up, the connection was closed, a deadline other
+// than stop's passed: ahead false) or when the peer has sent more than maxLines frames or
+// maxBytes bytes ahead of the one being answered, counting what Next has buffered but not
+// returned (ahead true; blank lines count as bytes, not frames); the watch then ends, and
+// the protocol ends the connection. Without a watch nothing is read ahead that Next would not
+// read next, and a peer that sends ahead is held back by its socket's buffer.
+//
+// stop ends the watch if it still runs and waits for it to end. It leaves the read deadline
+// in the past: the protocol arms the next one (ArmRead). Next must not be called between
+// Watch and stop.
+func (r *Reader) Watch(maxLines, maxBytes int, gone func(ahead bool)) (stop func()) {
+	var a aheadCount
+	if n := r.r.Buffered(); n > 0 {
+		b, _ := r.r.Peek(n)
+		a.add(b)
+	}
+	a.add(r.src.held)
+	if a.over(maxLines, maxBytes) {
+		gone(true)
+		return func() {}
+	}
+	done := make(chan struct{})
+	var stopping atomic.Bool
+	go func() {
+		defer close(done)
+		var buf [4 << 10]byte
+		for {
+			n, err := r.c.Read(buf[:])
+			r.src.held = append(r.src.held, buf[:n]...)
+			if a.add(buf[:n]); a.over(maxLines, maxBytes) {
+				gone(true)
+				return
+			}
+			if err != nil {
+				var ne net.Error
+				if !(stopping.Load() && errors.As(err, &ne) && ne.Timeout()) {
+					gone(false)
+				}
+				return
+			}
+		}
+	}()
+	return func() {
+		select {
+		case <-done:
+		default:
+			stopping.Store(true)
+			r.c.SetReadDeadline(time.Unix(1, 0)) // wakes the read
+			<-done
+		}
+	}
+}
+
+// aheadCount counts what a peer sent ahead: bytes, and the frames (lines that are not blank)
+// among them.
+type aheadCount struct {
+	lines, bytes int
+	content      bool // the line being counted has something besides white space
+}
+
+func (a *aheadCount) add(b []byte) {
+	a.bytes += len(b)
+	for _, x := range b {
+		switch x {
+		case '\n':
+			if a.content {
+				a.lines++
+			}
+			a.content = false
+		case ' ', '\t', '\r', '\v', '\f':
+		default:
+			a.content = true
+		}
+	}
+}
+
+func (a *aheadCount) over(maxLines, maxBytes int) bool {
+	return a.lines > maxLines || a.bytes > maxBytes
 }
 
 // Next returns the next frame. last reports a final line without its newline, followed by
