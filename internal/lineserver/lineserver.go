@@ -557,61 +557,46 @@ func (s *source) Read(p []byte) (int, error) {
 	return s.c.Read(p)
 }
 
-// Watch reads the connection while the protocol waits for something other than the peer (a
-// long poll), so that the peer hanging up ends the wait at once, also behind bytes the peer
-// sent ahead. What it reads is kept, in order, for Next once the watch is stopped: nothing is
-// lost, and nothing is answered before its turn. gone is called once, from the watch's
-// goroutine, when the read ends (the peer hung up, the connection was closed, a deadline other
-// than stop's passed: ahead false) or when the peer has sent more than maxLines frames or
-// maxBytes bytes ahead of the one being answered, counting what Next has buffered but not
-// returned (ahead true; blank lines count as bytes, not frames); the watch then ends, and
-// the protocol ends the connection. Without a watch nothing is read ahead that Next would not
-// read next, and a peer that sends ahead is held back by its socket's buffer.
-//
-// stop ends the watch if it still runs and waits for it to end. It leaves the read deadline
-// in the past: the protocol arms the next one (ArmRead). Next must not be called between
-// Watch and stop.
-func (r *Reader) Watch(maxLines, maxBytes int, gone func(ahead bool)) (stop func()) {
+// ErrAhead is ReadAhead's error when the peer sent more ahead than it may.
+var ErrAhead = errors.New("lineserver: too much sent ahead")
+
+// ReadAhead reads the connection while the protocol waits for something other than the peer
+// (a long poll), so that the peer hanging up ends the wait at once, also behind bytes it sent
+// ahead. It reads in the calling goroutine until the read deadline passes: the protocol sets
+// that to the end of its wait (ArmReadUntil), and moves it into the past to end the wait
+// sooner (what it waits for has come; a takeover; Shutdown). What it reads is kept, in order,
+// for Next: nothing is lost, and nothing is answered before its turn. It returns nil at the
+// deadline; ErrAhead when the peer has sent more than maxLines frames or maxBytes bytes ahead
+// of the one being answered, counting what Next has buffered but not returned (blank lines
+// count as bytes, not frames); otherwise the read's error (io.EOF: the peer hung up). Outside
+// ReadAhead nothing is read that Next would not read next: a peer that sends ahead is held
+// back by its socket's buffer.
+func (r *Reader) ReadAhead(maxLines, maxBytes int) error {
 	var a aheadCount
 	if n := r.r.Buffered(); n > 0 {
 		b, _ := r.r.Peek(n)
 		a.add(b)
 	}
 	a.add(r.src.held)
-	if a.over(maxLines, maxBytes) {
-		gone(true)
-		return func() {}
-	}
-	done := make(chan struct{})
-	var stopping atomic.Bool
-	go func() {
-		defer close(done)
-		var buf [4 << 10]byte
-		for {
-			n, err := r.c.Read(buf[:])
-			r.src.held = append(r.src.held, buf[:n]...)
-			if a.add(buf[:n]); a.over(maxLines, maxBytes) {
-				gone(true)
-				return
+	var buf [4 << 10]byte
+	for !a.over(maxLines, maxBytes) {
+		n, err := r.c.Read(buf[:])
+		r.src.held = append(r.src.held, buf[:n]...)
+		a.add(buf[:n])
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return nil
 			}
-			if err != nil {
-				var ne net.Error
-				if !(stopping.Load() && errors.As(err, &ne) && ne.Timeout()) {
-					gone(false)
-				}
-				return
-			}
-		}
-	}()
-	return func() {
-		select {
-		case <-done:
-		default:
-			stopping.Store(true)
-			r.c.SetReadDeadline(time.Unix(1, 0)) // wakes the read
-			<-done
+			return err
 		}
 	}
+	return ErrAhead
+}
+
+// ArmReadUntil is ArmRead with the deadline t (ReadAhead's end).
+func (s *Server) ArmReadUntil(c net.Conn, t time.Time) bool {
+	return s.ArmRead(c, time.Until(t))
 }
 
 // aheadCount counts what a peer sent ahead: bytes, and the frames (lines that are not blank)

@@ -31,6 +31,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/agy"
@@ -312,18 +313,15 @@ func (s *Server) registerAgy(c net.Conn, f first, cred peercred.Cred, start, act
 	s.cfg.Bus.Agy().Flush(reg)
 }
 
-// errAhead ends a waiting poll whose client sent too much ahead of its answer.
-var errAhead = errors.New("registersock: too many frames sent ahead")
-
 // loop answers poll/ack(/reply) frames for reg until the connection ends. It reads its own
-// frames, one after the other, answering each before the next is read; only while a poll
-// waits does a watch (lineserver.Reader.Watch) read on, so that the peer hanging up ends the
+// frames, one after the other, answering each before the next is read (no goroutine hands
+// them over); while a poll waits it reads on (waitPoll), so that the peer hanging up ends the
 // poll at once (with or without frames sent ahead of it) instead of holding a dead
 // registration for up to a minute. Each frame taken re-arms the idle deadline; blank lines do
 // not.
 func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
-	ctx, cancel := context.WithCancelCause(s.ctx)
-	defer cancel(nil)
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
 	// A newer registration by the same process takes over (a client that reconnected while
 	// this connection stayed open): this connection ends, a poll waiting here included, and
 	// whatever it was handed but did not ack is delivered again on the new one. The read
@@ -334,7 +332,7 @@ func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 		select {
 		case <-reg.Replaced():
 			s.cfg.Log.Info("replaced by a newer registration", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID)
-			cancel(nil)
+			cancel()
 			c.SetReadDeadline(time.Now())
 		case <-ctx.Done():
 		}
@@ -346,7 +344,7 @@ func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 	}
 	// The loop checks the registration itself (Bus.Alive, Bus.Current) in its turn.
 	r.Max, r.What, r.Alive, r.Blank = s.cfg.MaxFrame, "frame", nil, false
-	l := &conn{c: c, r: r, reg: reg, ctx: ctx, cancel: cancel, actor: reg.Caller().Actor()}
+	l := &conn{c: c, r: r, reg: reg, ctx: ctx, actor: reg.Caller().Actor()}
 	for {
 		if ctx.Err() != nil {
 			return
@@ -378,12 +376,11 @@ func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 
 // conn is one registration's connection, as its loop serves it.
 type conn struct {
-	c      net.Conn
-	r      *lineserver.Reader
-	reg    *bus.Registration
-	ctx    context.Context // ends with the connection, a takeover, Shutdown, or a watch's hang-up
-	cancel context.CancelCauseFunc
-	actor  string
+	c     net.Conn
+	r     *lineserver.Reader
+	reg   *bus.Registration
+	ctx   context.Context // ends with the connection, a takeover, or Shutdown
+	actor string
 }
 
 // alive reports whether the registered process is still the one that registered, and its
@@ -398,30 +395,55 @@ func (s *Server) alive(l *conn, request string) bool {
 	return l.reg.Current() // false: replaced; the takeover watch has cancelled ctx
 }
 
-// waitPoll is a poll that found nothing queued: it waits up to wait for a message while a
-// watch reads the connection, so that a hang-up (or a client too far ahead) ends the wait.
-// ok false: the connection ends (the client too far ahead is told so).
+// waitPoll is a poll that found nothing queued: it waits up to wait for a message, reading
+// the connection meanwhile (lineserver.Reader.ReadAhead), so that a hang-up (or a client too
+// far ahead) ends the wait at once. The wait is the loop's read itself, its deadline the end
+// of the wait: what queues a message for reg moves the deadline into the past
+// (Bus.NotifyQueued), as do a takeover and Shutdown, so no goroutine is started or woken for
+// the wait but the loop's own. ok false: the connection ends (a client too far ahead is told
+// so first).
 func (s *Server) waitPoll(l *conn, wait time.Duration) (p *bus.Queued, err error, ok bool) {
-	stop := l.r.Watch(maxPipelined, s.cfg.MaxFrame+maxPipelined, func(ahead bool) {
-		if ahead {
-			l.cancel(errAhead)
-		} else {
-			l.cancel(nil)
+	end := time.Now().Add(wait)
+	for {
+		var queued atomic.Bool
+		stop := s.cfg.Bus.NotifyQueued(l.reg, func() {
+			queued.Store(true)
+			l.c.SetReadDeadline(time.Unix(1, 0)) // wakes ReadAhead
+		})
+		// After subscribing: a message queued from now on is seen here or wakes the read.
+		p, err = s.cfg.Bus.Poll(l.ctx, l.reg, 0)
+		if p != nil || err != nil {
+			stop()
+			return p, err, s.srv.ArmRead(l.c, s.cfg.IdleTimeout)
 		}
-	})
-	p, err = s.cfg.Bus.Poll(l.ctx, l.reg, wait)
-	stop()
-	if errors.Is(context.Cause(l.ctx), errAhead) {
-		s.refuse(l.actor, "frame", "too many frames pipelined")
-		s.srv.Write(l.c, errorLine(ledger.BadRequest, fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
-		return nil, nil, false
+		// Each of the deadline's movers sets its mark (queued, ctx) before the deadline, and
+		// the marks are read after this arms it: a wakeup that came first is seen here, and
+		// one that comes later moves the deadline armed here.
+		if !s.srv.ArmReadUntil(l.c, end) {
+			stop()
+			return nil, nil, false
+		}
+		var rerr error
+		if !queued.Load() && l.ctx.Err() == nil {
+			rerr = l.r.ReadAhead(maxPipelined, s.cfg.MaxFrame+maxPipelined)
+		}
+		stop()
+		switch {
+		case errors.Is(rerr, lineserver.ErrAhead):
+			s.refuse(l.actor, "frame", "too many frames pipelined")
+			s.srv.Write(l.c, errorLine(ledger.BadRequest, fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
+			return nil, nil, false
+		case rerr != nil, l.ctx.Err() != nil:
+			return nil, nil, false // hung up, taken over, or shutting down: the poll ends unanswered
+		case queued.Load():
+			continue // look again (it may have been taken meanwhile, or expired)
+		}
+		if !time.Now().Before(end) {
+			// Timed out. The idle time counts from the poll's end (IdleTimeout beyond its
+			// wait, as when the poll was taken).
+			return nil, nil, s.srv.ArmRead(l.c, s.cfg.IdleTimeout)
+		}
 	}
-	// The watch left the read deadline in the past. The idle time counts from the poll's end
-	// (IdleTimeout beyond its wait, as when the poll was taken).
-	if !s.srv.ArmRead(l.c, s.cfg.IdleTimeout) {
-		return nil, nil, false
-	}
-	return p, err, true
 }
 
 // frame answers one loop frame. ok is false when the connection must end without an answer
