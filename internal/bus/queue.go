@@ -332,8 +332,8 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 // must be quick. A Poll(ctx, r, 0) after NotifyQueued sees a message or f is called for it:
 // a waiter that is not a goroutine of its own (register.sock's loop, waiting in a read that f
 // interrupts) loses no wakeup.
-func (b *Bus) NotifyQueued(r *Registration, f func()) (cancel func()) {
-	return b.queues.Notify(r.SessionID, f)
+func (r *Registration) NotifyQueued(f func()) (cancel func()) {
+	return r.bus.queues.Notify(r.SessionID, f)
 }
 
 // head returns the oldest unacknowledged message of session and its key, or nil. A message

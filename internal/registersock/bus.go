@@ -23,7 +23,6 @@ type Bus interface {
 	Unregister(r *bus.Registration)
 	Alive(r *bus.Registration) bool
 	Poll(ctx context.Context, r *bus.Registration, wait time.Duration) (*bus.Queued, error)
-	NotifyQueued(r *bus.Registration, f func()) (cancel func())
 	Ack(ctx context.Context, r *bus.Registration, messageID string) error
 	Reply(ctx context.Context, caller bus.Caller, messageID, text string) (bus.ReplyResult, error)
 }

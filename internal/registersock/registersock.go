@@ -399,14 +399,14 @@ func (s *Server) alive(l *conn, request string) bool {
 // the connection meanwhile (lineserver.Reader.ReadAhead), so that a hang-up (or a client too
 // far ahead) ends the wait at once. The wait is the loop's read itself, its deadline the end
 // of the wait: what queues a message for reg moves the deadline into the past
-// (Bus.NotifyQueued), as do a takeover and Shutdown, so no goroutine is started or woken for
-// the wait but the loop's own. ok false: the connection ends (a client too far ahead is told
-// so first).
+// (Registration.NotifyQueued), as do a takeover and Shutdown, so no goroutine is started or
+// woken for the wait but the loop's own. ok false: the connection ends (a client too far
+// ahead is told so first).
 func (s *Server) waitPoll(l *conn, wait time.Duration) (p *bus.Queued, err error, ok bool) {
 	end := time.Now().Add(wait)
 	for {
 		var queued atomic.Bool
-		stop := s.cfg.Bus.NotifyQueued(l.reg, func() {
+		stop := l.reg.NotifyQueued(func() {
 			queued.Store(true)
 			l.c.SetReadDeadline(time.Unix(1, 0)) // wakes ReadAhead
 		})
