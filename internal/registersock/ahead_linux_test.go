@@ -52,3 +52,23 @@ func TestFramesAheadOfAWaitingPoll(t *testing.T) {
 		t.Fatalf("the poll completed after the wait: got %q, want %s again (not acked)", line, msg)
 	}
 }
+
+// TestBlankLinesAheadOfAWaitingPoll: blank lines sent while a poll waits are bytes, not frames:
+// forty of them do not cut the client off as forty frames would (TestTooManyPipelinedFrames).
+func TestBlankLinesAheadOfAWaitingPoll(t *testing.T) {
+	e := newEnv(t, daemontest.Options{})
+	c := daemontest.Dial(t, e.RegPath)
+	got := c.Call(map[string]any{"harness": "pi", "sessionName": "blank"})
+	id, _ := got["sessionId"].(string)
+	if got["status"] != "ok" || id == "" {
+		t.Fatal(got)
+	}
+	c.Write([]byte(`{"action":"poll","waitSecs":60}` + "\n"))
+	daemontest.WaitFor(t, "the poll to be read", func() bool { return unread(t, c) == 0 })
+	c.Write([]byte(strings.Repeat(" \t\r\n", 40)))
+	daemontest.WaitFor(t, "the watch to read the blank lines", func() bool { return unread(t, c) == 0 })
+	msg := anonSend(t, e, id, "hello")
+	if line, _ := c.Recv(); !strings.Contains(line, msg) {
+		t.Fatalf("the waiting poll: got %q, want the deliver of %s", line, msg)
+	}
+}
