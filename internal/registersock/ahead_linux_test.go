@@ -25,9 +25,9 @@ func unread(t *testing.T, c *daemontest.Client) int {
 }
 
 // TestFramesAheadOfAWaitingPoll: what a client sends while its poll waits (a whole frame, and
-// half of the next) is read by the hang-up watch (nothing else reads while a poll waits) and
-// answered in order after the poll, the half frame once it is completed: the watch loses no
-// byte and answers nothing early, and the loop reads on where it stopped.
+// half of the next) is read by the waiting poll's read (lineserver.Reader.ReadAhead: nothing
+// else reads while a poll waits) and answered in order after the poll, the half frame once it
+// is completed: the read ahead loses no byte and answers nothing early.
 func TestFramesAheadOfAWaitingPoll(t *testing.T) {
 	e := newEnv(t, daemontest.Options{})
 	c := daemontest.Dial(t, e.RegPath)
@@ -39,7 +39,7 @@ func TestFramesAheadOfAWaitingPoll(t *testing.T) {
 	c.Write([]byte(`{"action":"poll","waitSecs":60}` + "\n"))
 	daemontest.WaitFor(t, "the poll to be read", func() bool { return unread(t, c) == 0 })
 	c.Write([]byte(`{"action":"ack","messageId":"none"}` + "\n" + `{"action":"poll",`))
-	daemontest.WaitFor(t, "the watch to read what was sent ahead", func() bool { return unread(t, c) == 0 })
+	daemontest.WaitFor(t, "the waiting poll to read what was sent ahead", func() bool { return unread(t, c) == 0 })
 	msg := anonSend(t, e, id, "hello")
 	if line, _ := c.Recv(); !strings.Contains(line, `"action":"deliver"`) || !strings.Contains(line, msg) {
 		t.Fatalf("the waiting poll: got %q, want the deliver of %s", line, msg)
@@ -66,7 +66,7 @@ func TestBlankLinesAheadOfAWaitingPoll(t *testing.T) {
 	c.Write([]byte(`{"action":"poll","waitSecs":60}` + "\n"))
 	daemontest.WaitFor(t, "the poll to be read", func() bool { return unread(t, c) == 0 })
 	c.Write([]byte(strings.Repeat(" \t\r\n", 40)))
-	daemontest.WaitFor(t, "the watch to read the blank lines", func() bool { return unread(t, c) == 0 })
+	daemontest.WaitFor(t, "the waiting poll to read the blank lines", func() bool { return unread(t, c) == 0 })
 	msg := anonSend(t, e, id, "hello")
 	if line, _ := c.Recv(); !strings.Contains(line, msg) {
 		t.Fatalf("the waiting poll: got %q, want the deliver of %s", line, msg)
