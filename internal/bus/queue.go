@@ -383,6 +383,15 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 	return q, err
 }
 
+// NotifyQueued has f called when something may have been queued for r's session (what wakes
+// a waiting Poll), unless the returned func comes first; f runs on the queuing goroutine and
+// must be quick. A Poll(ctx, r, 0) after NotifyQueued sees a message or f is called for it:
+// a waiter that is not a goroutine of its own (register.sock's loop, waiting in a read that f
+// interrupts) loses no wakeup.
+func (r *Registration) NotifyQueued(f func()) (cancel func()) {
+	return r.bus.queues.Notify(r.SessionID, f)
+}
+
 // head returns the oldest unacknowledged message of session and its key, or nil. A message
 // not kept in memory is read from the store, outside q.mu.
 func (b *Bus) head(session string) (*queuedMsg, []byte, error) {

@@ -517,9 +517,10 @@ var ErrGone = errors.New("lineserver: peer process exited or its pid was reused"
 // Reader reads one connection's frames: '\n'-terminated lines of at most Max bytes (without
 // the newline), blank lines skipped. It is the read prologue both protocols share.
 type Reader struct {
-	s *Server
-	c net.Conn
-	r *bufio.Reader
+	s   *Server
+	c   net.Conn
+	r   *bufio.Reader
+	src *source // under r: what a Watch read, then c
 	// Max is the cap of the next line; a protocol may change it between frames (a first
 	// frame and the loop's frames have caps of their own).
 	Max int
@@ -535,7 +536,94 @@ type Reader struct {
 
 // NewReader returns c's frame reader, with a 64 KiB read buffer.
 func (s *Server) NewReader(c net.Conn, max int, what string) *Reader {
-	return &Reader{s: s, c: c, r: bufio.NewReaderSize(c, 64<<10), Max: max, What: what}
+	src := &source{c: c}
+	return &Reader{s: s, c: c, r: bufio.NewReaderSize(src, 64<<10), src: src, Max: max, What: what}
+}
+
+// source is what a Reader's buffer reads: first the bytes a Watch read, then the connection.
+type source struct {
+	c    net.Conn
+	held []byte
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	if len(s.held) > 0 {
+		n := copy(p, s.held)
+		if s.held = s.held[n:]; len(s.held) == 0 {
+			s.held = nil
+		}
+		return n, nil
+	}
+	return s.c.Read(p)
+}
+
+// ErrAhead is ReadAhead's error when the peer sent more ahead than it may.
+var ErrAhead = errors.New("lineserver: too much sent ahead")
+
+// ReadAhead reads the connection while the protocol waits for something other than the peer
+// (a long poll), so that the peer hanging up ends the wait at once, also behind bytes it sent
+// ahead. It reads in the calling goroutine until the read deadline passes: the protocol sets
+// that to the end of its wait (ArmReadUntil), and moves it into the past to end the wait
+// sooner (what it waits for has come; a takeover; Shutdown). What it reads is kept, in order,
+// for Next: nothing is lost, and nothing is answered before its turn. It returns nil at the
+// deadline; ErrAhead when the peer has sent more than maxLines frames or maxBytes bytes ahead
+// of the one being answered, counting what Next has buffered but not returned (blank lines
+// count as bytes, not frames); otherwise the read's error (io.EOF: the peer hung up). Outside
+// ReadAhead nothing is read that Next would not read next: a peer that sends ahead is held
+// back by its socket's buffer.
+func (r *Reader) ReadAhead(maxLines, maxBytes int) error {
+	var a aheadCount
+	if n := r.r.Buffered(); n > 0 {
+		b, _ := r.r.Peek(n)
+		a.add(b)
+	}
+	a.add(r.src.held)
+	var buf [4 << 10]byte
+	for !a.over(maxLines, maxBytes) {
+		n, err := r.c.Read(buf[:])
+		r.src.held = append(r.src.held, buf[:n]...)
+		a.add(buf[:n])
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return nil
+			}
+			return err
+		}
+	}
+	return ErrAhead
+}
+
+// ArmReadUntil is ArmRead with the deadline t (ReadAhead's end).
+func (s *Server) ArmReadUntil(c net.Conn, t time.Time) bool {
+	return s.ArmRead(c, time.Until(t))
+}
+
+// aheadCount counts what a peer sent ahead: bytes, and the frames (lines that are not blank)
+// among them.
+type aheadCount struct {
+	lines, bytes int
+	content      bool // the line being counted has something besides white space
+}
+
+func (a *aheadCount) add(b []byte) {
+	a.bytes += len(b)
+	for _, x := range b {
+		switch x {
+		case '\n':
+			if a.content {
+				a.lines++
+			}
+			a.content = false
+		case ' ', '\t', '\r', '\v', '\f':
+		default:
+			a.content = true
+		}
+	}
+}
+
+func (a *aheadCount) over(maxLines, maxBytes int) bool {
+	return a.lines > maxLines || a.bytes > maxBytes
 }
 
 // Next returns the next frame. last reports a final line without its newline, followed by

@@ -8,9 +8,9 @@
 // process (a client that reconnected, its old connection still open) takes over: the old
 // connection is closed and what it was handed but did not ack is delivered on the new one.
 // An agy credential frame registers credentials and ends the connection after flushing the
-// conversation's queue. Before each frame the registered process must still be alive with the
-// start time it registered with, so a descriptor passed on to another process (or outliving
-// its process) cannot keep acting for it.
+// conversation's queue. Before a frame acts (and for a poll, when it is answered) the
+// registered process must still be alive with the start time it registered with, so a
+// descriptor passed on to another process (or outliving its process) cannot keep acting for it.
 //
 // Connections waiting for their first frame are in lineserver's unattested pool (MaxPending,
 // closed FirstFrameTimeout after the connect, whatever they send). A registration takes one of
@@ -31,6 +31,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/agy"
@@ -52,17 +53,19 @@ const (
 	DefaultMaxFirstFrame     = limits.RegisterMaxFirstFrame
 	DefaultMaxFrame          = limits.RegisterMaxFrame
 	// DefaultMaxConns caps connections served at once. Each costs goroutines (a registered
-	// one two: the frame loop and its reader) and a read buffer, so a flood from one uid must
-	// not grow them without bound; 64 leaves room for every service and session a user runs.
+	// one two: the frame loop and its takeover watch, and a third while a poll waits) and a
+	// read buffer, so a flood from one uid must not grow them without bound; 64 leaves room
+	// for every service and session a user runs.
 	DefaultMaxConns = limits.RegisterMaxConns
 	// DefaultMaxUIDOnly caps uid-only registrations (pi, opencode, hermes, cli), which any process
 	// of the uid can make, leaving the rest of MaxConns to exe-attested services.
 	DefaultMaxUIDOnly = limits.RegisterMaxUIDOnly
 	// DefaultIdleTimeout is how long a registration may send nothing beyond a poll's wait.
 	DefaultIdleTimeout = limits.RegisterIdleTimeout
-	// maxPipelined bounds frames read ahead of the one being answered (a client may send its
-	// next frame while a poll waits), together with their size (MaxFrame in all); past either
-	// the client is refused and the connection ends.
+	// maxPipelined bounds the frames a client sends ahead of a poll that waits (a client may
+	// send its next frame meanwhile), together with their size (MaxFrame and their newlines in
+	// all); past either the client is refused and the connection ends. Outside a wait the
+	// loop reads one frame after the other: what a client sends ahead waits in its socket.
 	maxPipelined = 16
 	// writeTimeout abandons a response the client does not read. A deliver frame that is not
 	// written stays queued and is delivered again.
@@ -310,67 +313,27 @@ func (s *Server) registerAgy(c net.Conn, f first, cred peercred.Cred, start, act
 	s.cfg.Bus.Agy().Flush(reg)
 }
 
-type frame struct {
-	line []byte
-	err  error
-}
-
-// pipeline holds frames read ahead of the one being answered. The reader never blocks on it,
-// so it is always reading and sees the peer hang up even while a poll waits with a pipelined
-// frame behind it; a client that sends more than maxPipelined frames ahead is cut off.
-type pipeline struct {
-	mu       sync.Mutex
-	frames   []frame
-	bytes    int // of frames: at most maxBytes, so memory per connection stays bounded
-	maxBytes int
-	ready    chan struct{} // 1-buffered: something was added
-}
-
-func (p *pipeline) push(f frame) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.frames) >= maxPipelined || (len(p.frames) > 0 && p.bytes+len(f.line) > p.maxBytes) {
-		return false
-	}
-	p.frames = append(p.frames, f)
-	p.bytes += len(f.line)
-	select {
-	case p.ready <- struct{}{}:
-	default:
-	}
-	return true
-}
-
-func (p *pipeline) pop() (frame, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.frames) == 0 {
-		return frame{}, false
-	}
-	f := p.frames[0]
-	p.frames = p.frames[1:]
-	p.bytes -= len(f.line)
-	return f, true
-}
-
-// errPipelined is the reader's last "frame" when the client ran too far ahead.
-var errPipelined = errors.New("registersock: too many frames pipelined")
-
-// loop answers poll/ack(/reply) frames for reg until the connection ends. A separate reader
-// goroutine notices the peer hanging up even while a poll is waiting (with or without frames
-// pipelined behind it), so the poll ends at once instead of holding a dead registration for up
-// to a minute. Each frame taken re-arms the idle deadline; blank lines do not.
+// loop answers poll/ack(/reply) frames for reg until the connection ends. It reads its own
+// frames, one after the other, answering each before the next is read (no goroutine hands
+// them over); while a poll waits it reads on (waitPoll), so that the peer hanging up ends the
+// poll at once (with or without frames sent ahead of it) instead of holding a dead
+// registration for up to a minute. Each frame taken re-arms the idle deadline; blank lines do
+// not.
 func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	// A newer registration by the same process takes over (a client that reconnected while
 	// this connection stayed open): this connection ends, a poll waiting here included, and
-	// whatever it was handed but did not ack is delivered again on the new one.
+	// whatever it was handed but did not ack is delivered again on the new one. The read
+	// deadline wakes a loop waiting for its next frame; it is set after the cancel, and the
+	// loop looks at ctx after its last ArmRead and before each read, so a deadline armed
+	// later cannot hide the takeover.
 	go func() {
 		select {
 		case <-reg.Replaced():
 			s.cfg.Log.Info("replaced by a newer registration", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID)
 			cancel()
+			c.SetReadDeadline(time.Now())
 		case <-ctx.Done():
 		}
 	}()
@@ -379,74 +342,26 @@ func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 	if !s.srv.ArmRead(c, s.cfg.IdleTimeout) {
 		return
 	}
-	p := &pipeline{ready: make(chan struct{}, 1), maxBytes: s.cfg.MaxFrame}
 	// The loop checks the registration itself (Bus.Alive, Bus.Current) in its turn.
 	r.Max, r.What, r.Alive, r.Blank = s.cfg.MaxFrame, "frame", nil, false
-	var reader sync.WaitGroup
-	reader.Add(1)
-	go func() {
-		defer reader.Done()
-		for {
-			// A frame the Reader refuses (too long, not UTF-8) is answered in its turn,
-			// after the frames before it; a hang-up or a final line without its newline
-			// ends the loop.
-			line, last, err := r.Next()
-			var fe *lineserver.FrameError
-			if err != nil && !errors.As(err, &fe) || last {
-				cancel()
-				return
-			}
-			if !p.push(frame{line, err}) {
-				// Logged here: the loop may be in a poll that this cancel ends silently.
-				s.refuse(reg.Caller().Actor(), "frame", "too many frames pipelined")
-				p.mu.Lock()
-				p.frames = append(p.frames, frame{err: errPipelined})
-				p.mu.Unlock()
-				cancel()
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	// The reader is blocked in Read until the connection is closed: cancel AND close, then
-	// wait, so the reader is gone before this returns. (The outer defer closes c again,
-	// harmlessly.)
-	defer func() { cancel(); c.Close(); reader.Wait() }()
-	actor := reg.Caller().Actor()
+	l := &conn{c: c, r: r, reg: reg, ctx: ctx, actor: reg.Caller().Actor()}
 	for {
-		f, ok := p.pop()
-		if !ok {
-			select {
-			case <-p.ready:
-				continue
-			case <-ctx.Done():
-				// Frames queued before the hang-up are still answered (a client may half-close
-				// after its last frame); a cut-off client is told why.
-				if f, ok = p.pop(); !ok {
-					return
-				}
+		if ctx.Err() != nil {
+			return
+		}
+		// A frame the Reader refuses (too long, not UTF-8) is answered, and the connection
+		// ends; so does a hang-up or a final line without its newline, unanswered.
+		line, last, err := r.Next()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.srv.Answer(c, l.actor, "frame", err)
 			}
-		}
-		if errors.Is(f.err, errPipelined) {
-			s.srv.Write(c, errorLine(ledger.BadRequest, fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
 			return
 		}
-		if f.err != nil {
-			s.srv.Answer(c, actor, "frame", f.err)
+		if last {
 			return
 		}
-		// The registration is the process that registered; if it is gone (or its pid now
-		// names another process) nobody may act for it on this descriptor.
-		if !s.cfg.Bus.Alive(reg) {
-			s.refuse(actor, "frame", "registered process exited or its pid was reused")
-			return
-		}
-		if !reg.Current() {
-			return // replaced; the watcher above has cancelled ctx
-		}
-		resp, audit, ok := s.frame(ctx, c, reg, f.line)
+		resp, audit, ok := s.frame(l, line)
 		if !ok {
 			return
 		}
@@ -459,11 +374,83 @@ func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 	}
 }
 
+// conn is one registration's connection, as its loop serves it.
+type conn struct {
+	c     net.Conn
+	r     *lineserver.Reader
+	reg   *bus.Registration
+	ctx   context.Context // ends with the connection, a takeover, or Shutdown
+	actor string
+}
+
+// alive reports whether the registered process is still the one that registered, and its
+// registration still the one in force. If the process is gone (or its pid now names another
+// process) nobody may act for it on this descriptor; if a newer registration took over, the
+// new connection acts for it. Either way the connection ends unanswered.
+func (s *Server) alive(l *conn, request string) bool {
+	if !s.cfg.Bus.Alive(l.reg) {
+		s.refuse(l.actor, request, "registered process exited or its pid was reused")
+		return false
+	}
+	return l.reg.Current() // false: replaced; the takeover watch has cancelled ctx
+}
+
+// waitPoll is a poll that found nothing queued: it waits up to wait for a message, reading
+// the connection meanwhile (lineserver.Reader.ReadAhead), so that a hang-up (or a client too
+// far ahead) ends the wait at once. The wait is the loop's read itself, its deadline the end
+// of the wait: what queues a message for reg moves the deadline into the past
+// (Registration.NotifyQueued), as do a takeover and Shutdown, so no goroutine is started or
+// woken for the wait but the loop's own. ok false: the connection ends (a client too far
+// ahead is told so first).
+func (s *Server) waitPoll(l *conn, wait time.Duration) (p *bus.Queued, err error, ok bool) {
+	end := time.Now().Add(wait)
+	for {
+		var queued atomic.Bool
+		stop := l.reg.NotifyQueued(func() {
+			queued.Store(true)
+			l.c.SetReadDeadline(time.Unix(1, 0)) // wakes ReadAhead
+		})
+		// After subscribing: a message queued from now on is seen here or wakes the read.
+		p, err = s.cfg.Bus.Poll(l.ctx, l.reg, 0)
+		if p != nil || err != nil {
+			stop()
+			return p, err, s.srv.ArmRead(l.c, s.cfg.IdleTimeout)
+		}
+		// Each of the deadline's movers sets its mark (queued, ctx) before the deadline, and
+		// the marks are read after this arms it: a wakeup that came first is seen here, and
+		// one that comes later moves the deadline armed here.
+		if !s.srv.ArmReadUntil(l.c, end) {
+			stop()
+			return nil, nil, false
+		}
+		var rerr error
+		if !queued.Load() && l.ctx.Err() == nil {
+			rerr = l.r.ReadAhead(maxPipelined, s.cfg.MaxFrame+maxPipelined)
+		}
+		stop()
+		switch {
+		case errors.Is(rerr, lineserver.ErrAhead):
+			s.refuse(l.actor, "frame", "too many frames pipelined")
+			s.srv.Write(l.c, errorLine(ledger.BadRequest, fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
+			return nil, nil, false
+		case rerr != nil, l.ctx.Err() != nil:
+			return nil, nil, false // hung up, taken over, or shutting down: the poll ends unanswered
+		case queued.Load():
+			continue // look again (it may have been taken meanwhile, or expired)
+		}
+		if !time.Now().Before(end) {
+			// Timed out. The idle time counts from the poll's end (IdleTimeout beyond its
+			// wait, as when the poll was taken).
+			return nil, nil, s.srv.ArmRead(l.c, s.cfg.IdleTimeout)
+		}
+	}
+}
+
 // frame answers one loop frame. ok is false when the connection must end without an answer
 // (a poll interrupted by hang-up or shutdown). audit, when not nil, is the frame's audit line,
 // to be written once the answer is out.
-func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, line []byte) (resp []byte, audit func(), ok bool) {
-	actor := reg.Caller().Actor()
+func (s *Server) frame(l *conn, line []byte) (resp []byte, audit func(), ok bool) {
+	ctx, c, reg, actor := l.ctx, l.c, l.reg, l.actor
 	req, quick := quickLoop(line)
 	var derr error
 	if !quick {
@@ -477,6 +464,11 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 	if !s.srv.ArmRead(c, idle) {
 		return nil, nil, false
 	}
+	// Liveness is checked where a frame acts: before anything but a poll, and for a poll when
+	// it is answered (below), which also covers a poll that waited.
+	if (derr != nil || req.Action != "poll") && !s.alive(l, "frame") {
+		return nil, nil, false
+	}
 	if derr != nil {
 		s.refuse(actor, "frame", "invalid json")
 		return errorLine(ledger.BadRequest, derr.Error()), nil, true
@@ -484,13 +476,11 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 	switch {
 	case req.Action == "poll":
 		wait := time.Duration(req.WaitSecs) * time.Second
-		// A message already queued is handed out at once: the frame's liveness check (in
-		// loop) still holds. Only a poll that waits checks again below.
 		p, err := s.cfg.Bus.Poll(ctx, reg, 0)
-		waited := false
 		if err == nil && p == nil && wait > 0 {
-			waited = true
-			p, err = s.cfg.Bus.Poll(ctx, reg, wait)
+			if p, err, ok = s.waitPoll(l, wait); !ok {
+				return nil, nil, false
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -499,17 +489,14 @@ func (s *Server) frame(ctx context.Context, c net.Conn, reg *bus.Registration, l
 			s.lim.Log(s.cfg.Log, slog.LevelError, "poll failed", "poll failed", "socket", "register", "actor", actor, "err", err)
 			return errorLine(ledger.Internal, "poll failed"), nil, true
 		}
-		if p == nil {
-			return encode(timeoutResp{Action: "timeout"}), nil, true
-		}
-		// A poll may wait a minute: the registered process must still be the one holding
-		// this connection when the message is handed out, not only when the poll began.
-		if waited && !s.cfg.Bus.Alive(reg) {
-			s.refuse(actor, "poll", "registered process exited or its pid was reused")
+		// The registered process must still be the one holding this connection when the
+		// poll is answered, a message handed out or not: checked now, not when the poll was
+		// read (a poll may wait a minute), and once.
+		if !s.alive(l, "poll") {
 			return nil, nil, false
 		}
-		if waited && !reg.Current() {
-			return nil, nil, false // taken over while waiting: the new connection gets it
+		if p == nil {
+			return encode(timeoutResp{Action: "timeout"}), nil, true
 		}
 		return encodeDeliver(answer.DeliverOf(*p, s.origin(reg))), nil, true
 	case req.Action == "ack":

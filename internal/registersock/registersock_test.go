@@ -307,15 +307,25 @@ func TestServiceReply(t *testing.T) {
 }
 
 // TestPIDGuard: once the registered process has exited, its connection (inherited by a child)
-// cannot poll, ack or reply, and is closed.
+// cannot poll, ack or reply, and is closed. A poll is checked when it is answered: "poll
+// waiting" sends its message only after the heir's poll frame, so that whether the poll finds
+// it at once or is woken by it, the answer is what the check stops.
 func TestPIDGuard(t *testing.T) {
-	for _, action := range []string{"poll", "ack", "reply"} {
+	for _, action := range []string{"poll", "poll waiting", "ack", "reply"} {
 		t.Run(action, func(t *testing.T) {
 			e := newEnv(t, daemontest.Options{})
 			bot, reg := e.Service("", "bot")
-			id := anonSend(t, e, "bot", "secret")
+			wait, id := 0, ""
+			if action != "poll waiting" {
+				id = anonSend(t, e, "bot", "secret")
+			}
 			heir := bot.Handoff(reg)
-			heir.Send(reg, map[string]any{"action": action, "waitSecs": 0, "messageId": id, "text": "x"})
+			if action == "poll waiting" {
+				heir.Send(reg, map[string]any{"action": "poll", "waitSecs": 5})
+				id = anonSend(t, e, "bot", "secret")
+			} else {
+				heir.Send(reg, map[string]any{"action": action, "waitSecs": wait, "messageId": id, "text": "x"})
+			}
 			if line, eof := heir.Recv(reg); !eof {
 				t.Fatalf("%s by the heir of a dead registration: got %q, want closed", action, line)
 			}

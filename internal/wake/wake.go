@@ -5,6 +5,7 @@ package wake
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -16,8 +17,9 @@ type Set struct {
 }
 
 type entry struct {
-	ch chan struct{}
-	n  int
+	ch  chan struct{}
+	n   int
+	fns []*func() // Notify's, called by the next Fire
 }
 
 // Subscribe returns a channel closed by the next Fire of key, and the func that ends the
@@ -43,6 +45,38 @@ func (s *Set) Subscribe(key string) (<-chan struct{}, func()) {
 	}
 }
 
+// Notify has f called by the next Fire of key, unless the returned func (which ends the
+// subscription) comes first: a Subscribe for a waiter that is not a goroutine blocked on a
+// channel (one blocked in a read, which f interrupts). f runs under the Set's lock, on the
+// firing goroutine: it must be quick and must not use the Set.
+func (s *Set) Notify(key string, f func()) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]*entry{}
+	}
+	e := s.m[key]
+	if e == nil {
+		e = &entry{ch: make(chan struct{})}
+		s.m[key] = e
+	}
+	e.n++
+	fp := &f
+	e.fns = append(e.fns, fp)
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		i := slices.Index(e.fns, fp)
+		if i < 0 {
+			return // fired, or ended already
+		}
+		e.fns = slices.Delete(e.fns, i, i+1)
+		if e.n--; e.n == 0 && s.m[key] == e {
+			delete(s.m, key)
+		}
+	}
+}
+
 // Fire wakes every subscriber of key.
 func (s *Set) Fire(key string) {
 	s.mu.Lock()
@@ -50,6 +84,10 @@ func (s *Set) Fire(key string) {
 	if e := s.m[key]; e != nil {
 		close(e.ch)
 		delete(s.m, key)
+		for _, f := range e.fns {
+			(*f)()
+		}
+		e.fns = nil
 	}
 }
 

@@ -47,3 +47,27 @@ func TestUntil(t *testing.T) {
 		t.Fatalf("subscriptions left behind: %d", len(s.m))
 	}
 }
+
+// TestNotify: a Fire calls each Notify of its key once, not one of another key and not one
+// ended before it; ending a subscription after the Fire is harmless, and the key is forgotten
+// once its last subscription ends.
+func TestNotify(t *testing.T) {
+	var s Set
+	var a, b, ended, other int
+	stopA := s.Notify("k", func() { a++ })
+	stopB := s.Notify("k", func() { b++ })
+	stopEnded := s.Notify("k", func() { ended++ })
+	stopOther := s.Notify("j", func() { other++ })
+	stopEnded()
+	s.Fire("k")
+	s.Fire("k")
+	stopA()
+	stopB()
+	if a != 1 || b != 1 || ended != 0 || other != 0 {
+		t.Fatalf("calls: a %d, b %d, ended %d, other key %d; want 1, 1, 0, 0", a, b, ended, other)
+	}
+	stopOther()
+	if len(s.m) != 0 {
+		t.Fatalf("keys left: %v", s.m)
+	}
+}
