@@ -22,11 +22,8 @@ type entry struct {
 	fns []*func() // Notify's, called by the next Fire
 }
 
-// Subscribe returns a channel closed by the next Fire of key, and the func that ends the
-// subscription.
-func (s *Set) Subscribe(key string) (<-chan struct{}, func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// entry is key's waiters, made when it has none (under s.mu).
+func (s *Set) entry(key string) *entry {
 	if s.m == nil {
 		s.m = map[string]*entry{}
 	}
@@ -35,6 +32,15 @@ func (s *Set) Subscribe(key string) (<-chan struct{}, func()) {
 		e = &entry{ch: make(chan struct{})}
 		s.m[key] = e
 	}
+	return e
+}
+
+// Subscribe returns a channel closed by the next Fire of key, and the func that ends the
+// subscription.
+func (s *Set) Subscribe(key string) (<-chan struct{}, func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entry(key)
 	e.n++
 	return e.ch, func() {
 		s.mu.Lock()
@@ -52,14 +58,7 @@ func (s *Set) Subscribe(key string) (<-chan struct{}, func()) {
 func (s *Set) Notify(key string, f func()) func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string]*entry{}
-	}
-	e := s.m[key]
-	if e == nil {
-		e = &entry{ch: make(chan struct{})}
-		s.m[key] = e
-	}
+	e := s.entry(key)
 	e.n++
 	fp := &f
 	e.fns = append(e.fns, fp)
