@@ -313,6 +313,9 @@ func (m *matrix) leafOnce(t *testing.T, p *daemontest.Puppet, c int, got map[str
 	if status != 200 || field(v, "outcome") != "delivered" || field(v, "recipientHarness") != "svc" || field(v, "sessionId") != "svc:bot" {
 		t.Fatalf("GET /v1/messages/%s on the leaf: %d %v, want delivered to svc:bot", msg, status, v)
 	}
+	// The pull loop writes its audit line once the row's commit is done, which may come just
+	// after the service has the row and a GET has waited for the record (docs/protocol.md §7.5).
+	daemontest.WaitFor(t, "the leaf's audit line of the pull", func() bool { return auditLines(m.leaf.stderr.String(), "leaf", "pull", msg) > 0 })
 	if n := auditLines(m.leaf.stderr.String(), "leaf", "pull", msg); n != 1 {
 		t.Fatalf("the leaf audited %d pulls of %s, want 1:\n%s", n, msg, m.leaf.stderr)
 	}
