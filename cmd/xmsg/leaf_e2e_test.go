@@ -620,6 +620,69 @@ func TestLeafNode(t *testing.T) {
 		}
 	})
 
+	// `xmsg monitor` on the leaf, run as the leaf's user on its http.sock, sees a row the
+	// hub sent as the leaf's pull loop takes it (pulled, over the leaf transport, from the
+	// hub) and its service's ack, in that message's order of events.
+	t.Run("monitor", func(t *testing.T) {
+		httpSock := s.leaf.path("rt/xmsg/http.sock")
+		mon := userCmd(s.leaf.user, "", s.exe, []string{ostest.Role("xmsg"), "HOME=" + s.leaf.dir}, "monitor", "--http-sock", httpSock, "--json", "--event", "pulled,acked")
+		out, err := mon.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var monErr strings.Builder
+		mon.Stderr = &monErr
+		if err := mon.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { mon.Process.Kill(); mon.Wait() }()
+		events := make(chan map[string]any, 64)
+		go func() {
+			defer close(events)
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				var e map[string]any
+				if json.Unmarshal(sc.Bytes(), &e) == nil {
+					events <- e
+				}
+			}
+		}()
+		// The watch is attached before its own audit line is written.
+		daemontest.WaitFor(t, "the leaf's audit line of the monitor", func() bool {
+			return strings.Contains(s.leaf.stderr.String(), "request=events")
+		})
+		id := s.hubSend("seen by the leaf's monitor")
+		if id == "" {
+			t.Fatal("the hub did not take the send")
+		}
+		got, _ := s.botPoll(10)
+		if got != id {
+			t.Fatalf("bot got %q, want %s", got, id)
+		}
+		s.botAck(id)
+		var seen []string
+		for len(seen) < 2 {
+			select {
+			case e, ok := <-events:
+				if !ok {
+					t.Fatalf("the monitor ended after %v: %s", seen, monErr.String())
+				}
+				if e["message_id"] != id {
+					continue
+				}
+				seen = append(seen, fmt.Sprint(e["event"]))
+				if e["event"] == "pulled" && (e["transport"] != "leaf" || e["from"] != "fed:hub" || e["peer"] != "hub") {
+					t.Errorf("pulled event %v: want over leaf from fed:hub", e)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the leaf's monitor saw %v of message %s; want pulled and acked\n%s", seen, id, monErr.String())
+			}
+		}
+		if !slices.Contains(seen, "pulled") || !slices.Contains(seen, "acked") {
+			t.Errorf("the leaf's monitor saw %v of message %s; want pulled and acked", seen, id)
+		}
+	})
+
 	// The leaf's HTTP API on its http.sock: served to the leaf's uid (`xmsg health`, the pod's
 	// probe), behind the peer gate for any other (root here: not one byte).
 	t.Run("http.sock", func(t *testing.T) {
