@@ -182,6 +182,22 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool)
 	}
 }
 
+// listed is the first session `xmsg list --json` shows that match accepts (nil: none yet).
+func listed(d *daemon, match func(map[string]any) bool) map[string]any {
+	out, err := xmsgCmd(d.env, "list", "--json").Output()
+	if err != nil {
+		return nil
+	}
+	var list []map[string]any
+	json.Unmarshal(out, &list)
+	for _, s := range list {
+		if match(s) {
+			return s
+		}
+	}
+	return nil
+}
+
 // claudeSession is one real Claude Code session in its own namespace, with xmsg's MCP bridge.
 type claudeSession struct {
 	*harnessRun
@@ -236,20 +252,10 @@ func startRealClaude(t *testing.T, d *daemon, bin, cfgDir, mcpPath, cwd string, 
 		if !strings.Contains(string(dbg), `MCP server "xmsg": Successfully connected`) {
 			return false
 		}
-		out, err := xmsgCmd(d.env, "list", "--json").Output()
-		if err != nil {
-			return false
-		}
-		var list []map[string]any
-		json.Unmarshal(out, &list)
-		for _, s := range list {
-			if s["harness"] == "claude" && s["cwd"] == cwd {
-				c.id, _ = s["sessionId"].(string)
-				c.name, _ = s["name"].(string)
-				return c.id != "" && strings.HasPrefix(c.name, name)
-			}
-		}
-		return false
+		s := listed(d, func(s map[string]any) bool { return s["harness"] == "claude" && s["cwd"] == cwd })
+		c.id, _ = s["sessionId"].(string)
+		c.name, _ = s["name"].(string)
+		return c.id != "" && strings.HasPrefix(c.name, name)
 	})
 	return c
 }
@@ -411,19 +417,8 @@ func TestRealCodex(t *testing.T) {
 	cx.submit(t, "hello")
 	var thread string
 	waitUntil(t, 90*time.Second, "the codex thread listed by xmsg", func() bool {
-		out, err := xmsgCmd(d.env, "list", "--json").Output()
-		if err != nil {
-			return false
-		}
-		var list []map[string]any
-		json.Unmarshal(out, &list)
-		for _, s := range list {
-			if s["harness"] == "codex" {
-				thread, _ = s["sessionId"].(string)
-				return true
-			}
-		}
-		return false
+		thread, _ = listed(d, func(s map[string]any) bool { return s["harness"] == "codex" })["sessionId"].(string)
+		return thread != ""
 	})
 	if strings.Contains(strings.Join(cx.requests(), ""), `"function_call"`) {
 		t.Fatal("a tool was called before the thread was listed")
@@ -595,19 +590,8 @@ func TestRealPi(t *testing.T) {
 
 	var id string
 	waitUntil(t, 90*time.Second, "pi listed by xmsg", func() bool {
-		out, err := xmsgCmd(d.env, "list", "--json").Output()
-		if err != nil {
-			return false
-		}
-		var list []map[string]any
-		json.Unmarshal(out, &list)
-		for _, s := range list {
-			if s["harness"] == "pi" && s["name"] == "pia" {
-				id, _ = s["sessionId"].(string)
-				return true
-			}
-		}
-		return false
+		id, _ = listed(d, func(s map[string]any) bool { return s["harness"] == "pi" && s["name"] == "pia" })["sessionId"].(string)
+		return id != ""
 	})
 	out, err := xmsgCmd(d.env, "send", id, "ping pi").Output()
 	if err != nil {

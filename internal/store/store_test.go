@@ -297,26 +297,46 @@ func TestCloseDuringWrites(t *testing.T) {
 	})
 }
 
-// TestFailedWriteCostsNoCommitsOfItsOwn: a write that fails inside a shared commit is answered
-// with its error and the rest of its batch still shares one commit (not one commit each).
-func TestFailedWriteCostsNoCommitsOfItsOwn(t *testing.T) {
-	s := open(t, filepath.Join(t.TempDir(), "x.db"))
-	defer s.Close()
+// holdCommit starts a writer that leads a commit and is held inside it, running fn, until
+// release: writes made meanwhile queue up behind it. lead gets the writer's result.
+func holdCommit(s *Store, fn func(*Tx) error) (release func(), lead <-chan error) {
 	hold, held := make(chan struct{}), make(chan struct{})
-	lead := make(chan error, 1)
-	// The first writer leads and is held inside its commit while the others queue up.
+	errc := make(chan error, 1)
 	go func() {
-		lead <- s.Update(func(tx *Tx) error {
+		errc <- s.Update(func(tx *Tx) error {
 			select {
 			case <-held:
 			default:
 				close(held)
 			}
 			<-hold
-			return tx.PutMessage(Message{ID: "lead"})
+			return fn(tx)
 		})
 	}()
 	<-held
+	return func() { close(hold) }, errc
+}
+
+// waitQueued waits (at most about a second) until n writes queue for the next commit.
+func waitQueued(s *Store, n int) {
+	for range 1000 {
+		s.mu.Lock()
+		queued := len(s.pending)
+		s.mu.Unlock()
+		if queued == n {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestFailedWriteCostsNoCommitsOfItsOwn: a write that fails inside a shared commit is answered
+// with its error and the rest of its batch still shares one commit (not one commit each).
+func TestFailedWriteCostsNoCommitsOfItsOwn(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	defer s.Close()
+	// The first writer leads and is held inside its commit while the others queue up.
+	release, lead := holdCommit(s, func(tx *Tx) error { return tx.PutMessage(Message{ID: "lead"}) })
 	const n = 20
 	errs := make(chan error, n)
 	for i := range n {
@@ -329,17 +349,9 @@ func TestFailedWriteCostsNoCommitsOfItsOwn(t *testing.T) {
 			})
 		}()
 	}
-	for range 1000 {
-		s.mu.Lock()
-		queued := len(s.pending)
-		s.mu.Unlock()
-		if queued == n {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(s, n)
 	before := s.Commits()
-	close(hold)
+	release()
 	if err := <-lead; err != nil {
 		t.Fatal(err)
 	}
@@ -431,20 +443,7 @@ func TestRider(t *testing.T) {
 func TestUpdateWritten(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "x.db"))
 	defer s.Close()
-	hold, held := make(chan struct{}), make(chan struct{})
-	lead := make(chan error, 1)
-	go func() {
-		lead <- s.Update(func(tx *Tx) error {
-			select {
-			case <-held:
-			default:
-				close(held)
-			}
-			<-hold
-			return nil
-		})
-	}()
-	<-held
+	release, lead := holdCommit(s, func(*Tx) error { return nil })
 	var mu sync.Mutex
 	runs, written := 0, map[string]int{}
 	visible := map[string]bool{}
@@ -473,26 +472,10 @@ func TestUpdateWritten(t *testing.T) {
 		return errc
 	}
 	good := write("good", false)
-	for range 1000 {
-		s.mu.Lock()
-		queued := len(s.pending)
-		s.mu.Unlock()
-		if queued == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(s, 1)
 	bad := write("bad", true)
-	for range 1000 {
-		s.mu.Lock()
-		queued := len(s.pending)
-		s.mu.Unlock()
-		if queued == 2 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	close(hold)
+	waitQueued(s, 2)
+	release()
 	if err := <-lead; err != nil {
 		t.Fatal(err)
 	}
