@@ -54,7 +54,7 @@ const (
 // Bus is what a pull loop asks of the leaf's bus: recording pulled rows into its service's
 // queue, and waiting for the service's ack. *bus.Bus is one.
 type Bus interface {
-	AcceptBatch(t bus.Target, ins []bus.Inbound, newly func(bus.Inbound)) (int, error)
+	AcceptBatch(t bus.Target, ins []bus.Inbound, newly func(bus.Inbound)) (n int, committed <-chan error, err error)
 	WaitAcked(ctx context.Context, sessionID, messageID string) error
 }
 
@@ -242,7 +242,7 @@ func (p *Puller) takeBatch(ctx context.Context, rows []hub.Row) (ack, reject []s
 		return nil, reject, nil
 	}
 	session := p.service()
-	n, err := p.Bus.AcceptBatch(session, pulled, p.audited(session))
+	n, committed, err := p.Bus.AcceptBatch(session, pulled, p.audited(session))
 	if err != nil {
 		return nil, reject, err
 	}
@@ -250,9 +250,13 @@ func (p *Puller) takeBatch(ctx context.Context, rows []hub.Row) (ack, reject []s
 	for _, pr := range pulled[:n] {
 		if err := p.Bus.WaitAcked(ctx, session.SessionID, pr.ID); err != nil {
 			// Not acked to the hub: what the service has not acked comes again.
-			return ack, reject, err
+			return nil, reject, err
 		}
 		ack = append(ack, pr.ID)
+	}
+	// Acked to the hub only once their records are stored here.
+	if err := <-committed; err != nil {
+		return nil, reject, err
 	}
 	if n > 0 {
 		p.set("%s acked %d rows, acking them to the hub", session.SessionID, n)
@@ -301,11 +305,15 @@ func (p *Puller) take(ctx context.Context, row *hub.Row, b *backoff) error {
 		return p.ackHub(ctx, row.ID, b)
 	}
 	session := p.service()
-	if _, err := p.Bus.AcceptBatch(session, []bus.Inbound{pulled}, p.audited(session)); err != nil {
+	_, committed, err := p.Bus.AcceptBatch(session, []bus.Inbound{pulled}, p.audited(session))
+	if err != nil {
 		return err
 	}
 	p.set("delivered %s to %s, waiting for its ack", row.ID, session.SessionID)
 	if err := p.Bus.WaitAcked(ctx, session.SessionID, row.ID); err != nil {
+		return err
+	}
+	if err := <-committed; err != nil {
 		return err
 	}
 	b.reset()
