@@ -49,6 +49,14 @@ const (
 	// next batch's) before one is made for them (bus.Config.AckRide): a crash in that time
 	// delivers those rows to the service again, from the leaf's queue.
 	AckRide = time.Second
+	// RecordRide is how long the records of pulled rows wait for a commit made anyway before
+	// one is made for them (bus.Config.RecordRide; 0: a commit at once): the service has the
+	// rows at once, and the hub, which holds each row until it is acked there, is acked once
+	// they are stored. This loop pulls its next rows only after that, so a ride would hold
+	// every row behind the one before it for as long (a message one at a time takes the
+	// ride): none. A loop that pulls ahead would let the records of several pulls share a
+	// commit (docs/performance.md §5).
+	RecordRide = 0
 )
 
 // Bus is what a pull loop asks of the leaf's bus: recording pulled rows into its service's
