@@ -55,7 +55,7 @@ const (
 	// they are stored. This loop pulls its next rows only after that, so a ride would hold
 	// every row behind the one before it for as long (a message one at a time takes the
 	// ride): none. A loop that pulls ahead would let the records of several pulls share a
-	// commit (docs/performance.md §5).
+	// commit (the leaf section of docs/performance.md).
 	RecordRide = 0
 )
 
