@@ -12,12 +12,22 @@ import (
 	"github.com/xmsg/xmsg/internal/store"
 )
 
-// leafBus is a leaf's bus whose pulled rows' records ride a commit for ride.
+// leafBus is a leaf's bus whose pulled rows' records ride a commit for ride, and whose
+// service's acks make no commit of their own (they ride the test's).
 func leafBus(t *testing.T, ride time.Duration) (*Bus, Target, *Registration) {
 	b, _ := newBusWith(t, func(c *Config) {
 		c.Leaf = &LeafService{Name: "bot", Principal: "svc:bot"}
 		c.RecordRide = ride
+		c.AckRide = time.Hour
 	})
+	// The retention's first purge is a commit of its own: it is made before the test starts,
+	// so that the test knows which commit carries what.
+	for i := 0; b.cfg.Store.Commits() == 0; i++ {
+		if i == 10000 {
+			t.Fatal("the retention's first purge made no commit")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return b, Target{Harness: "svc", SessionID: "svc:bot"}, &Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
 }
 
@@ -70,16 +80,17 @@ func within(t *testing.T, committed <-chan error) error {
 // TestAcceptBatchRecordsRide: pulled rows reach the service before their records are
 // committed, and the records ride a commit made for something else; an ack in that window
 // holds (its delete rides the same commit, after the row's write), the rows' announcement
-// (newly) comes once they are stored, and rows pulled again are known, not queued twice.
-// Mutants tried: AcceptBatch committing at once (committed ready, records stored before the
-// other commit: red); the ack's delete taking the key before the row's write sets it (the
-// acked row left in the store: red); load keeping a row both committed and early (delivered
-// twice: red).
+// (newly) comes once they are stored, WaitAcked waits for a row only in memory, and rows
+// pulled again are known, not queued twice. Mutants tried: a commit made for the rows at once
+// (two commits: red); the ack's delete taking the row's key before its write sets it (the
+// acked row left in the store: red); WaitAcked asking the store alone (the row in memory
+// reads acked: red).
 func TestAcceptBatchRecordsRide(t *testing.T) {
 	b, target, reg := leafBus(t, time.Hour)
 	ctx := context.Background()
 	ins := pulledRows("one", "two")
 	var announced atomic.Int32
+	commits := b.cfg.Store.Commits()
 	n, committed, err := b.AcceptBatch(target, ins, func(Inbound) { announced.Add(1) })
 	if err != nil || n != 2 {
 		t.Fatalf("AcceptBatch = %d, %v; want 2, nil", n, err)
@@ -97,6 +108,15 @@ func TestAcceptBatchRecordsRide(t *testing.T) {
 	if err := b.Ack(ctx, reg, m.ID); err != nil {
 		t.Fatal(err)
 	}
+	// The second row is queued, though only in memory: the pull loop waits for its ack.
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := b.WaitAcked(stopped, "svc:bot", ins[1].ID); err == nil {
+		t.Fatal("WaitAcked of a row queued before its commit returned at once")
+	}
+	if err := b.WaitAcked(stopped, "svc:bot", ins[0].ID); err != nil {
+		t.Fatalf("WaitAcked of the acked row = %v", err)
+	}
 	if announced.Load() != 0 {
 		t.Fatal("rows announced before their commit")
 	}
@@ -109,6 +129,9 @@ func TestAcceptBatchRecordsRide(t *testing.T) {
 	}
 	if _, open := <-committed; open {
 		t.Error("committed not closed after its value")
+	}
+	if got := b.cfg.Store.Commits() - commits; got != 1 {
+		t.Errorf("%d commits for the rows and the test's, want the test's alone", got)
 	}
 	if got := announced.Load(); got != 2 {
 		t.Errorf("%d rows announced after the commit, want 2", got)
@@ -165,7 +188,8 @@ func TestAcceptBatchRideEnds(t *testing.T) {
 
 // TestAcceptBatchRowsAgainWhileRiding: rows pulled again while their records still ride (a
 // hub that hands out what it has not been acked) are known, not queued twice, and their
-// commit is the one the second batch reports.
+// commit is the one the second batch reports. Mutant tried: the rows in flight not known
+// (the first row queued twice: red).
 func TestAcceptBatchRowsAgainWhileRiding(t *testing.T) {
 	b, target, reg := leafBus(t, time.Hour)
 	ctx := context.Background()
@@ -249,9 +273,8 @@ func TestAcceptBatchReadForcesCommit(t *testing.T) {
 // TestAcceptBatchFailedCommit: when the commit that carries the records fails, committed says
 // so, and the rows leave the queue in memory (the store lacks them): nothing is delivered
 // from it any more, WaitAcked does not wait for them, and the same rows pulled again are
-// queued again, the earlier ack of one of them counting for nothing. Mutants tried: the
-// rows left in memory after the failure (polled again: red); the failed row's ack kept (the
-// row pulled again is answered acked and stays queued: red).
+// queued again, the earlier ack of one of them counting for nothing. Mutant tried: the rows
+// left in memory after the failure (polled again: red).
 func TestAcceptBatchFailedCommit(t *testing.T) {
 	b, target, reg := leafBus(t, time.Hour)
 	ctx := context.Background()
@@ -307,6 +330,7 @@ func TestAcceptBatchFailedCommit(t *testing.T) {
 	if m, err := b.Poll(ctx, reg, 0); err != nil || m != nil {
 		t.Fatalf("poll after both acks = %+v, %v; want nothing", m, err)
 	}
+	b.cfg.Store.Update(func(*store.Tx) error { return nil })
 	if err := within(t, committed); err != nil {
 		t.Fatalf("committed again = %v", err)
 	}
@@ -319,9 +343,13 @@ func TestAcceptBatchFailedCommit(t *testing.T) {
 }
 
 // TestAcceptBatchBounds: rows riding a commit count against the queue's bound and the sender
-// node's share of it, as stored rows do.
+// node's share of it, as stored rows do, acked or not; a row refused for them has their commit
+// made at once (the acked ones' places are freed by it). Mutants tried: earlyShare not
+// counting riding rows (the row past the share taken: red); no commit asked for on a refusal
+// (committed waits the hour: red).
 func TestAcceptBatchBounds(t *testing.T) {
-	b, target, _ := leafBus(t, time.Hour)
+	b, target, reg := leafBus(t, time.Hour)
+	ctx := context.Background()
 	share := b.cfg.Bounds.queueShare()
 	var ins []Inbound
 	for range share + 1 {
@@ -331,19 +359,42 @@ func TestAcceptBatchBounds(t *testing.T) {
 	if err != nil || n != share-1 {
 		t.Fatalf("AcceptBatch = %d, %v; want %d", n, err, share-1)
 	}
+	// The service takes and acks one: its place is held until the commit deletes it.
+	m, err := b.Poll(ctx, reg, 0)
+	if err != nil || m == nil {
+		t.Fatalf("poll = %+v, %v", m, err)
+	}
+	if err := b.Ack(ctx, reg, m.ID); err != nil {
+		t.Fatal(err)
+	}
 	// One place of the share is left, while the others ride.
-	n, _, err = b.AcceptBatch(target, ins[share-1:], nil)
+	n, last, err := b.AcceptBatch(target, ins[share-1:share], nil)
 	if err != nil || n != 1 {
-		t.Fatalf("AcceptBatch past the share = %d, %v; want 1", n, err)
+		t.Fatalf("AcceptBatch to the share = %d, %v; want 1", n, err)
+	}
+	if _, done := ready(committed); done {
+		t.Fatal("committed before the share was full")
 	}
 	if n, _, err := b.AcceptBatch(target, ins[share:], nil); err == nil || n != 0 {
 		t.Fatalf("AcceptBatch with the share full = %d, %v; want 0 and the full queue's error", n, err)
 	}
-	b.cfg.Store.Update(func(*store.Tx) error { return nil })
+	for _, c := range []<-chan error{committed, last} {
+		if err := within(t, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Committed, the acked row's place is free again, and the others are stored.
+	n, committed, err = b.AcceptBatch(target, ins[share:], nil)
+	if err != nil || n != 1 {
+		t.Fatalf("AcceptBatch after the commit = %d, %v; want the acked row's place", n, err)
+	}
+	if n, _, err := b.AcceptBatch(target, pulledRows("y"), nil); err == nil || n != 0 {
+		t.Fatalf("AcceptBatch with the share full again = %d, %v; want 0 and the full queue's error", n, err)
+	}
 	if err := within(t, committed); err != nil {
 		t.Fatal(err)
 	}
-	if n, _, err := b.AcceptBatch(target, ins[share:], nil); err == nil || n != 0 {
+	if n, _, err := b.AcceptBatch(target, pulledRows("z"), nil); err == nil || n != 0 {
 		t.Fatalf("AcceptBatch with the share full and stored = %d, %v; want 0 and the full queue's error", n, err)
 	}
 }

@@ -117,7 +117,9 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 // committed receives that commit's result once it is done, for every row counted in n (one
 // value, then it is closed): only then are they stored, and until then they must stay held
 // where they came from (the hub's mailbox). After a failed commit they are no longer in
-// the queue. newly, when not nil, is told each row queued by this call, once committed.
+// the queue. Rows that do not fit while others ride have those others' commit made at once
+// (their places, acked or not, are freed or counted in the store only then). newly, when not
+// nil, is told each row queued by this call, once committed.
 func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, committed <-chan error, err error) {
 	h := b.h.Named(t.Harness)
 	if h == nil || h.Delivery() != harness.Queue {
@@ -217,6 +219,18 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, 
 		e := &earlyRow{id: in.ID, share: p.Share, slot: &queueSlot{b: b, session: t.SessionID, sq: sq}, m: m, rec: rec}
 		rows = append(rows, admitted{e, p, msg, in})
 		n++
+	}
+	if full != nil {
+		// Rows riding a commit hold their places until it is done, the acked ones too (their
+		// deletes ride the same commit): the next rows wait for it, so it is made now.
+		for _, e := range b.q.early[t.SessionID] {
+			e.rec.now()
+		}
+		for _, o := range b.q.acked[t.SessionID] {
+			if o.early != nil && b.q.inFlight[o.id] == o.early.rec {
+				o.early.rec.now()
+			}
+		}
 	}
 	if len(rows) == 0 {
 		b.q.mu.Unlock()
