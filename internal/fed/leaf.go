@@ -122,7 +122,7 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError(ledger.BadRequest, "wait must be a non-negative integer (seconds)"))
 		return
 	}
-	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, wait, 1, 0)
+	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, "", wait, 1, 0)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -163,9 +163,14 @@ func (s *Server) inboxAck(w http.ResponseWriter, r *http.Request) {
 type PullRequest struct {
 	Ack      []string `json:"ack"`
 	Reject   []string `json:"reject,omitempty"`
-	Max      int      `json:"max"`       // rows, 1..MaxInboxBatch
+	Max      int      `json:"max"`       // rows, 0..MaxInboxBatch; 0 pulls nothing (acks only)
 	MaxBytes int      `json:"max_bytes"` // 0 = MaxInboxBatchBytes
 	Wait     int      `json:"wait"`      // seconds, 0..60
+	// Stream, a UUID the leaf chose, names its pull stream: rows handed out on it are not
+	// handed out again on it until settled (hub.Mailboxes.Batch). Left out: every row not
+	// settled is handed out, as a leaf that pulls only once its service acked the last batch
+	// wants.
+	Stream string `json:"stream,omitempty"`
 }
 
 // PullAnswer is its answer: how many of the ids were removed (the others were gone
@@ -196,8 +201,12 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError(ledger.BadRequest, "pull request: %v", err))
 		return
 	}
-	if req.Max < 1 || len(req.Ack)+len(req.Reject) > MaxInboxBatch || req.MaxBytes < 0 || req.Wait < 0 {
-		writeError(w, apiError(ledger.BadRequest, "max must be >= 1, ack and reject at most %d ids, max_bytes and wait >= 0", MaxInboxBatch))
+	if req.Max < 0 || len(req.Ack)+len(req.Reject) > MaxInboxBatch || req.MaxBytes < 0 || req.Wait < 0 {
+		writeError(w, apiError(ledger.BadRequest, "max must be >= 0, ack and reject at most %d ids, max_bytes and wait >= 0", MaxInboxBatch))
+		return
+	}
+	if req.Stream != "" && !validRef(req.Stream) {
+		writeError(w, apiError(ledger.BadRequest, "stream must be a UUID"))
 		return
 	}
 	for _, id := range append(req.Ack, req.Reject...) {
@@ -225,6 +234,16 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 			s.pulls.ack(p.Name)
 		}
 	}
+	if req.Max == 0 {
+		// Acks only: the leaf's pull is waiting on its own connection. It moved mail or it
+		// spends an ack token; either way the next poll is what it would have been.
+		if ans.Acked+ans.Rejected == 0 && !s.idle(w, "inbox-ack:", p.Name) {
+			return
+		}
+		ans.Rows = []hub.Row{}
+		writeJSON(w, http.StatusOK, ans)
+		return
+	}
 	if !s.pulls.poll(p.Name) && !s.idle(w, "inbox:", p.Name) {
 		return
 	}
@@ -232,7 +251,7 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 	if req.MaxBytes > 0 {
 		maxBytes = min(req.MaxBytes, maxBytes)
 	}
-	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, time.Duration(min(req.Wait, 60))*time.Second, min(req.Max, MaxInboxBatch), maxBytes)
+	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, req.Stream, time.Duration(min(req.Wait, 60))*time.Second, min(req.Max, MaxInboxBatch), maxBytes)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -276,15 +295,12 @@ func (n *Node) AckInbox(ctx context.Context, peer, id string) error {
 }
 
 // Pull acks ids, rejects the ids in reject, and pulls the next batch of our mailbox on peer
-// with one POST /fed/v2/inbox (budget wait + 10 s). It returns the rows (none when the wait
-// ran out).
-func (n *Node) Pull(ctx context.Context, peer string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error) {
+// on stream (a UUID, or "" for none: PullRequest.Stream) with one POST /fed/v2/inbox
+// (budget wait + 10 s). It returns the rows (none when the wait ran out).
+func (n *Node) Pull(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+InboxAckTimeout)
 	defer cancel()
-	if ack == nil {
-		ack = []string{}
-	}
-	body, err := json.Marshal(PullRequest{Ack: ack, Reject: reject, Max: max, MaxBytes: maxBytes, Wait: int(wait / time.Second)})
+	body, err := pullBody(PullRequest{Ack: ack, Reject: reject, Max: max, MaxBytes: maxBytes, Wait: int(wait / time.Second), Stream: stream})
 	if err != nil {
 		return nil, err
 	}
@@ -298,6 +314,26 @@ func (n *Node) Pull(ctx context.Context, peer string, ack, reject []string, max,
 		return nil, err
 	}
 	return ans.Rows, nil
+}
+
+// AckPulled acks ids and rejects those of reject on peer without pulling (POST
+// /fed/v2/inbox with max 0), on the shared client: the pull connection is busy with the
+// pull loop's long-poll meanwhile (budget 10 s).
+func (n *Node) AckPulled(ctx context.Context, peer string, ack, reject []string) error {
+	ctx, cancel := context.WithTimeout(ctx, InboxAckTimeout)
+	defer cancel()
+	body, err := pullBody(PullRequest{Ack: ack, Reject: reject})
+	if err != nil {
+		return err
+	}
+	return n.call(ctx, peer, http.MethodPost, "/fed/v2/inbox", json.RawMessage(body), nil, "")
+}
+
+func pullBody(req PullRequest) ([]byte, error) {
+	if req.Ack == nil {
+		req.Ack = []string{}
+	}
+	return json.Marshal(req)
 }
 
 // NamedHubs returns the hubs whose address names a host instead of an IP: reaching them needs

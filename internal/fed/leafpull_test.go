@@ -52,8 +52,10 @@ func TestLeafPullBatch(t *testing.T) {
 		ids = append(ids, d.MessageID)
 	}
 	c := rawClient(l1.cert)
-	if status, _, out := pullRaw(t, c, hub.addr(), map[string]any{"ack": []string{}, "max": 0}); status != 400 {
-		t.Errorf("max 0: %d %v, want 400", status, out)
+	for _, bad := range []map[string]any{{"ack": []string{}, "max": -1}, {"max": 1, "stream": "x"}} {
+		if status, _, out := pullRaw(t, c, hub.addr(), bad); status != 400 {
+			t.Errorf("%v: %d %v, want 400", bad, status, out)
+		}
 	}
 	// max_bytes below one row: one row all the same.
 	if status, ans, out := pullRaw(t, c, hub.addr(), map[string]any{"max": 10, "max_bytes": 1}); status != 200 || len(ans.Rows) != 1 || ans.Rows[0].ID != ids[0] {
@@ -105,6 +107,42 @@ func TestLeafPullBatch(t *testing.T) {
 		}
 		if status, out := post(t, c, hub.addr(), "/fed/v2/inbox/"+row.ID+"/ack", map[string]any{}); status != 200 {
 			t.Fatalf("one-row ack %d: %d %v", i, status, out)
+		}
+	}
+
+	// On a stream, a row handed out is not handed out again until settled; max 0 acks
+	// without pulling; a new stream hands out again every row not settled.
+	var four []string
+	for i := range 4 {
+		d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: fmt.Sprintf("s%d", i), Bytes: 4, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		four = append(four, d.MessageID)
+	}
+	rowIDs := func(a PullAnswer) string {
+		var out []string
+		for _, r := range a.Rows {
+			out = append(out, r.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	s1, s2 := uuid.NewString(), uuid.NewString()
+	for _, step := range []struct {
+		req   map[string]any
+		acked int
+		rows  []string
+	}{
+		{map[string]any{"max": 2, "stream": s1}, 0, four[:2]},
+		{map[string]any{"max": 2, "stream": s1}, 0, four[2:]},
+		{map[string]any{"max": 2, "stream": s1}, 0, nil},
+		{map[string]any{"ack": four[:2], "max": 0}, 2, nil},
+		{map[string]any{"max": 10, "stream": s2}, 0, four[2:]},
+		{map[string]any{"ack": four[2:], "max": 0}, 2, nil},
+	} {
+		status, ans, out := pullRaw(t, c, hub.addr(), step.req)
+		if status != 200 || ans.Acked != step.acked || rowIDs(ans) != strings.Join(step.rows, ",") {
+			t.Fatalf("%v: %d %v; want acked %d, rows %v", step.req, status, out, step.acked, step.rows)
 		}
 	}
 
@@ -209,7 +247,7 @@ func TestPullConnection(t *testing.T) {
 	}
 	pull := func(what string, ack []string, want int) []string {
 		t.Helper()
-		rows, err := l1.n.Pull(ctx, "hub", ack, nil, 10, 0, 0)
+		rows, err := l1.n.Pull(ctx, "hub", "", ack, nil, 10, 0, 0)
 		if err != nil || len(rows) != want {
 			t.Fatalf("%s: pull = %d rows, %v; want %d", what, len(rows), err, want)
 		}
@@ -242,7 +280,7 @@ func TestPullConnection(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := l1.n.Pull(cctx, "hub", nil, nil, 10, 0, 30*time.Second)
+		_, err := l1.n.Pull(cctx, "hub", "", nil, nil, 10, 0, 30*time.Second)
 		done <- err
 	}()
 	cancel()
@@ -292,7 +330,7 @@ func TestPullConnectionClosedByHub(t *testing.T) {
 	}()
 	l1.startLeaf("{" + peerEntry("hub", ln.Addr().String(), hub.cert.Pin, "") + "}")
 	for i := range 3 {
-		if _, err := l1.n.Pull(context.Background(), "hub", nil, nil, 10, 0, 0); err != nil {
+		if _, err := l1.n.Pull(context.Background(), "hub", "", nil, nil, 10, 0, 0); err != nil {
 			t.Fatalf("pull %d: %v", i, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,8 +27,11 @@ import (
 // Hub is what the pull loop needs from federation (fed.Node implements it).
 type Hub interface {
 	// Pull acks ids, rejects those of reject (rows the leaf can never deliver) and pulls the
-	// next batch (POST /fed/v2/inbox, this daemon's extension).
-	Pull(ctx context.Context, peer string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error)
+	// next batch on stream (POST /fed/v2/inbox, this daemon's extension): rows handed out on
+	// a stream are not handed out again on it until settled; "" names none.
+	Pull(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error)
+	// AckPulled acks and rejects without pulling (the same route, max 0), while a pull waits.
+	AckPulled(ctx context.Context, peer string, ack, reject []string) error
 	// Inbox and AckInbox are the one-row routes of the protocol, for a hub without Pull.
 	Inbox(ctx context.Context, peer string, wait time.Duration) (*hub.Row, error)
 	AckInbox(ctx context.Context, peer, id string) error
@@ -49,6 +53,11 @@ const (
 	// next batch's) before one is made for them (bus.Config.AckRide): a crash in that time
 	// delivers those rows to the service again, from the leaf's queue.
 	AckRide = time.Second
+	// AckLinger is how long the service's acks wait for the next pull to carry them before
+	// they are sent on their own (Hub.AckPulled): under load the next pull comes well within
+	// it, so a message costs the hub one request; when the mail stops, the hub still learns
+	// of the last acks (and marks those messages delivered) within it.
+	AckLinger = 50 * time.Millisecond
 )
 
 // Bus is what a pull loop asks of the leaf's bus: recording pulled rows into its service's
@@ -149,12 +158,17 @@ func (b *backoff) wait(ctx context.Context) bool {
 	}
 }
 
-// Run pulls until ctx ends. Each round trip acks what the last batch delivered and pulls
-// the next (POST /fed/v2/inbox): the batch is committed to the local queue in one commit,
-// the loop waits until the service has acknowledged every row of it, and only then are they
-// acked to the hub, with the next pull. A hub that does not know the batched route is
-// pulled one row at a time (runOne). Every failure of the hub (unreachable, restarting,
-// rate limit) is retried with backoff; the acks not yet taken are sent again.
+// Run pulls until ctx ends. Each round trip acks what the service acked since the last one
+// and pulls the next batch (POST /fed/v2/inbox) on the loop's stream, so the hub hands out
+// only rows the leaf does not hold: the leaf pulls again as soon as a batch is in the
+// service's queue, while the service works on it, up to Batch rows in the service's hands.
+// A row is acked to the hub only once the service acked it and its commit is done; acks
+// the next pull does not carry within AckLinger go on their own (ackAside). A hub that does
+// not know streams is pulled only once the service acked all it was handed (it would hand
+// those rows out again); one that does not know the batched route, one row at a time
+// (runOne). Every failure of the hub (unreachable, restarting, rate limit) is retried with
+// backoff, on a new stream (an answer may have been lost: its rows must come again); the
+// acks not yet taken are sent again.
 func (p *Puller) Run(ctx context.Context) {
 	wait := limits.Or(p.Wait, PollWait)
 	b := backoff{min: limits.Or(p.MinBackoff, MinBackoff), max: limits.Or(p.MaxBackoff, MaxBackoff)}
@@ -164,26 +178,51 @@ func (p *Puller) Run(ctx context.Context) {
 		p.runOne(ctx, wait, &b)
 		return
 	}
-	var ack, reject []string
+	f := newInFlight()
+	var waiters sync.WaitGroup
+	defer waiters.Wait()
+	var aside atomic.Bool
+	aside.Store(true)
+	asideCtx, stopAside := context.WithCancel(ctx)
+	waiters.Add(1)
+	go func() { defer waiters.Done(); p.ackAside(asideCtx, f, &aside) }()
+	defer stopAside()
+	stream, streams := uuid.NewString(), true
 	for ctx.Err() == nil {
+		room := f.room(batch, streams)
+		if room <= 0 {
+			select {
+			case <-f.changed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if f.restarted() && streams {
+			stream = uuid.NewString()
+		}
+		ack, reject := f.take()
 		// A pull that carries acks waits at most AckWait: the hub records them at once, and
 		// its answer, not the end of a 30 s long-poll, is what moves the state doctor shows.
 		// Not 0: under a trickle the next row mostly comes within it, so acks still ride the
-		// pull that fetches it, and a leaf makes no more requests than before (its hub's
-		// per-peer rate limit counts them).
+		// pull that fetches it. So does one made while the service works on rows when the
+		// hub takes no acks on their own: those acks could only ride the next pull.
 		w := wait
-		if len(ack)+len(reject) > 0 {
+		if len(ack)+len(reject) > 0 || (!aside.Load() && f.working() > 0) {
 			w = min(wait, AckWait)
 		}
-		rows, err := p.Hub.Pull(ctx, p.Peer, ack, reject, batch, batchBytes, w)
+		rows, err := p.Hub.Pull(ctx, p.Peer, stream, ack, reject, room, batchBytes, w)
 		if err != nil {
+			f.giveBack(ack, reject)
 			if ctx.Err() != nil {
 				return
 			}
-			if e := bus.AsError(err); e.Code == ledger.NotFound && strings.Contains(e.Detail, "no route") {
+			e := bus.AsError(err)
+			if e.Code == ledger.NotFound && strings.Contains(e.Detail, "no route") {
 				// A hub without the batched route: the protocol's own, one row at a time.
 				p.Log.Info("leaf: hub has no batched inbox; pulling one row at a time", "peer", p.Peer)
+				stopAside()
 				// Its protocol has no reject: a row rejected is acked, so it cannot block.
+				ack, reject = f.take()
 				for _, id := range append(ack, reject...) {
 					if err := p.ackHub(ctx, id, &b); err != nil {
 						return
@@ -193,27 +232,33 @@ func (p *Puller) Run(ctx context.Context) {
 				p.runOne(ctx, wait, &b)
 				return
 			}
-			p.set("pull failed: %s", bus.AsError(err).Code.String())
-			p.retryWarn(&b, "leaf pull failed", bus.AsError(err).Code, "acks_pending", len(ack)+len(reject))
+			if streams && e.Code == ledger.BadRequest && strings.Contains(e.Detail, "stream") {
+				// A hub that does not know streams (unknown field): the same route, each
+				// batch pulled once the service acked the last.
+				p.Log.Info("leaf: hub has no pull streams; pulling each batch once the service acked the last", "peer", p.Peer)
+				streams, stream = false, ""
+				continue
+			}
+			p.set("pull failed: %s", e.Code.String())
+			p.retryWarn(&b, "leaf pull failed", e.Code, "acks_pending", len(ack)+len(reject))
+			if streams {
+				stream = uuid.NewString()
+			}
 			b.wait(ctx)
 			continue
 		}
 		b.reset()
+		f.settled(ack, reject)
 		acked := ""
 		if len(ack) > 0 {
 			p.delivered(len(ack))
 			acked = fmt.Sprintf("acked %d, ", len(ack))
 		}
-		ack, reject = nil, nil
 		if len(rows) == 0 {
 			p.set("%spoll ok, mailbox empty", acked)
 			continue
 		}
-		if acked != "" {
-			p.set("%spulled %d", acked, len(rows))
-		}
-		ack, reject, err = p.takeBatch(ctx, rows)
-		if err != nil {
+		if err := p.takeBatch(ctx, f, rows, &waiters); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -223,41 +268,91 @@ func (p *Puller) Run(ctx context.Context) {
 	}
 }
 
-// takeBatch puts rows into the local queue (one commit), waits for the service's ack of
-// each, and returns the ids to ack on the hub, and those to reject there: the rows that can
-// never be delivered (logged), which the hub then reads not_found. Rows that did not fit the
-// queue are in neither: they come again with the next pull.
-func (p *Puller) takeBatch(ctx context.Context, rows []hub.Row) (ack, reject []string, err error) {
+// takeBatch puts the rows f does not hold yet into the service's queue (one commit) and
+// hands each one's ack to f once the service acked it (a waiter on waiters). A row that can
+// never be delivered is logged and rejected on the hub, which then reads it not_found. Rows
+// that did not fit the queue are neither held nor settled: f starts a new stream so that
+// the hub hands them out again.
+func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, waiters *sync.WaitGroup) error {
 	pulled := make([]bus.Inbound, 0, len(rows))
 	for i := range rows {
+		if f.holds(rows[i].ID) {
+			continue // handed again on a new stream while the service has it
+		}
 		pr, err := p.check(&rows[i])
 		if err != nil {
 			p.Log.Warn("leaf dropped an undeliverable row", "peer", p.Peer, "message_id", rows[i].ID, "reason", err.Error())
-			reject = append(reject, rows[i].ID)
+			f.rejected(rows[i].ID)
 			continue
 		}
 		pulled = append(pulled, pr)
 	}
 	if len(pulled) == 0 {
-		return nil, reject, nil
+		return nil
 	}
 	session := p.service()
 	n, err := p.Bus.AcceptBatch(session, pulled, p.audited(session))
 	if err != nil {
-		return nil, reject, err
+		f.restart()
+		return err
 	}
-	p.set("delivered %d rows to %s, waiting for their acks", n, session.SessionID)
-	for _, pr := range pulled[:n] {
-		if err := p.Bus.WaitAcked(ctx, session.SessionID, pr.ID); err != nil {
-			// Not acked to the hub: what the service has not acked comes again.
-			return ack, reject, err
+	if n < len(pulled) {
+		f.restart()
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = pulled[i].ID
+	}
+	f.hold(ids)
+	p.set("delivered %d rows to %s; %d wait for the service's ack", n, session.SessionID, f.working())
+	waiters.Add(1)
+	go func() {
+		defer waiters.Done()
+		for _, id := range ids {
+			// Not acked to the hub on an error: the row comes again on a new stream.
+			f.served(id, p.Bus.WaitAcked(ctx, session.SessionID, id))
 		}
-		ack = append(ack, pr.ID)
+	}()
+	return nil
+}
+
+// ackAside sends the acks the next pull did not carry within AckLinger on their own, while
+// that pull waits (Hub.AckPulled). A hub that refuses them (one that takes acks only with a
+// pull) clears on: the acks ride the next pull, which then waits at most AckWait.
+func (p *Puller) ackAside(ctx context.Context, f *inFlight, on *atomic.Bool) {
+	for {
+		select {
+		case <-f.ready:
+		case <-ctx.Done():
+			return
+		}
+		t := time.NewTimer(AckLinger)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		if !on.Load() {
+			continue
+		}
+		ack, reject := f.take()
+		if len(ack)+len(reject) == 0 {
+			continue // the pull took them
+		}
+		if err := p.Hub.AckPulled(ctx, p.Peer, ack, reject); err != nil {
+			f.giveBack(ack, reject)
+			if e := bus.AsError(err); e.Code == ledger.BadRequest {
+				p.Log.Info("leaf: hub takes acks only with a pull", "peer", p.Peer)
+				on.Store(false)
+				f.poke()
+			}
+			continue
+		}
+		f.settled(ack, reject)
+		p.delivered(len(ack))
+		p.set("acked %d, waiting for mail", len(ack))
 	}
-	if n > 0 {
-		p.set("%s acked %d rows, acking them to the hub", session.SessionID, n)
-	}
-	return ack, reject, nil
 }
 
 // runOne is the protocol's pull, one row at a time: long-poll the hub's inbox; put the row

@@ -22,16 +22,18 @@ import (
 // wait asked for, as a real hub's 30 s long-poll does (the test asks an hour).
 type longPollHub struct{ *fakeHub }
 
-func (h longPollHub) Pull(ctx context.Context, peer string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]inbox.Row, error) {
+func (h longPollHub) Pull(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]inbox.Row, error) {
 	h.mu.Lock()
 	h.polls++
-	for _, id := range ack {
-		h.ack(id)
+	h.settle(ack, reject)
+	if stream != h.stream {
+		h.stream, h.handed = stream, map[string]bool{}
 	}
 	var out []inbox.Row
 	for _, r := range h.rows {
-		if len(out) < max {
+		if len(out) < max && !h.handed[r.ID] {
 			out = append(out, *r)
+			h.handed[r.ID] = true
 		}
 	}
 	h.mu.Unlock()
@@ -46,11 +48,11 @@ func (h longPollHub) Pull(ctx context.Context, peer string, ack, reject []string
 	}
 }
 
-// TestPullerStatusFollowsTheHubsAck: once the service has acked a batch, doctor's pull line
-// says the hub acked it once the hub has answered the acks, which a pull carrying acks asks
-// within AckWait, not only when the next long-poll ends (up to 30 s later, still "waiting
-// for their acks"). Mutant tried: acks sent with the long-poll's wait: the line stays at the
-// service's ack, red.
+// TestPullerStatusFollowsTheHubsAck: once the service has acked a batch, the hub gets the
+// acks and doctor's pull line says so within AckLinger (they go on their own while the next
+// pull long-polls), not only when that long-poll ends (up to 30 s later). Mutants tried:
+// acks sent with the long-poll's wait (the earlier loop): the line stays at the service's
+// ack, red; ackAside never sending: red.
 func TestPullerStatusFollowsTheHubsAck(t *testing.T) {
 	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
 	if err != nil {
@@ -85,9 +87,9 @@ func TestPullerStatusFollowsTheHubsAck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Bounded: the hub answers acks within AckWait; a long-poll here lasts an hour.
+	// Bounded: the acks go within AckLinger; a long-poll here lasts an hour.
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(p.Status(), "acked 2, poll ok, mailbox empty") {
+	for st := p.Status(); !strings.Contains(st, "2 delivered") || !strings.Contains(st, "waiting for mail"); st = p.Status() {
 		if time.Now().After(deadline) {
 			hub.mu.Lock()
 			acks := len(hub.acks)
@@ -98,5 +100,80 @@ func TestPullerStatusFollowsTheHubsAck(t *testing.T) {
 	}
 	if !strings.Contains(p.Status(), "2 delivered") {
 		t.Errorf("status %q; want 2 delivered", p.Status())
+	}
+}
+
+// TestPullerPullsWhileTheServiceWorks: with a hub that knows streams, the leaf pulls the next
+// row while its service has not acked the last, so the service's next poll finds it at
+// once; the hub still gets no ack before the service's. Mutant tried: room() as without
+// streams (none while the service works): the second row is never pulled, red.
+func TestPullerPullsWhileTheServiceWorks(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	id, _ := ParsePrincipal("svc:bot")
+	log := slog.New(slog.DiscardHandler)
+	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
+		Leaf: id.Bus(), Claude: &claude.Scanner{Log: log}})
+	defer b.Close()
+	hub := &fakeHub{localAcked: map[string]bool{}}
+	row := func(text string) *inbox.Row {
+		return &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: text, To: "svc:bot"}
+	}
+	first := row("one")
+	hub.rows = append(hub.rows, first)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
+	m, err := b.Poll(ctx, reg, 10*time.Second)
+	if err != nil || m == nil || m.ID != first.ID {
+		t.Fatalf("first poll = %+v %v", m, err)
+	}
+	second := row("two")
+	hub.mu.Lock()
+	hub.rows = append(hub.rows, second)
+	hub.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		hub.mu.Lock()
+		handed := hub.handed[second.ID]
+		hub.mu.Unlock()
+		if handed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second row was not pulled while the service worked on the first")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	hub.mu.Lock()
+	early := append([]string(nil), hub.early...)
+	hub.mu.Unlock()
+	if len(early) != 0 {
+		t.Fatalf("hub acks before the service's: %v", early)
+	}
+	for _, want := range []*inbox.Row{first, second} {
+		hub.mu.Lock()
+		hub.localAcked[want.ID] = true
+		hub.mu.Unlock()
+		if err := b.Ack(context.Background(), reg, want.ID); err != nil {
+			t.Fatal(err)
+		}
+		if want == first {
+			if m, err := b.Poll(ctx, reg, 10*time.Second); err != nil || m == nil || m.ID != second.ID {
+				t.Fatalf("second poll = %+v %v", m, err)
+			}
+		}
+	}
+	for !strings.Contains(p.Status(), "2 delivered") {
+		if time.Now().After(deadline) {
+			t.Fatalf("status %q; want both delivered", p.Status())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -1,0 +1,138 @@
+package leaf
+
+import "sync"
+
+// inFlight is what a pull loop holds between its hub and its service: the rows handed to the
+// service and not yet acked to the hub, how many of them the service still works on, and
+// the acks and rejects ready for the hub. The pull loop, the waiters of the service's acks
+// and ackAside share it.
+type inFlight struct {
+	mu          sync.Mutex
+	held        map[string]bool // in the service's queue, or acked there, until the hub took the ack
+	work        int             // of held, those the service has not acked yet
+	ack, reject []string        // ready for the hub, not taken by a request
+	restream    bool            // a row must come again: the next pull starts a new stream
+	changed     chan struct{}   // the pull loop's: room or acks may have come
+	ready       chan struct{}   // ackAside's: acks or rejects came
+}
+
+func newInFlight() *inFlight {
+	return &inFlight{held: map[string]bool{}, changed: make(chan struct{}, 1), ready: make(chan struct{}, 1)}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// poke wakes the pull loop.
+func (f *inFlight) poke() { signal(f.changed) }
+
+// room is how many rows the next pull may ask for: what is left of batch beside the rows the
+// service works on; without streams (the hub would hand those out again) none until the
+// service has acked them all.
+func (f *inFlight) room(batch int, streams bool) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !streams && f.work > 0 {
+		return 0
+	}
+	return batch - f.work
+}
+
+func (f *inFlight) working() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.work
+}
+
+// holds reports whether id is in the service's hands already (handed again on a new stream).
+func (f *inFlight) holds(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held[id]
+}
+
+// hold records ids as queued for the service.
+func (f *inFlight) hold(ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		f.held[id] = true
+	}
+	f.work += len(ids)
+}
+
+// served records the service's ack of id (err nil: ready for the hub) or that waiting for it
+// failed: the row is let go, and comes again on a new stream.
+func (f *inFlight) served(id string, err error) {
+	f.mu.Lock()
+	f.work--
+	if err != nil {
+		delete(f.held, id)
+		f.restream = true
+	} else {
+		f.ack = append(f.ack, id)
+	}
+	f.mu.Unlock()
+	signal(f.changed)
+	if err == nil {
+		signal(f.ready)
+	}
+}
+
+// rejected makes id ready to be rejected on the hub.
+func (f *inFlight) rejected(id string) {
+	f.mu.Lock()
+	f.reject = append(f.reject, id)
+	f.mu.Unlock()
+	signal(f.ready)
+}
+
+// restart makes the next pull start a new stream.
+func (f *inFlight) restart() {
+	f.mu.Lock()
+	f.restream = true
+	f.mu.Unlock()
+}
+
+// restarted reports (once) whether the next pull must start a new stream.
+func (f *inFlight) restarted() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.restream
+	f.restream = false
+	return r
+}
+
+// take hands the ready acks and rejects to one request; it gives them back if it fails
+// (giveBack) or settles them (settled).
+func (f *inFlight) take() (ack, reject []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ack, reject = f.ack, f.reject
+	f.ack, f.reject = nil, nil
+	return ack, reject
+}
+
+func (f *inFlight) giveBack(ack, reject []string) {
+	if len(ack)+len(reject) == 0 {
+		return
+	}
+	f.mu.Lock()
+	f.ack = append(ack, f.ack...)
+	f.reject = append(reject, f.reject...)
+	f.mu.Unlock()
+	signal(f.ready)
+}
+
+// settled lets go of the rows the hub took the acks of.
+func (f *inFlight) settled(ack, reject []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ack {
+		delete(f.held, id)
+	}
+}
