@@ -37,12 +37,16 @@ const (
 	MaxInboxBatchBytes = 1 << 20 // stored bytes of the rows of one pull, past the first
 )
 
-// pulls remembers, per leaf, whether it acked a row since its last poll: such a poll is
-// progress, not a retry, and spends no rate token. Its size is the number of leaves that
-// ever pulled, each a configured peer.
+// pulls remembers, per leaf, whether it acked a row since its last poll, and the stream
+// whose last poll handed out rows: such a poll is progress, not a retry, and spends no rate
+// token. A leaf that pulls its next batch while its service works on the last carries no
+// ack then, but each row comes to it once per stream, so it cannot spin on free polls; one
+// that starts a new stream (every row handed out again) pays for that poll. Its size is the
+// number of leaves that ever pulled, each a configured peer.
 type pulls struct {
-	mu    sync.Mutex
-	acked map[string]bool
+	mu     sync.Mutex
+	acked  map[string]bool
+	handed map[string]string
 }
 
 func (p *pulls) ack(peer string) {
@@ -54,13 +58,28 @@ func (p *pulls) ack(peer string) {
 	p.mu.Unlock()
 }
 
-// poll reports whether peer acked since its last poll, and starts a new round.
-func (p *pulls) poll(peer string) bool {
+// poll reports whether peer acked since its last poll, or that poll on stream handed out
+// rows, and starts a new round.
+func (p *pulls) poll(peer, stream string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ok := p.acked[peer]
+	ok := p.acked[peer] || (stream != "" && p.handed[peer] == stream)
 	delete(p.acked, peer)
+	delete(p.handed, peer)
 	return ok
+}
+
+// handedOut records that peer's poll on stream handed out rows.
+func (p *pulls) handedOut(peer, stream string) {
+	if stream == "" {
+		return
+	}
+	p.mu.Lock()
+	if p.handed == nil {
+		p.handed = map[string]string{}
+	}
+	p.handed[peer] = stream
+	p.mu.Unlock()
 }
 
 func (s *Server) leafRoutes(mux *http.ServeMux) {
@@ -114,7 +133,7 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !s.pulls.poll(p.Name) && !s.idle(w, "inbox:", p.Name) {
+	if !s.pulls.poll(p.Name, "") && !s.idle(w, "inbox:", p.Name) {
 		return
 	}
 	wait, ok := waitParam(r.URL.Query().Get("wait"))
@@ -244,7 +263,7 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, ans)
 		return
 	}
-	if !s.pulls.poll(p.Name) && !s.idle(w, "inbox:", p.Name) {
+	if !s.pulls.poll(p.Name, req.Stream) && !s.idle(w, "inbox:", p.Name) {
 		return
 	}
 	maxBytes := MaxInboxBatchBytes
@@ -255,6 +274,9 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	if len(rows) > 0 {
+		s.pulls.handedOut(p.Name, req.Stream)
 	}
 	ans.Rows = make([]hub.Row, 0, len(rows))
 	for _, e := range rows {

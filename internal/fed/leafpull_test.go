@@ -36,8 +36,11 @@ func pullRaw(t *testing.T, c *http.Client, addr string, req map[string]any) (int
 // A batched pull hands out the oldest rows, bounded in count and bytes; the next pull acks
 // them and hands out the next ones; rows leave the mailbox only when acked. At the default
 // peer rate (60/min), 300 messages go through with no 429: the inbox path is bounded by the
-// mailbox, not by the send rate. Mutant tried: every inbox request spending the bucket
-// again (fed/leaf.go idle always called): 429 at the 61st request, red.
+// mailbox, not by the send rate; so does a leaf pulling on one stream with no acks (its
+// service still working), while one spinning new streams pays. Mutants tried: every inbox
+// request spending the bucket again (fed/leaf.go idle always called): 429 at the 61st
+// request, red; a poll free after rows on any stream: the spin is never refused, red; a
+// poll free only after an ack: 429 at the 56th pull on one stream, red.
 func TestLeafPullBatch(t *testing.T) {
 	hub, l1 := newNode(t, "hub"), newNode(t, "l1")
 	hub.start("{" + peerEntry("l1", "192.0.2.201:1", l1.cert.Pin, `, "leaf": true, "allow": ["send", "reply"]`) + "}")
@@ -143,6 +146,39 @@ func TestLeafPullBatch(t *testing.T) {
 		status, ans, out := pullRaw(t, c, hub.addr(), step.req)
 		if status != 200 || ans.Acked != step.acked || rowIDs(ans) != strings.Join(step.rows, ",") {
 			t.Fatalf("%v: %d %v; want acked %d, rows %v", step.req, status, out, step.acked, step.rows)
+		}
+	}
+
+	// A leaf pulling while its service works (no ack on the pull) is free as long as each
+	// poll on its stream hands out rows: 150 rows one per pull at 60/min, no 429. Then every
+	// row is handed out again on each new stream: those polls pay, and run out.
+	var more []string
+	for i := range 150 {
+		d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: fmt.Sprintf("p%d", i), Bytes: 4, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		more = append(more, d.MessageID)
+	}
+	s3 := uuid.NewString()
+	for i := range more {
+		status, ans, out := pullRaw(t, c, hub.addr(), map[string]any{"max": 1, "stream": s3})
+		if status != 200 || len(ans.Rows) != 1 || ans.Rows[0].ID != more[i] {
+			t.Fatalf("pull %d on one stream, no acks: %d %v", i, status, out)
+		}
+	}
+	spun := 0
+	for range 70 {
+		if status, _, _ := pullRaw(t, c, hub.addr(), map[string]any{"max": 1, "stream": uuid.NewString()}); status == 429 {
+			spun++
+		}
+	}
+	if spun == 0 {
+		t.Error("70 polls each on a new stream at 60/min: none refused")
+	}
+	for i := 0; i < len(more); i += 100 {
+		if status, ans, out := pullRaw(t, c, hub.addr(), map[string]any{"ack": more[i:min(i+100, len(more))], "max": 0}); status != 200 || ans.Acked != min(100, len(more)-i) {
+			t.Fatalf("acks: %d %v", status, out)
 		}
 	}
 
