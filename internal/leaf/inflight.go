@@ -31,12 +31,15 @@ func signal(c chan struct{}) {
 func (f *inFlight) poke() { signal(f.changed) }
 
 // room is how many rows the next pull may ask for: what is left of batch beside the rows the
-// service works on; without streams (the hub would hand those out again) none until the
-// service has acked them all.
+// service works on, once that is at most a quarter of batch (0 before: a leaf whose service
+// is behind would otherwise pull a row or two per ack, a request and a commit each, where a
+// pull when a quarter is left keeps the service fed as well: a pull's round trip is shorter
+// than a dozen rows' work); without streams (the hub would hand those out again) none until
+// the service has acked them all.
 func (f *inFlight) room(batch int, streams bool) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !streams && f.work > 0 {
+	if (!streams && f.work > 0) || f.work > batch/4 {
 		return 0
 	}
 	return batch - f.work
