@@ -131,8 +131,8 @@ func (f *inFlight) giveBack(ack, reject []string) {
 	signal(f.ready)
 }
 
-// settled lets go of the rows the hub took the acks of.
-func (f *inFlight) settled(ack, reject []string) {
+// settled lets go of the rows the hub took the acks of (rejected rows were never held).
+func (f *inFlight) settled(ack []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, id := range ack {

@@ -248,7 +248,7 @@ func (p *Puller) Run(ctx context.Context) {
 			continue
 		}
 		b.reset()
-		f.settled(ack, reject)
+		f.settled(ack)
 		acked := ""
 		if len(ack) > 0 {
 			p.delivered(len(ack))
@@ -349,7 +349,7 @@ func (p *Puller) ackAside(ctx context.Context, f *inFlight, on *atomic.Bool) {
 			}
 			continue
 		}
-		f.settled(ack, reject)
+		f.settled(ack)
 		p.delivered(len(ack))
 		p.set("acked %d, waiting for mail", len(ack))
 	}

@@ -3,6 +3,7 @@ package leaf
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -173,6 +174,70 @@ func TestPullerPullsWhileTheServiceWorks(t *testing.T) {
 	for !strings.Contains(p.Status(), "2 delivered") {
 		if time.Now().After(deadline) {
 			t.Fatalf("status %q; want both delivered", p.Status())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPullerRowsThatDidNotFitComeAgain: rows of a batch the service's queue could not take
+// (its share for the hub is full) are neither held nor acked: the leaf starts a new stream, the
+// hub hands them out again once the service made room, and each row reaches the service once.
+// Mutant tried: no new stream after a batch that did not fit: rows three and four are never
+// handed out again, red.
+func TestPullerRowsThatDidNotFitComeAgain(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	id, _ := ParsePrincipal("svc:bot")
+	log := slog.New(slog.DiscardHandler)
+	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
+		Leaf: id.Bus(), Claude: &claude.Scanner{Log: log}, Bounds: bus.Bounds{QueueShare: 2}})
+	defer b.Close()
+	hub := &fakeHub{localAcked: map[string]bool{}}
+	var want []string
+	for i := range 4 {
+		r := &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: fmt.Sprint("m", i), To: "svc:bot"}
+		hub.rows = append(hub.rows, r)
+		want = append(want, r.ID)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, Batch: 4}
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
+	var got []string
+	for range want {
+		m, err := b.Poll(ctx, reg, 10*time.Second)
+		if err != nil || m == nil {
+			t.Fatalf("poll after %v = %+v %v", got, m, err)
+		}
+		got = append(got, m.ID)
+		hub.mu.Lock()
+		hub.localAcked[m.ID] = true
+		hub.mu.Unlock()
+		if err := b.Ack(context.Background(), reg, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("service got %v, want each row once, in order: %v", got, want)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		hub.mu.Lock()
+		acks, early := len(hub.acks), len(hub.early)
+		hub.mu.Unlock()
+		if early != 0 {
+			t.Fatalf("%d hub acks before the service's", early)
+		}
+		if acks == len(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hub has %d acks, want %d", acks, len(want))
 		}
 		time.Sleep(time.Millisecond)
 	}
