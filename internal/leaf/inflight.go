@@ -1,11 +1,14 @@
 package leaf
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // inFlight is what a pull loop holds between its hub and its service: the rows handed to the
 // service and not yet acked to the hub, how many of them the service still works on, and
 // the acks and rejects ready for the hub. The pull loop, the waiters of the service's acks
-// and ackAside share it.
+// and the aside timer share it.
 type inFlight struct {
 	mu          sync.Mutex
 	held        map[string]bool // in the service's queue, or acked there, until the hub took the ack
@@ -13,11 +16,54 @@ type inFlight struct {
 	ack, reject []string        // ready for the hub, not taken by a request
 	restream    bool            // a row must come again: the next pull starts a new stream
 	changed     chan struct{}   // the pull loop's: room or acks may have come
-	ready       chan struct{}   // ackAside's: acks or rejects came
+	// The aside timer runs aside (when set) once acks have waited its delay for a request to
+	// take them. It is armed when the first ack comes and stopped when a pull takes them, so
+	// under load, where the next pull comes first, it costs no wake-up.
+	aside      func()
+	asideDelay time.Duration
+	timer      *time.Timer
+	timers     sync.WaitGroup // aside calls running or armed
+	closed     bool
 }
 
 func newInFlight() *inFlight {
-	return &inFlight{held: map[string]bool{}, changed: make(chan struct{}, 1), ready: make(chan struct{}, 1)}
+	return &inFlight{held: map[string]bool{}, changed: make(chan struct{}, 1)}
+}
+
+// armAside arms the aside timer if acks wait and none is armed. Call with f.mu held.
+func (f *inFlight) armAside() {
+	if f.aside == nil || f.closed || f.timer != nil || len(f.ack)+len(f.reject) == 0 {
+		return
+	}
+	f.timers.Add(1)
+	var t *time.Timer
+	t = time.AfterFunc(f.asideDelay, func() {
+		defer f.timers.Done()
+		f.mu.Lock()
+		if f.timer == t {
+			f.timer = nil
+		}
+		f.mu.Unlock()
+		f.aside()
+	})
+	f.timer = t
+}
+
+// stopAside stops an armed timer (its acks were taken). Call with f.mu held.
+func (f *inFlight) stopAside() {
+	if f.timer != nil && f.timer.Stop() {
+		f.timers.Done()
+	}
+	f.timer = nil
+}
+
+// close stops the aside timer for good and waits for a call of it in progress.
+func (f *inFlight) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.stopAside()
+	f.mu.Unlock()
+	f.timers.Wait()
 }
 
 func signal(c chan struct{}) {
@@ -78,20 +124,18 @@ func (f *inFlight) served(id string, err error) {
 		f.restream = true
 	} else {
 		f.ack = append(f.ack, id)
+		f.armAside()
 	}
 	f.mu.Unlock()
 	signal(f.changed)
-	if err == nil {
-		signal(f.ready)
-	}
 }
 
 // rejected makes id ready to be rejected on the hub.
 func (f *inFlight) rejected(id string) {
 	f.mu.Lock()
 	f.reject = append(f.reject, id)
+	f.armAside()
 	f.mu.Unlock()
-	signal(f.ready)
 }
 
 // restart makes the next pull start a new stream.
@@ -117,9 +161,12 @@ func (f *inFlight) take() (ack, reject []string) {
 	defer f.mu.Unlock()
 	ack, reject = f.ack, f.reject
 	f.ack, f.reject = nil, nil
+	f.stopAside()
 	return ack, reject
 }
 
+// giveBack returns acks a request failed to deliver: they ride the next pull, which backs
+// off as the hub's failures say (no aside timer for them: it would retry without backoff).
 func (f *inFlight) giveBack(ack, reject []string) {
 	if len(ack)+len(reject) == 0 {
 		return
@@ -128,7 +175,7 @@ func (f *inFlight) giveBack(ack, reject []string) {
 	f.ack = append(ack, f.ack...)
 	f.reject = append(reject, f.reject...)
 	f.mu.Unlock()
-	signal(f.ready)
+	signal(f.changed)
 }
 
 // settled lets go of the rows the hub took the acks of (rejected rows were never held).

@@ -54,10 +54,11 @@ const (
 	// delivers those rows to the service again, from the leaf's queue.
 	AckRide = time.Second
 	// AckLinger is how long the service's acks wait for the next pull to carry them before
-	// they are sent on their own (Hub.AckPulled): under load the next pull comes well within
-	// it, so a message costs the hub one request; when the mail stops, the hub still learns
-	// of the last acks (and marks those messages delivered) within it.
-	AckLinger = 50 * time.Millisecond
+	// they are sent on their own (Hub.AckPulled): when each leaf gets a message every few
+	// tens of milliseconds (a hub with many leaves) the next pull mostly comes within it, so
+	// a message costs the hub one request; when the mail stops, the hub still learns of the
+	// last acks (and marks those messages delivered) within it.
+	AckLinger = 200 * time.Millisecond
 )
 
 // Bus is what a pull loop asks of the leaf's bus: recording pulled rows into its service's
@@ -79,11 +80,12 @@ type Puller struct {
 	Events  *ledger.Stream
 	MaxBody int
 	Log     *slog.Logger
-	// Wait overrides PollWait (tests); MinBackoff/MaxBackoff, Batch and BatchBytes likewise
+	// Wait overrides PollWait (tests); MinBackoff/MaxBackoff, Batch, BatchBytes and AckLinger likewise
 	// when non-zero. Batch 1 pulls one row at a time with the protocol's own routes.
 	Wait                   time.Duration
 	MinBackoff, MaxBackoff time.Duration
 	Batch, BatchBytes      int
+	AckLinger              time.Duration
 
 	mu     sync.Mutex
 	pulled int
@@ -183,10 +185,8 @@ func (p *Puller) Run(ctx context.Context) {
 	defer waiters.Wait()
 	var aside atomic.Bool
 	aside.Store(true)
-	asideCtx, stopAside := context.WithCancel(ctx)
-	waiters.Add(1)
-	go func() { defer waiters.Done(); p.ackAside(asideCtx, f, &aside) }()
-	defer stopAside()
+	f.aside, f.asideDelay = func() { p.ackAside(ctx, f, &aside) }, limits.Or(p.AckLinger, AckLinger)
+	defer f.close()
 	stream, streams := uuid.NewString(), true
 	for ctx.Err() == nil {
 		room := f.room(batch, streams)
@@ -220,7 +220,7 @@ func (p *Puller) Run(ctx context.Context) {
 			if e.Code == ledger.NotFound && strings.Contains(e.Detail, "no route") {
 				// A hub without the batched route: the protocol's own, one row at a time.
 				p.Log.Info("leaf: hub has no batched inbox; pulling one row at a time", "peer", p.Peer)
-				stopAside()
+				f.close()
 				// Its protocol has no reject: a row rejected is acked, so it cannot block.
 				ack, reject = f.take()
 				for _, id := range append(ack, reject...) {
@@ -316,43 +316,28 @@ func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, wai
 	return nil
 }
 
-// ackAside sends the acks the next pull did not carry within AckLinger on their own, while
-// that pull waits (Hub.AckPulled). A hub that refuses them (one that takes acks only with a
-// pull) clears on: the acks ride the next pull, which then waits at most AckWait.
+// ackAside sends the acks no pull took within AckLinger on their own, while the pull waits
+// (Hub.AckPulled). A hub that refuses them (one that takes acks only with a pull) turns on
+// off: the acks ride the next pull, which then waits at most AckWait.
 func (p *Puller) ackAside(ctx context.Context, f *inFlight, on *atomic.Bool) {
-	for {
-		select {
-		case <-f.ready:
-		case <-ctx.Done():
-			return
-		}
-		t := time.NewTimer(AckLinger)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return
-		}
-		if !on.Load() {
-			continue
-		}
-		ack, reject := f.take()
-		if len(ack)+len(reject) == 0 {
-			continue // the pull took them
-		}
-		if err := p.Hub.AckPulled(ctx, p.Peer, ack, reject); err != nil {
-			f.giveBack(ack, reject)
-			if e := bus.AsError(err); e.Code == ledger.BadRequest {
-				p.Log.Info("leaf: hub takes acks only with a pull", "peer", p.Peer)
-				on.Store(false)
-				f.poke()
-			}
-			continue
-		}
-		f.settled(ack)
-		p.delivered(len(ack))
-		p.set("acked %d, waiting for mail", len(ack))
+	if !on.Load() || ctx.Err() != nil {
+		return
 	}
+	ack, reject := f.take()
+	if len(ack)+len(reject) == 0 {
+		return
+	}
+	if err := p.Hub.AckPulled(ctx, p.Peer, ack, reject); err != nil {
+		if e := bus.AsError(err); e.Code == ledger.BadRequest {
+			p.Log.Info("leaf: hub takes acks only with a pull", "peer", p.Peer)
+			on.Store(false)
+		}
+		f.giveBack(ack, reject)
+		return
+	}
+	f.settled(ack)
+	p.delivered(len(ack))
+	p.set("acked %d, waiting for mail", len(ack))
 }
 
 // runOne is the protocol's pull, one row at a time: long-poll the hub's inbox; put the row
