@@ -80,12 +80,15 @@ func (f *inFlight) poke() { signal(f.changed) }
 // service works on, once that is at most a quarter of batch (0 before: a leaf whose service
 // is behind would otherwise pull a row or two per ack, a request and a commit each, where a
 // pull when a quarter is left keeps the service fed as well: a pull's round trip is shorter
-// than a dozen rows' work); without streams (the hub would hand those out again) none until
-// the service has acked them all.
-func (f *inFlight) room(batch int, streams bool) int {
+// than a dozen rows' work). In lockstep, none until the service has acked them all: without
+// streams the hub would hand those rows out again, and when the last pull emptied the
+// mailbox, pulling again at once would fetch each row of a trickle alone (a request and a
+// commit per row), where rows that come while the service works wait for the next pull
+// together.
+func (f *inFlight) room(batch int, lockstep bool) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if (!streams && f.work > 0) || f.work > batch/4 {
+	if (lockstep && f.work > 0) || f.work > batch/4 {
 		return 0
 	}
 	return batch - f.work

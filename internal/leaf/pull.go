@@ -162,10 +162,12 @@ func (b *backoff) wait(ctx context.Context) bool {
 
 // Run pulls until ctx ends. Each round trip acks what the service acked since the last one
 // and pulls the next batch (POST /fed/v2/inbox) on the loop's stream, so the hub hands out
-// only rows the leaf does not hold: the leaf pulls again as soon as a batch is in the
-// service's queue, while the service works on it, up to Batch rows in the service's hands.
-// A row is acked to the hub only once the service acked it and its commit is done; acks
-// the next pull does not carry within AckLinger go on their own (ackAside). A hub that does
+// only rows the leaf does not hold. While the leaf is behind (the last pull filled all the
+// room it asked for), it pulls the next batch while the service still works on the last, up
+// to Batch rows in the service's hands; once a pull emptied the mailbox, the next waits until
+// the service acked what it has, so that a trickle's rows meanwhile come together (see
+// inFlight.room). A row is acked to the hub only once the service acked it and its commit is
+// done; acks no pull carries within AckLinger go on their own (ackAside). A hub that does
 // not know streams is pulled only once the service acked all it was handed (it would hand
 // those rows out again); one that does not know the batched route, one row at a time
 // (runOne). Every failure of the hub (unreachable, restarting, rate limit) is retried with
@@ -188,8 +190,11 @@ func (p *Puller) Run(ctx context.Context) {
 	f.aside, f.asideDelay = func() { p.ackAside(ctx, f, &aside) }, limits.Or(p.AckLinger, AckLinger)
 	defer f.close()
 	stream, streams := uuid.NewString(), true
+	// behind: the last pull filled all the room it asked for, so more rows are likely
+	// waiting on the hub: the next pull goes while the service works (see inFlight.room).
+	behind := false
 	for ctx.Err() == nil {
-		room := f.room(batch, streams)
+		room := f.room(batch, !streams || !behind)
 		if room <= 0 {
 			select {
 			case <-f.changed:
@@ -248,6 +253,7 @@ func (p *Puller) Run(ctx context.Context) {
 			continue
 		}
 		b.reset()
+		behind = len(rows) >= room
 		f.settled(ack)
 		acked := ""
 		if len(ack) > 0 {

@@ -104,10 +104,11 @@ func TestPullerStatusFollowsTheHubsAck(t *testing.T) {
 	}
 }
 
-// TestPullerPullsWhileTheServiceWorks: with a hub that knows streams, the leaf pulls the next
-// row while its service has not acked the last, so the service's next poll finds it at
-// once; the hub still gets no ack before the service's. Mutant tried: room() as without
-// streams (none while the service works): the second row is never pulled, red.
+// TestPullerPullsWhileTheServiceWorks: with a hub that knows streams, a leaf that is behind
+// (its last pull filled all the room it asked for) pulls the next rows while its service has
+// not acked the last, so the service's next poll finds them at once; the hub still gets no
+// ack before the service's. Mutant tried: room() in lockstep always (none while the service
+// works): the fifth row is never pulled, red.
 func TestPullerPullsWhileTheServiceWorks(t *testing.T) {
 	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
 	if err != nil {
@@ -120,35 +121,55 @@ func TestPullerPullsWhileTheServiceWorks(t *testing.T) {
 		Leaf: id.Bus(), Claude: &claude.Scanner{Log: log}})
 	defer b.Close()
 	hub := &fakeHub{localAcked: map[string]bool{}}
-	row := func(text string) *inbox.Row {
-		return &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: text, To: "svc:bot"}
+	row := func(i int) *inbox.Row {
+		return &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: fmt.Sprint("m", i), To: "svc:bot"}
 	}
-	first := row("one")
-	hub.rows = append(hub.rows, first)
+	var rows []*inbox.Row
+	for i := range 4 {
+		rows = append(rows, row(i))
+	}
+	hub.rows = append(hub.rows, rows...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
+	// Batch 4: the first pull fills it; the next may go once one row is left with the service.
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, Batch: 4}
 	go func() { p.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
-	m, err := b.Poll(ctx, reg, 10*time.Second)
-	if err != nil || m == nil || m.ID != first.ID {
-		t.Fatalf("first poll = %+v %v", m, err)
+	ack := func(m *bus.Queued) {
+		t.Helper()
+		hub.mu.Lock()
+		hub.localAcked[m.ID] = true
+		hub.mu.Unlock()
+		if err := b.Ack(context.Background(), reg, m.ID); err != nil {
+			t.Fatal(err)
+		}
 	}
-	second := row("two")
+	var last *bus.Queued
+	for i := range 4 {
+		m, err := b.Poll(ctx, reg, 10*time.Second)
+		if err != nil || m == nil || m.ID != rows[i].ID {
+			t.Fatalf("poll %d = %+v %v", i, m, err)
+		}
+		if i < 3 {
+			ack(m)
+		}
+		last = m
+	}
+	fifth := row(4)
 	hub.mu.Lock()
-	hub.rows = append(hub.rows, second)
+	hub.rows = append(hub.rows, fifth)
 	hub.mu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		hub.mu.Lock()
-		handed := hub.handed[second.ID]
+		handed := hub.handed[fifth.ID]
 		hub.mu.Unlock()
 		if handed {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the second row was not pulled while the service worked on the first")
+			t.Fatal("the fifth row was not pulled while the service worked on the fourth")
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -158,22 +179,15 @@ func TestPullerPullsWhileTheServiceWorks(t *testing.T) {
 	if len(early) != 0 {
 		t.Fatalf("hub acks before the service's: %v", early)
 	}
-	for _, want := range []*inbox.Row{first, second} {
-		hub.mu.Lock()
-		hub.localAcked[want.ID] = true
-		hub.mu.Unlock()
-		if err := b.Ack(context.Background(), reg, want.ID); err != nil {
-			t.Fatal(err)
-		}
-		if want == first {
-			if m, err := b.Poll(ctx, reg, 10*time.Second); err != nil || m == nil || m.ID != second.ID {
-				t.Fatalf("second poll = %+v %v", m, err)
-			}
-		}
+	ack(last)
+	if m, err := b.Poll(ctx, reg, 10*time.Second); err != nil || m == nil || m.ID != fifth.ID {
+		t.Fatalf("fifth poll = %+v %v", m, err)
+	} else {
+		ack(m)
 	}
-	for !strings.Contains(p.Status(), "2 delivered") {
+	for !strings.Contains(p.Status(), "5 delivered") {
 		if time.Now().After(deadline) {
-			t.Fatalf("status %q; want both delivered", p.Status())
+			t.Fatalf("status %q; want all delivered", p.Status())
 		}
 		time.Sleep(time.Millisecond)
 	}
