@@ -183,16 +183,8 @@ func TestPullerAcksTheHubAfterTheLocalAckAndRetries(t *testing.T) {
 }
 
 func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull, noStreams bool) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	id, _ := ParsePrincipal("svc:bot")
 	log := slog.New(slog.DiscardHandler)
-	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
-		Leaf: id.Bus(), Claude: &claude.Scanner{Log: log}})
-	defer b.Close()
+	b := leafBus(t, bus.Bounds{})
 	principal, _ := json.Marshal(map[string]string{"kind": "session", "harness": "claude", "session_id": "s1", "name": "alice"})
 	hub := &fakeHub{failPolls: 3, failAcks: 3, localAcked: map[string]bool{}, noPull: noPull, noStreams: noStreams}
 	for _, text := range []string{"one", "two", "three"} {
@@ -266,15 +258,7 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull, noStreams bool) {
 // line a minute at the longest delay, not one per retry. Mutant tried: retryWarn logging
 // every retry: about 200 lines, red.
 func TestPullerRetryLogIsRateLimited(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	id, _ := ParsePrincipal("svc:bot")
-	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{},
-		Log: slog.New(slog.DiscardHandler), Leaf: id.Bus(), Claude: &claude.Scanner{Log: slog.New(slog.DiscardHandler)}})
-	defer b.Close()
+	b := leafBus(t, bus.Bounds{})
 	hub := &fakeHub{failPolls: 1 << 30, localAcked: map[string]bool{}}
 	var logs strings.Builder
 	var mu sync.Mutex
@@ -301,6 +285,31 @@ func TestPullerRetryLogIsRateLimited(t *testing.T) {
 	if lines < 2 || lines > 5 {
 		t.Errorf("%d lines for %d failed pulls, want the growing retries and one at the longest delay:\n%s", lines, hub.polls, logs.String())
 	}
+}
+
+// leafBus is a leaf's bus serving svc:bot, on a store of its own, closed with the test.
+func leafBus(t *testing.T, bounds bus.Bounds) *bus.Bus {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	id, _ := ParsePrincipal("svc:bot")
+	log := slog.New(slog.DiscardHandler)
+	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
+		Leaf: id.Bus(), Claude: &claude.Scanner{Log: log}, Bounds: bounds})
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// run runs p until the test ends, and returns the context it runs in.
+func run(t *testing.T, p *Puller) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ctx
 }
 
 type writerFunc func([]byte) (int, error)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,10 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/bus"
-	"github.com/xmsg/xmsg/internal/claude"
 	inbox "github.com/xmsg/xmsg/internal/hub"
-	"github.com/xmsg/xmsg/internal/peercred"
-	"github.com/xmsg/xmsg/internal/store"
 )
 
 // longPollHub is a hub whose batched pull, when it has nothing to hand out, waits the whole
@@ -55,26 +51,15 @@ func (h longPollHub) Pull(ctx context.Context, peer, stream string, ack, reject 
 // acks sent with the long-poll's wait (the earlier loop): the line stays at the service's
 // ack, red; ackAside never sending: red.
 func TestPullerStatusFollowsTheHubsAck(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	id, _ := ParsePrincipal("svc:bot")
 	log := slog.New(slog.DiscardHandler)
-	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
-		Leaf: id.Bus(), Claude: &claude.Scanner{Log: log}})
-	defer b.Close()
+	b := leafBus(t, bus.Bounds{})
 	principal, _ := json.Marshal(map[string]string{"kind": "service", "name": "alice"})
 	hub := longPollHub{&fakeHub{localAcked: map[string]bool{}}}
 	for _, text := range []string{"one", "two"} {
 		hub.rows = append(hub.rows, &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: text, To: "svc:bot", Principal: principal})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
 	p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, Wait: time.Hour}
-	go func() { p.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	ctx := run(t, p)
 	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
 	for range 2 {
 		m, err := b.Poll(ctx, reg, 10*time.Second)
@@ -110,16 +95,8 @@ func TestPullerStatusFollowsTheHubsAck(t *testing.T) {
 // ack before the service's. Mutant tried: room() in lockstep always (none while the service
 // works): the fifth row is never pulled, red.
 func TestPullerPullsWhileTheServiceWorks(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	id, _ := ParsePrincipal("svc:bot")
 	log := slog.New(slog.DiscardHandler)
-	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
-		Leaf: id.Bus(), Claude: &claude.Scanner{Log: log}})
-	defer b.Close()
+	b := leafBus(t, bus.Bounds{})
 	hub := &fakeHub{localAcked: map[string]bool{}}
 	row := func(i int) *inbox.Row {
 		return &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: fmt.Sprint("m", i), To: "svc:bot"}
@@ -129,12 +106,9 @@ func TestPullerPullsWhileTheServiceWorks(t *testing.T) {
 		rows = append(rows, row(i))
 	}
 	hub.rows = append(hub.rows, rows...)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
 	// Batch 4: the first pull fills it; the next may go once one row is left with the service.
 	p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, Batch: 4}
-	go func() { p.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	ctx := run(t, p)
 	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
 	ack := func(m *bus.Queued) {
 		t.Helper()
@@ -199,16 +173,8 @@ func TestPullerPullsWhileTheServiceWorks(t *testing.T) {
 // Mutant tried: no new stream after a batch that did not fit: rows three and four are never
 // handed out again, red.
 func TestPullerRowsThatDidNotFitComeAgain(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	id, _ := ParsePrincipal("svc:bot")
 	log := slog.New(slog.DiscardHandler)
-	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
-		Leaf: id.Bus(), Claude: &claude.Scanner{Log: log}, Bounds: bus.Bounds{QueueShare: 2}})
-	defer b.Close()
+	b := leafBus(t, bus.Bounds{QueueShare: 2})
 	hub := &fakeHub{localAcked: map[string]bool{}}
 	var want []string
 	for i := range 4 {
@@ -216,11 +182,8 @@ func TestPullerRowsThatDidNotFitComeAgain(t *testing.T) {
 		hub.rows = append(hub.rows, r)
 		want = append(want, r.ID)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
 	p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, Batch: 4}
-	go func() { p.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	ctx := run(t, p)
 	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
 	var got []string
 	for range want {
