@@ -119,7 +119,9 @@ func (f *inFlight) hold(ids []string) {
 
 // served records the service's ack of id (err nil: ready for the hub) or that waiting for it
 // failed: the row is let go, and comes again on a new stream.
-func (f *inFlight) served(id string, err error) {
+// The pull loop itself, waiting in lockstep, takes the acks next (inline): no timer for them,
+// and no signal to itself.
+func (f *inFlight) served(id string, err error, inline bool) {
 	f.mu.Lock()
 	f.work--
 	if err != nil {
@@ -127,10 +129,14 @@ func (f *inFlight) served(id string, err error) {
 		f.restream = true
 	} else {
 		f.ack = append(f.ack, id)
-		f.armAside()
+		if !inline {
+			f.armAside()
+		}
 	}
 	f.mu.Unlock()
-	signal(f.changed)
+	if !inline {
+		signal(f.changed)
+	}
 }
 
 // rejected makes id ready to be rejected on the hub.

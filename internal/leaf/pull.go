@@ -264,7 +264,13 @@ func (p *Puller) Run(ctx context.Context) {
 			p.set("%spoll ok, mailbox empty", acked)
 			continue
 		}
-		if err := p.takeBatch(ctx, f, rows, &waiters); err != nil {
+		// Behind, the service's acks are waited for beside the next pull; in lockstep the
+		// loop waits for them itself (one wake-up per ack, not a waiter's and the loop's).
+		var waitAside *sync.WaitGroup
+		if streams && behind {
+			waitAside = &waiters
+		}
+		if err := p.takeBatch(ctx, f, rows, waitAside); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -275,10 +281,10 @@ func (p *Puller) Run(ctx context.Context) {
 }
 
 // takeBatch puts the rows f does not hold yet into the service's queue (one commit) and
-// hands each one's ack to f once the service acked it (a waiter on waiters). A row that can
-// never be delivered is logged and rejected on the hub, which then reads it not_found. Rows
-// that did not fit the queue are neither held nor settled: f starts a new stream so that
-// the hub hands them out again.
+// hands each one's ack to f once the service acked it: waited for by a waiter on waiters,
+// or, when waiters is nil, before it returns. A row that can never be delivered is logged
+// and rejected on the hub, which then reads it not_found. Rows that did not fit the queue
+// are neither held nor settled: f starts a new stream so that the hub hands them out again.
 func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, waiters *sync.WaitGroup) error {
 	pulled := make([]bus.Inbound, 0, len(rows))
 	for i := range rows {
@@ -311,13 +317,20 @@ func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, wai
 	}
 	f.hold(ids)
 	p.set("delivered %d rows to %s; %d wait for the service's ack", n, session.SessionID, f.working())
+	wait := func(inline bool) {
+		for _, id := range ids {
+			// Not acked to the hub on an error: the row comes again on a new stream.
+			f.served(id, p.Bus.WaitAcked(ctx, session.SessionID, id), inline)
+		}
+	}
+	if waiters == nil {
+		wait(true)
+		return nil
+	}
 	waiters.Add(1)
 	go func() {
 		defer waiters.Done()
-		for _, id := range ids {
-			// Not acked to the hub on an error: the row comes again on a new stream.
-			f.served(id, p.Bus.WaitAcked(ctx, session.SessionID, id))
-		}
+		wait(false)
 	}()
 	return nil
 }

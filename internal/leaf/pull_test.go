@@ -123,6 +123,12 @@ func (h *fakeHub) Pull(ctx context.Context, peer, stream string, ack, reject []s
 	}
 }
 
+func (h *fakeHub) acked() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.acks)
+}
+
 func (h *fakeHub) settle(ack, reject []string) {
 	for _, id := range ack {
 		h.ack(id)

@@ -17,7 +17,10 @@ import (
 
 // longPollHub is a hub whose batched pull, when it has nothing to hand out, waits the whole
 // wait asked for, as a real hub's 30 s long-poll does (the test asks an hour).
-type longPollHub struct{ *fakeHub }
+type longPollHub struct {
+	*fakeHub
+	forever bool // a pull that gets no rows waits until its context ends, whatever its wait
+}
 
 func (h longPollHub) Pull(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]inbox.Row, error) {
 	h.mu.Lock()
@@ -37,8 +40,12 @@ func (h longPollHub) Pull(ctx context.Context, peer, stream string, ack, reject 
 	if len(out) > 0 {
 		return out, nil
 	}
+	var after <-chan time.Time
+	if !h.forever {
+		after = time.After(wait)
+	}
 	select {
-	case <-time.After(wait):
+	case <-after:
 		return nil, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -46,15 +53,14 @@ func (h longPollHub) Pull(ctx context.Context, peer, stream string, ack, reject 
 }
 
 // TestPullerStatusFollowsTheHubsAck: once the service has acked a batch, the hub gets the
-// acks and doctor's pull line says so within AckLinger (they go on their own while the next
-// pull long-polls), not only when that long-poll ends (up to 30 s later). Mutants tried:
-// acks sent with the long-poll's wait (the earlier loop): the line stays at the service's
-// ack, red; ackAside never sending: red.
+// acks and doctor's pull line says so within AckWait (the pull that carries them waits no
+// longer), not only when a long-poll ends (up to 30 s later). Mutant tried: acks sent with
+// the long-poll's wait (an earlier loop): the line stays at the service's ack, red.
 func TestPullerStatusFollowsTheHubsAck(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	b := leafBus(t, bus.Bounds{})
 	principal, _ := json.Marshal(map[string]string{"kind": "service", "name": "alice"})
-	hub := longPollHub{&fakeHub{localAcked: map[string]bool{}}}
+	hub := longPollHub{fakeHub: &fakeHub{localAcked: map[string]bool{}}}
 	for _, text := range []string{"one", "two"} {
 		hub.rows = append(hub.rows, &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: text, To: "svc:bot", Principal: principal})
 	}
@@ -73,9 +79,9 @@ func TestPullerStatusFollowsTheHubsAck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Bounded: the acks go within AckLinger; a long-poll here lasts an hour.
+	// Bounded: the pull carrying the acks waits at most AckWait; a long-poll here lasts an hour.
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(p.Status(), "2 delivered") {
+	for st := p.Status(); !strings.Contains(st, "2 delivered") || !strings.Contains(st, "acked 2"); st = p.Status() {
 		if time.Now().After(deadline) {
 			hub.mu.Lock()
 			acks := len(hub.acks)
@@ -83,9 +89,6 @@ func TestPullerStatusFollowsTheHubsAck(t *testing.T) {
 			t.Fatalf("doctor's pull line after the service's acks (hub holds %d acks): %q; want the hub's ack of both", acks, p.Status())
 		}
 		time.Sleep(time.Millisecond)
-	}
-	if !strings.Contains(p.Status(), "acked") {
-		t.Errorf("status %q; want the hub's ack said", p.Status())
 	}
 }
 
@@ -164,6 +167,56 @@ func TestPullerPullsWhileTheServiceWorks(t *testing.T) {
 			t.Fatalf("status %q; want all delivered", p.Status())
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPullerAcksAside: a leaf that pulled ahead (its pull waiting on the hub, which answers
+// only with rows) still gets the service's last acks to the hub, on their own after
+// AckLinger. Mutant tried: ackAside sending nothing: the fourth ack never reaches the hub, red.
+func TestPullerAcksAside(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	b := leafBus(t, bus.Bounds{})
+	hub := longPollHub{&fakeHub{localAcked: map[string]bool{}}, true}
+	for i := range 4 {
+		hub.rows = append(hub.rows, &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: fmt.Sprint("m", i), To: "svc:bot"})
+	}
+	// Batch 4: the first pull fills it (the leaf is behind); the next goes with one row left.
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, Batch: 4, Wait: time.Hour, AckLinger: time.Millisecond}
+	ctx := run(t, p)
+	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range 4 {
+		m, err := b.Poll(ctx, reg, 10*time.Second)
+		if err != nil || m == nil {
+			t.Fatalf("poll %d = %+v %v", i, m, err)
+		}
+		if i == 3 {
+			// The pull ahead is on the hub, with the first three acks, waiting for rows.
+			for hub.acked() < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the hub has %d acks, want the first three", hub.acked())
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		hub.mu.Lock()
+		hub.localAcked[m.ID] = true
+		hub.mu.Unlock()
+		if err := b.Ack(context.Background(), reg, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for hub.acked() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hub has %d acks, want 4 (the last on its own)", hub.acked())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	hub.mu.Lock()
+	own, early := hub.ownAcks, len(hub.early)
+	hub.mu.Unlock()
+	if own == 0 || early != 0 {
+		t.Fatalf("acks on their own %d (want some), before the service's %d (want none)", own, early)
 	}
 }
 
