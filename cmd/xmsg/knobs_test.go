@@ -18,6 +18,10 @@ func init() {
 		d, _ := time.ParseDuration(os.Getenv("XMSG_TEST_ACK_DELAY"))
 		return max(d, 0)
 	}
+	testRecordRide = func() time.Duration {
+		d, _ := time.ParseDuration(os.Getenv("XMSG_TEST_RECORD_RIDE"))
+		return d // < 0: none, a commit at once
+	}
 	testCPUProfile = cpuProfile
 }
 

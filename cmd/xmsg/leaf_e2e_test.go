@@ -28,6 +28,7 @@ import (
 	"github.com/xmsg/xmsg/internal/daemontest"
 	"github.com/xmsg/xmsg/internal/fed/fedtest"
 	"github.com/xmsg/xmsg/internal/ostest"
+	"github.com/xmsg/xmsg/internal/store"
 )
 
 // Leaf nodes end to end (issue 13): a hub daemon and a leaf daemon, each the real binary as
@@ -829,6 +830,50 @@ func TestLeafNode(t *testing.T) {
 			t.Fatalf("bot got %q, want %s", got, id)
 		}
 		s.botAck(id)
+	})
+
+	// The records of a pulled row ride a later commit on the leaf (an hour here, and the
+	// service's ack held as long, so that no commit comes): the service has the row and acked
+	// it, the leaf's store has no record of it, and the hub, acked only once there is one,
+	// still holds it. A kill -9 then, and the restarted leaf delivers the row again.
+	t.Run("kill inside the records' ride", func(t *testing.T) {
+		env := s.leaf.extraEnv
+		s.leaf.stop()
+		s.leaf.extraEnv = append(slices.Clone(env), "XMSG_TEST_RECORD_RIDE=1h", "XMSG_TEST_ACK_DELAY=1h")
+		s.leaf.start()
+		s.startBot()
+		s.leaf.extraEnv = env
+		id := s.hubSend("riding")
+		if got, _ := s.botPoll(30); got != id {
+			t.Fatalf("bot got %q, want %s", got, id)
+		}
+		s.botAck(id)
+		if o := s.hubOutcome(id); o != "queued" {
+			t.Errorf("before the leaf's commit the hub says %q, want queued (it keeps the row)", o)
+		}
+		s.leaf.kill()
+		st, err := store.Open(s.leaf.path("state/xmsg.db"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recorded bool
+		st.View(func(tx *store.Tx) error { _, recorded, _ = tx.Message(id); return nil })
+		st.Close()
+		if recorded {
+			t.Fatal("the leaf had stored the row's record before the kill: the kill was not inside the ride")
+		}
+		s.leaf.start()
+		s.startBot()
+		if got, _ := s.botPoll(30); got != id {
+			t.Fatalf("after the restart the bot got %q, want %s again", got, id)
+		}
+		s.botAck(id)
+		for i := 0; i < 1000 && s.hubOutcome(id) != "delivered"; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if o := s.hubOutcome(id); o != "delivered" {
+			t.Errorf("after the ack the hub says %q, want delivered", o)
+		}
 	})
 
 	t.Run("faults", func(t *testing.T) { leafFaults(t, s) })

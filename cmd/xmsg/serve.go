@@ -57,7 +57,7 @@ func serve(args []string, stdout io.Writer) error {
 	if stop := testCPUProfile(); stop != nil {
 		defer stop()
 	}
-	d := xdaemon.New(xdaemon.Config{Config: cfg, Log: newLogger(cfg.LogLevel, os.Stderr), AckDelay: testAckDelay(), Args: args})
+	d := xdaemon.New(xdaemon.Config{Config: cfg, Log: newLogger(cfg.LogLevel, os.Stderr), AckDelay: testAckDelay(), RecordRide: testRecordRide(), Args: args})
 	defer d.Close()
 	started, err := d.Start(ctx)
 	if !started {
@@ -88,6 +88,10 @@ func serve(args []string, stdout io.Writer) error {
 // so that a test can kill the daemon in the window a real crash after an ack would hit. A
 // knob only a test binary has cannot be set on a real daemon by a stray environment variable.
 var testAckDelay = func() time.Duration { return 0 }
+
+// testRecordRide, when not 0, is how long a leaf's pulled rows' records ride (instead of
+// leaf.RecordRide); always 0 in the xmsg binary, XMSG_TEST_RECORD_RIDE in the test binary.
+var testRecordRide = func() time.Duration { return 0 }
 
 // testCPUProfile starts a CPU profile of the daemon and returns what stops it (nil: none);
 // always nil in the xmsg binary. In the test binary (knobs_test.go) XMSG_TEST_CPUPROFILE=PREFIX

@@ -57,6 +57,12 @@ type Config struct {
 	// for them (0: 5 ms). A leaf waits longer: its commits come with each batch it pulls, and
 	// a crash before the delete's commit only delivers the row again (at-least-once).
 	AckRide time.Duration
+	// RecordRide is how long the records of rows AcceptBatch queued (a leaf's pulled rows)
+	// wait for a commit made anyway before one is made for them; 0: one is made at once.
+	// The rows are in the queue in memory meanwhile, and a reply to one of them, or a read
+	// of it, has its commit made then (awaitRecord). Only a caller whose rows are still held
+	// elsewhere until that commit is done (a hub's mailbox) may use it.
+	RecordRide time.Duration
 	// OwnSockets are the paths of the daemon's own listening sockets. A session file whose
 	// messagingSocketPath names one of them would have the daemon deliver to itself and
 	// report it delivered; such a delivery is refused instead.

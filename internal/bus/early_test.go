@@ -2,7 +2,8 @@ package bus
 
 import (
 	"context"
-	"sync"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,83 +12,142 @@ import (
 	"github.com/xmsg/xmsg/internal/store"
 )
 
-// TestAcceptBatchDeliversDuringItsCommit: pulled rows reach the service while their commit is
-// in flight (the hub still holds them, so a crash then loses nothing); an ack in that window
-// holds (the row does not come back once the commit is done), and a reply in that window
-// waits for the record instead of finding no message. Mutants tried: the rows joining the
-// queue after the commit (the poll in the window finds nothing: red); awaitRecord not
-// waiting (the reply is answered not_found in the window: red).
-func TestAcceptBatchDeliversDuringItsCommit(t *testing.T) {
-	b, _ := newBusWith(t, func(c *Config) { c.Leaf = &LeafService{Name: "bot", Principal: "svc:bot"} })
-	ctx := context.Background()
-	target := Target{Harness: "svc", SessionID: "svc:bot"}
-	reg := &Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
-	ins := []Inbound{
-		{ID: uuid.Must(uuid.NewV7()).String(), Peer: "hub", Body: "one", FromName: "xmsg@hub · a"},
-		{ID: uuid.Must(uuid.NewV7()).String(), Peer: "hub", Body: "two", FromName: "xmsg@hub · a"},
+// leafBus is a leaf's bus whose pulled rows' records ride a commit for ride, and whose
+// service's acks make no commit of their own (they ride the test's).
+func leafBus(t *testing.T, ride time.Duration) (*Bus, Target, *Registration) {
+	b, _ := newBusWith(t, func(c *Config) {
+		c.Leaf = &LeafService{Name: "bot", Principal: "svc:bot"}
+		c.RecordRide = ride
+		c.AckRide = time.Hour
+	})
+	// The retention's first purge is a commit of its own: it is made before the test starts,
+	// so that the test knows which commit carries what.
+	for i := 0; b.cfg.Store.Commits() == 0; i++ {
+		if i == 10000 {
+			t.Fatal("the retention's first purge made no commit")
+		}
+		time.Sleep(time.Millisecond)
 	}
-	inWindow, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	open := func() { once.Do(func() { close(release) }) }
-	defer open() // a failed check must not leave the commit waiting (the cleanup closes the store)
-	b.q.testWritten = func() { close(inWindow); <-release }
-	type result struct {
-		n   int
-		err error
-	}
-	accepted := make(chan result, 1)
-	go func() { n, err := b.AcceptBatch(target, ins, nil); accepted <- result{n, err} }()
-	<-inWindow
+	return b, Target{Harness: "svc", SessionID: "svc:bot"}, &Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
+}
 
-	var stored bool
-	b.cfg.Store.View(func(tx *store.Tx) error { _, stored, _ = tx.Message(ins[0].ID); return nil })
-	if stored {
-		t.Fatal("the record is visible in the window: the test is not inside the commit")
+func pulledRows(texts ...string) []Inbound {
+	var ins []Inbound
+	for _, text := range texts {
+		ins = append(ins, Inbound{ID: uuid.Must(uuid.NewV7()).String(), Peer: "hub", Body: text, FromName: "xmsg@hub · a"})
+	}
+	return ins
+}
+
+// stored reports whether message id's record, and its queue row, are in the store.
+func stored(t *testing.T, b *Bus, id string) (record, queued bool) {
+	t.Helper()
+	if err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
+		if _, record, err = tx.Message(id); err != nil {
+			return err
+		}
+		queued, err = tx.Queued("svc:bot", id)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return record, queued
+}
+
+// ready returns committed's value if it has one now.
+func ready(committed <-chan error) (error, bool) {
+	select {
+	case err := <-committed:
+		return err, true
+	default:
+		return nil, false
+	}
+}
+
+// within waits for committed's value, failing the test if it never comes (a ride of an hour,
+// which the test must have ended).
+func within(t *testing.T, committed <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-committed:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("the records' commit never came")
+		return nil
+	}
+}
+
+// TestAcceptBatchRecordsRide: pulled rows reach the service before their records are
+// committed, and the records ride a commit made for something else; an ack in that window
+// holds (its delete rides the same commit, after the row's write), the rows' announcement
+// (newly) comes once they are stored, WaitAcked waits for a row only in memory, and rows
+// pulled again are known, not queued twice. Mutants tried: a commit made for the rows at once
+// (two commits: red); the ack's delete taking the row's key before its write sets it (the
+// acked row left in the store: red); WaitAcked asking the store alone (the row in memory
+// reads acked: red).
+func TestAcceptBatchRecordsRide(t *testing.T) {
+	b, target, reg := leafBus(t, time.Hour)
+	ctx := context.Background()
+	ins := pulledRows("one", "two")
+	var announced atomic.Int32
+	commits := b.cfg.Store.Commits()
+	n, committed, err := b.AcceptBatch(target, ins, BatchOptions{Newly: func(Inbound) { announced.Add(1) }})
+	if err != nil || n != 2 {
+		t.Fatalf("AcceptBatch = %d, %v; want 2, nil", n, err)
+	}
+	if _, done := ready(committed); done {
+		t.Fatal("committed at once: the records do not ride")
+	}
+	if record, _ := stored(t, b, ins[0].ID); record {
+		t.Fatal("the record is stored before any commit was made for it")
 	}
 	m, err := b.Poll(ctx, reg, 0)
 	if err != nil || m == nil || m.ID != ins[0].ID {
-		t.Fatalf("poll during the commit = %+v, %v; want the first row", m, err)
+		t.Fatalf("poll before the commit = %+v, %v; want the first row", m, err)
 	}
 	if err := b.Ack(ctx, reg, m.ID); err != nil {
 		t.Fatal(err)
 	}
+	// The second row is queued, though only in memory: the pull loop waits for its ack.
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := b.WaitAcked(stopped, "svc:bot", ins[1].ID); err == nil {
+		t.Fatal("WaitAcked of a row queued before its commit returned at once")
+	}
+	if err := b.WaitAcked(stopped, "svc:bot", ins[0].ID); err != nil {
+		t.Fatalf("WaitAcked of the acked row = %v", err)
+	}
+	if announced.Load() != 0 {
+		t.Fatal("rows announced before their commit")
+	}
+	// Someone else's commit (a send's) carries them.
+	if err := b.cfg.Store.Update(func(*store.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, committed); err != nil {
+		t.Fatalf("committed = %v", err)
+	}
+	if _, open := <-committed; open {
+		t.Error("committed not closed after its value")
+	}
+	if got := b.cfg.Store.Commits() - commits; got != 1 {
+		t.Errorf("%d commits for the rows and the test's, want the test's alone", got)
+	}
+	if got := announced.Load(); got != 2 {
+		t.Errorf("%d rows announced after the commit, want 2", got)
+	}
+	for i, want := range []bool{false, true} {
+		record, queued := stored(t, b, ins[i].ID)
+		if !record || queued != want {
+			t.Errorf("row %d: record %v, queued %v; want the record, queued %v", i, record, queued, want)
+		}
+	}
+	// The queue read again from the store (as after a write behind the bus's back) has the
+	// second row once.
+	b.uncounted("svc:bot")
 	m, err = b.Poll(ctx, reg, 0)
 	if err != nil || m == nil || m.ID != ins[1].ID {
-		t.Fatalf("poll after the ack = %+v, %v; want the second row", m, err)
-	}
-	replied := make(chan error, 1)
-	go func() {
-		_, err := b.Reply(ctx, reg.Caller(), ins[1].ID, "thanks")
-		replied <- err
-	}()
-	// Wait (bounded) until the reply waits for the record, or was answered without it.
-	for i := 0; ; i++ {
-		b.q.mu.Lock()
-		waiting := b.q.awaiting
-		b.q.mu.Unlock()
-		if waiting > 0 {
-			break
-		}
-		select {
-		case err := <-replied:
-			t.Fatalf("reply during the commit answered before the record was committed: %v", err)
-		default:
-		}
-		if i == 10000 {
-			t.Fatal("the reply neither waited nor was answered")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	open()
-	if r := <-accepted; r.err != nil || r.n != 2 {
-		t.Fatalf("AcceptBatch = %d, %v; want 2, nil", r.n, r.err)
-	}
-	if err := <-replied; err != nil {
-		t.Fatalf("reply during the commit: %v", err)
-	}
-	m, err = b.Poll(ctx, reg, 0)
-	if err != nil || m == nil || m.ID != ins[1].ID {
-		t.Fatalf("poll after the commit = %+v, %v; want the second row (the first was acked)", m, err)
+		t.Fatalf("poll after the commit = %+v, %v; want the second row", m, err)
 	}
 	if err := b.Ack(ctx, reg, m.ID); err != nil {
 		t.Fatal(err)
@@ -95,12 +155,246 @@ func TestAcceptBatchDeliversDuringItsCommit(t *testing.T) {
 	if m, err := b.Poll(ctx, reg, 0); err != nil || m != nil {
 		t.Fatalf("poll after both acks = %+v, %v; want nothing", m, err)
 	}
-	// Pulled again (the hub's ack was lost): known by id, queued nowhere again.
-	b.q.testWritten = nil
-	if n, err := b.AcceptBatch(target, ins, nil); err != nil || n != 2 {
+	// Pulled again (the hub's ack was lost): known by id, queued nowhere again, and their
+	// records are stored already.
+	n, committed, err = b.AcceptBatch(target, ins, BatchOptions{})
+	if err != nil || n != 2 {
 		t.Fatalf("AcceptBatch again = %d, %v; want 2 known rows", n, err)
+	}
+	if err, done := ready(committed); !done || err != nil {
+		t.Fatalf("committed of known rows = %v (ready %v); want nil at once", err, done)
 	}
 	if m, err := b.Poll(ctx, reg, 0); err != nil || m != nil {
 		t.Fatalf("poll after the rows came again = %+v, %v; want nothing", m, err)
+	}
+}
+
+// TestAcceptBatchRideEnds: with no other commit, one is made for the records once the ride
+// is over. Mutant tried: no commit at the end of the ride (never committed: red).
+func TestAcceptBatchRideEnds(t *testing.T) {
+	b, target, _ := leafBus(t, time.Millisecond)
+	ins := pulledRows("one")
+	_, committed, err := b.AcceptBatch(target, ins, BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, committed); err != nil {
+		t.Fatalf("committed = %v", err)
+	}
+	if record, queued := stored(t, b, ins[0].ID); !record || !queued {
+		t.Errorf("after the ride: record %v, queued %v; want both", record, queued)
+	}
+}
+
+// TestAcceptBatchRowsAgainWhileRiding: rows pulled again while their records still ride (a
+// hub that hands out what it has not been acked) are known, not queued twice, and their
+// commit is the one the second batch reports. Mutant tried: the rows in flight not known
+// (the first row queued twice: red).
+func TestAcceptBatchRowsAgainWhileRiding(t *testing.T) {
+	b, target, reg := leafBus(t, time.Hour)
+	ctx := context.Background()
+	ins := pulledRows("one")
+	_, first, err := b.AcceptBatch(target, ins, BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := append(ins, pulledRows("two")...)
+	n, second, err := b.AcceptBatch(target, more, BatchOptions{})
+	if err != nil || n != 2 {
+		t.Fatalf("AcceptBatch again = %d, %v; want 2", n, err)
+	}
+	for _, want := range more {
+		m, err := b.Poll(ctx, reg, 0)
+		if err != nil || m == nil || m.ID != want.ID {
+			t.Fatalf("poll = %+v, %v; want %s", m, err, want.Body)
+		}
+		if err := b.Ack(ctx, reg, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, err := b.Poll(ctx, reg, 0); err != nil || m != nil {
+		t.Fatalf("poll = %+v, %v; want nothing (the first row queued once)", m, err)
+	}
+	b.cfg.Store.Update(func(*store.Tx) error { return nil })
+	if err := within(t, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAcceptBatchReadForcesCommit: a reply to a pulled row, or a read of it, while its record
+// rides has the commit made then, instead of waiting for the ride's end (an hour here) or
+// finding no message. Mutants tried: awaitRecord not asking for the commit (the reply waits
+// the hour: red); awaitRecord not waiting (the reply is answered not_found: red).
+func TestAcceptBatchReadForcesCommit(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		use  func(b *Bus, reg *Registration, id string) error
+	}{
+		{"reply", func(b *Bus, reg *Registration, id string) error {
+			_, err := b.Reply(context.Background(), reg.Caller(), id, "thanks")
+			return err
+		}},
+		{"read", func(b *Bus, reg *Registration, id string) error {
+			_, err := b.Message(id)
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, target, reg := leafBus(t, time.Hour)
+			ins := pulledRows("one")
+			_, committed, err := b.AcceptBatch(target, ins, BatchOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := b.Poll(context.Background(), reg, 0)
+			if err != nil || m == nil {
+				t.Fatalf("poll = %+v, %v", m, err)
+			}
+			used := make(chan error, 1)
+			go func() { used <- c.use(b, reg, m.ID) }()
+			select {
+			case err := <-used:
+				if err != nil {
+					t.Fatalf("%s while the record rides: %v", c.name, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s waited for the end of the ride", c.name)
+			}
+			if err := within(t, committed); err != nil {
+				t.Fatalf("committed = %v", err)
+			}
+		})
+	}
+}
+
+// TestAcceptBatchFailedCommit: when the commit that carries the records fails, committed says
+// so, and the rows leave the queue in memory (the store lacks them): nothing is delivered
+// from it any more, WaitAcked does not wait for them, and the same rows pulled again are
+// queued again, the earlier ack of one of them counting for nothing. Mutant tried: the rows
+// left in memory after the failure (polled again: red).
+func TestAcceptBatchFailedCommit(t *testing.T) {
+	b, target, reg := leafBus(t, time.Hour)
+	ctx := context.Background()
+	ins := pulledRows("one", "two")
+	b.q.testRecordErr = errors.New("disk gone")
+	_, committed, err := b.AcceptBatch(target, ins, BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.q.testRecordErr = nil
+	m, err := b.Poll(ctx, reg, 0)
+	if err != nil || m == nil || m.ID != ins[0].ID {
+		t.Fatalf("poll = %+v, %v; want the first row", m, err)
+	}
+	if err := b.Ack(ctx, reg, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.cfg.Store.Update(func(*store.Tx) error { return nil })
+	if err := within(t, committed); err == nil {
+		t.Fatal("committed = nil after a failed commit")
+	}
+	if m, err := b.Poll(ctx, reg, 0); err != nil || m != nil {
+		t.Fatalf("poll after the failed commit = %+v, %v; want nothing", m, err)
+	}
+	if err := b.WaitAcked(ctx, "svc:bot", ins[1].ID); err != nil {
+		t.Fatalf("WaitAcked of a row the store lacks = %v", err)
+	}
+	b.q.mu.Lock()
+	left := len(b.q.early) + len(b.q.inFlight)
+	b.q.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d rows still held in memory after the failed commit", left)
+	}
+	for _, in := range ins {
+		if record, queued := stored(t, b, in.ID); record || queued {
+			t.Fatalf("row %s stored after a failed commit: record %v, queued %v", in.Body, record, queued)
+		}
+	}
+	// The hub hands them out again: queued again, each delivered and acked once.
+	n, committed, err := b.AcceptBatch(target, ins, BatchOptions{})
+	if err != nil || n != 2 {
+		t.Fatalf("AcceptBatch again = %d, %v; want 2", n, err)
+	}
+	for _, want := range ins {
+		m, err := b.Poll(ctx, reg, 0)
+		if err != nil || m == nil || m.ID != want.ID {
+			t.Fatalf("poll = %+v, %v; want %s again", m, err, want.Body)
+		}
+		if err := b.Ack(ctx, reg, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, err := b.Poll(ctx, reg, 0); err != nil || m != nil {
+		t.Fatalf("poll after both acks = %+v, %v; want nothing", m, err)
+	}
+	b.cfg.Store.Update(func(*store.Tx) error { return nil })
+	if err := within(t, committed); err != nil {
+		t.Fatalf("committed again = %v", err)
+	}
+	b.forceAcks(true)
+	for _, in := range ins {
+		if record, queued := stored(t, b, in.ID); !record || queued {
+			t.Errorf("row %s: record %v, queued %v; want recorded and acked", in.Body, record, queued)
+		}
+	}
+}
+
+// TestAcceptBatchBounds: rows riding a commit count against the queue's bound and the sender
+// node's share of it, as stored rows do, acked or not; a row refused for them has their commit
+// made at once (the acked ones' places are freed by it). Mutants tried: earlyShare not
+// counting riding rows (the row past the share taken: red); no commit asked for on a refusal
+// (committed waits the hour: red).
+func TestAcceptBatchBounds(t *testing.T) {
+	b, target, reg := leafBus(t, time.Hour)
+	ctx := context.Background()
+	share := b.cfg.Bounds.queueShare()
+	var ins []Inbound
+	for range share + 1 {
+		ins = append(ins, pulledRows("x")...)
+	}
+	n, committed, err := b.AcceptBatch(target, ins[:share-1], BatchOptions{})
+	if err != nil || n != share-1 {
+		t.Fatalf("AcceptBatch = %d, %v; want %d", n, err, share-1)
+	}
+	// The service takes and acks one: its place is held until the commit deletes it.
+	m, err := b.Poll(ctx, reg, 0)
+	if err != nil || m == nil {
+		t.Fatalf("poll = %+v, %v", m, err)
+	}
+	if err := b.Ack(ctx, reg, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	// One place of the share is left, while the others ride.
+	n, last, err := b.AcceptBatch(target, ins[share-1:share], BatchOptions{})
+	if err != nil || n != 1 {
+		t.Fatalf("AcceptBatch to the share = %d, %v; want 1", n, err)
+	}
+	if _, done := ready(committed); done {
+		t.Fatal("committed before the share was full")
+	}
+	if n, _, err := b.AcceptBatch(target, ins[share:], BatchOptions{}); err == nil || n != 0 {
+		t.Fatalf("AcceptBatch with the share full = %d, %v; want 0 and the full queue's error", n, err)
+	}
+	for _, c := range []<-chan error{committed, last} {
+		if err := within(t, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Committed, the acked row's place is free again, and the others are stored.
+	n, committed, err = b.AcceptBatch(target, ins[share:], BatchOptions{})
+	if err != nil || n != 1 {
+		t.Fatalf("AcceptBatch after the commit = %d, %v; want the acked row's place", n, err)
+	}
+	if n, _, err := b.AcceptBatch(target, pulledRows("y"), BatchOptions{}); err == nil || n != 0 {
+		t.Fatalf("AcceptBatch with the share full again = %d, %v; want 0 and the full queue's error", n, err)
+	}
+	if err := within(t, committed); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := b.AcceptBatch(target, pulledRows("z"), BatchOptions{}); err == nil || n != 0 {
+		t.Fatalf("AcceptBatch with the share full and stored = %d, %v; want 0 and the full queue's error", n, err)
 	}
 }

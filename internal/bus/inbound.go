@@ -3,7 +3,8 @@ package bus
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"slices"
+	"time"
 
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/ledger"
@@ -103,128 +104,254 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 	return Delivery{}, true, errorf(ledger.DeliveryFailed, "delivery of message '%s' failed", id)
 }
 
+// BatchOptions are AcceptBatch's.
+type BatchOptions struct {
+	Newly func(Inbound) // told each row queued, once committed (nil: nobody)
+	Now   bool          // commit at once, not after Config.RecordRide
+}
+
 // AcceptBatch is Accept for rows that came together for one queued session t (a leaf's
-// pull, docs/protocol.md §7.5), in one commit: it records and queues them in order until t's
-// queue (or the sender node's share of it) is full. It returns how many of ins, from the
-// first, are recorded: those now wait in the queue, or were recorded before (a redelivery
-// after a crash between the local ack and the hub's; the queue, or an ack, has them). The
-// rest are not, and come again with the next pull. When not even the first fits, the
-// error is the full queue's. newly, when not nil, is told each row queued now (not before).
-func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, err error) {
+// pull, docs/protocol.md §7.5): it queues them in order until t's queue (or the sender
+// node's share of it) is full. It returns how many of ins, from the first, are taken: those
+// now wait in the queue, or were recorded before (a redelivery after a crash between the
+// local ack and the hub's; the queue, or an ack, has them), or are riding a commit already
+// (a batch before). The rest are not, and come again with the next pull. When not even the
+// first fits, err is the full queue's, and nothing is queued.
+//
+// The rows are in the queue in memory when it returns (the service may have them at once);
+// their records ride the next commit, made anyway or, after Config.RecordRide, for them.
+// committed receives that commit's result once it is done, for every row counted in n (one
+// value, then it is closed): only then are they stored, and until then they must stay held
+// where they came from (the hub's mailbox). After a failed commit they are no longer in
+// the queue. Rows that do not fit while others ride have those others' commit made at once
+// (their places, acked or not, are freed or counted in the store only then). o.Newly, when
+// not nil, is told each row queued by this call, once committed; o.Now makes the commit at
+// once instead of after a ride (a caller that waits for it before it goes on).
+func (b *Bus) AcceptBatch(t Target, ins []Inbound, o BatchOptions) (n int, committed <-chan error, err error) {
+	newly, rideFor := o.Newly, b.cfg.RecordRide
+	if o.Now {
+		rideFor = 0
+	}
 	h := b.h.Named(t.Harness)
 	if h == nil || h.Delivery() != harness.Queue {
-		return 0, errorf(ledger.Internal, "internal error")
+		return 0, nil, errorf(ledger.Internal, "internal error")
 	}
-	// Rows recorded before need no place; the others reserve theirs in order, as a send
-	// does (deliver), until the queue has no more.
+	// One batch at a time per queue (a leaf pulls from each of its hubs): a row is in the
+	// store, or riding a commit, or admitted here, never twice.
+	unlock := b.keys.lock("\x00accept\x00" + t.SessionID)
+	defer func() {
+		if unlock != nil {
+			unlock()
+		}
+	}()
 	known := make([]bool, len(ins))
+	var deps []*pendingRecord // the earlier batches' commits that rows counted here ride
+	b.q.mu.Lock()
+	for i, in := range ins {
+		if r := b.q.inFlight[in.ID]; r != nil {
+			known[i] = true
+			if !slices.Contains(deps, r) {
+				deps = append(deps, r)
+			}
+		}
+	}
+	b.q.mu.Unlock()
+	shares := map[string]int{} // the stored rows of each sender node's share
 	if err := b.cfg.Store.View(func(tx *store.Tx) error {
 		for i, in := range ins {
+			if known[i] {
+				continue
+			}
 			_, found, err := tx.Message(in.ID)
 			if err != nil {
 				return err
 			}
 			known[i] = found
+			if a := in.arrival(); !found {
+				if _, ok := shares[a.share]; !ok {
+					if shares[a.share], err = tx.QueueShare(t.SessionID, a.share); err != nil {
+						return err
+					}
+				}
+			}
 		}
 		return nil
 	}); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	slots := make([]*queueSlot, len(ins))
-	defer func() {
-		for _, s := range slots {
-			s.release() // the places not taken; a committed one is settled already
-		}
-	}()
+
+	// The places are taken in memory, as reserve does, under the same lock as the rows are
+	// added, and the commit that will write them is queued before any of them can be acked
+	// (an ack's delete rides that commit or a later one, never an earlier).
+	rec := &pendingRecord{done: make(chan struct{}), force: make(chan struct{})}
+	type admitted struct {
+		e   *earlyRow
+		p   store.Pending
+		msg store.Message
+		in  Inbound
+	}
+	var rows []admitted
 	var full error
-	for i := range ins {
+	shareMax := b.cfg.Bounds.queueShare()
+	b.q.mu.Lock()
+	sq, err := b.load(t.SessionID)
+	if err != nil {
+		b.q.mu.Unlock()
+		return 0, nil, err
+	}
+	early := len(b.q.early[t.SessionID])
+	for i, in := range ins {
 		if known[i] {
+			n++
 			continue
 		}
-		s, err := b.reserve(t.SessionID)
-		if errors.Is(err, store.ErrQueueFull) {
+		a := in.arrival()
+		if q := len(sq.rows) + sq.reserved + early + len(rows); q >= store.MaxQueue || q+len(b.q.acked[t.SessionID]) >= store.MaxStored {
 			full = queueFull(t.Harness)
 			break
 		}
+		mine := 0
+		for _, r := range rows {
+			if r.e.share == a.share {
+				mine++
+			}
+		}
+		if shareMax > 0 && shares[a.share]+b.q.earlyShare(t.SessionID, a.share)+mine >= shareMax {
+			full = shareFull(t.Harness, shareMax)
+			break
+		}
+		msg, err := b.record(h, t, a)
 		if err != nil {
-			return 0, err
+			b.q.mu.Unlock()
+			return 0, nil, err
 		}
-		slots[i] = s
+		p := *b.entry(h, t.SessionID, msg, a)
+		m := &queuedMsg{Queued: Queued{ID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope, Origin: p.Origin}, createdAt: p.CreatedAt}
+		e := &earlyRow{id: in.ID, share: p.Share, slot: &queueSlot{b: b, session: t.SessionID, sq: sq}, m: m, rec: rec}
+		rows = append(rows, admitted{e, p, msg, in})
+		n++
 	}
-	var queued []int
-	var txFull error
-	// The rows join the queue in memory once their writes are final, before the commit's
-	// fsync, so the service starts on them while the disk works: a pulled row is still held
-	// by the hub's mailbox until the puller acks it there, which it does only once this
-	// returned nil, so a crash before the commit loses nothing (the hub hands the row out
-	// again). A reply to one of them meanwhile waits for the commit (awaitRecord).
-	var early []string
-	written := func() {
-		for _, i := range queued {
-			slots[i].committed()
-			early = append(early, ins[i].ID)
+	if full != nil {
+		// Rows riding a commit hold their places until it is done, the acked ones too (their
+		// deletes ride the same commit): the next rows wait for it, so it is made now.
+		for _, e := range b.q.early[t.SessionID] {
+			e.rec.now()
 		}
-		b.recording(early)
-		if len(queued) > 0 {
-			b.queues.Fire(t.SessionID)
-		}
-		if b.q.testWritten != nil {
-			b.q.testWritten()
+		for _, o := range b.q.acked[t.SessionID] {
+			if o.early != nil && b.q.inFlight[o.id] == o.early.rec {
+				o.early.rec.now()
+			}
 		}
 	}
-	err = b.cfg.Store.UpdateWritten(func(tx *store.Tx) error {
-		n, queued, txFull = 0, queued[:0], nil
-		for i, in := range ins {
-			if _, found, err := tx.Message(in.ID); err != nil {
-				return err
-			} else if found {
-				n++
-				continue
+	if len(rows) == 0 {
+		b.q.mu.Unlock()
+		if n == 0 && full != nil {
+			return 0, nil, full
+		}
+		return n, b.afterAll(nil, deps), nil
+	}
+	testErr := b.q.testRecordErr
+	ride := b.cfg.Store.Defer(func(tx *store.Tx) error {
+		if testErr != nil {
+			return testErr
+		}
+		for _, r := range rows {
+			if err := r.e.slot.enqueue(tx, r.p); err != nil {
+				return err // a bound the store counts and this did not: the rows come again
 			}
-			if slots[i] == nil {
-				return nil // what came before is committed; the rest waits on the hub
-			}
-			a := in.arrival()
-			msg, err := b.record(h, t, a)
-			if err != nil {
-				return err
-			}
-			if err := slots[i].enqueue(tx, *b.entry(h, t.SessionID, msg, a)); errors.Is(err, store.ErrShareFull) {
-				txFull = shareFull(t.Harness, b.cfg.Bounds.queueShare())
-				return nil
-			} else if errors.Is(err, store.ErrQueueFull) {
-				txFull = queueFull(t.Harness)
-				return nil
-			} else if err != nil {
+			if err := records.Sent(tx, r.msg, nil); err != nil {
 				return err
 			}
-			if err := records.Sent(tx, msg, nil); err != nil {
-				return err
-			}
-			queued = append(queued, i)
-			n++
 		}
 		return nil
-	}, written)
-	if err != nil {
-		if len(early) > 0 {
-			// In memory, never committed: the queue is read again from the store.
-			b.uncounted(t.SessionID)
+	})
+	es := make([]*earlyRow, len(rows))
+	for i, r := range rows {
+		es[i] = r.e
+		b.q.early[t.SessionID] = append(b.q.early[t.SessionID], r.e)
+		b.q.inFlight[r.in.ID] = rec
+	}
+	b.q.mu.Unlock()
+	unlock()
+	unlock = nil
+	b.queues.Fire(t.SessionID)
+	if b.q.testQueued != nil {
+		b.q.testQueued()
+	}
+
+	settle := func() error {
+		var err error
+		done := false
+		if rideFor > 0 {
+			timer := time.NewTimer(rideFor)
+			select {
+			case err = <-ride:
+				done = true
+			case <-timer.C:
+			case <-rec.force:
+			}
+			timer.Stop()
 		}
-		b.recorded(early)
-		return 0, err
+		if !done {
+			select {
+			case err = <-ride:
+			default:
+				// No commit came within the ride, or the records are needed now: one is
+				// made for them (and for whatever else rides it).
+				b.cfg.Store.Update(func(*store.Tx) error { return nil })
+				err = <-ride
+			}
+		}
+		b.settleEarly(t.SessionID, rec, es, err)
+		if err != nil {
+			b.cfg.Log.Warn("committing pulled rows failed; they leave the queue", "rows", len(es), "err", err)
+		} else if newly != nil {
+			for _, r := range rows {
+				newly(r.in)
+			}
+		}
+		return err
 	}
-	b.recorded(early)
-	if newly != nil {
-		for _, i := range queued {
-			newly(ins[i])
+	if rideFor <= 0 {
+		err := settle()
+		return n, b.afterAll(&err, deps), nil
+	}
+	out := make(chan error, 1)
+	go func() {
+		err := settle()
+		out <- firstErr(err, deps)
+		close(out)
+	}()
+	return n, out, nil
+}
+
+// afterAll is a channel that receives the first error of own (nil: none) and of the
+// commits deps, once they are done.
+func (b *Bus) afterAll(own *error, deps []*pendingRecord) <-chan error {
+	out := make(chan error, 1)
+	var err error
+	if own != nil {
+		err = *own
+	}
+	if len(deps) == 0 {
+		out <- err
+		close(out)
+		return out
+	}
+	go func() {
+		out <- firstErr(err, deps)
+		close(out)
+	}()
+	return out
+}
+
+// firstErr waits for deps' commits and returns err, or else the first of theirs that failed.
+func firstErr(err error, deps []*pendingRecord) error {
+	for _, d := range deps {
+		<-d.done
+		if err == nil {
+			err = d.err
 		}
 	}
-	if n == 0 && txFull != nil {
-		return 0, txFull
-	}
-	if n == 0 && full != nil {
-		return 0, full
-	}
-	return n, nil
+	return err
 }

@@ -19,14 +19,20 @@ func (b *Bus) Peek(r *Registration, limit, maxBytes int) (msgs []Queued, more in
 		b.q.mu.Unlock()
 		return nil, 0, err
 	}
-	refs := make([]ref, 0, min(len(sq.rows), limit))
+	refs := make([]ref, 0, min(len(sq.rows)+len(b.q.early[r.SessionID]), limit))
 	for _, row := range sq.rows {
 		if len(refs) == limit {
 			break
 		}
 		refs = append(refs, ref{row.key, row.m})
 	}
-	total := len(sq.rows)
+	for _, e := range b.q.early[r.SessionID] { // queued in memory, their commit not done
+		if len(refs) == limit {
+			break
+		}
+		refs = append(refs, ref{nil, e.m})
+	}
+	total := len(sq.rows) + len(b.q.early[r.SessionID])
 	b.q.mu.Unlock()
 
 	used, taken := 0, 0
@@ -48,7 +54,7 @@ func (b *Bus) Peek(r *Registration, limit, maxBytes int) (msgs []Queued, more in
 			}
 			m = &queuedMsg{Queued: Queued{ID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope, Origin: p.Origin}, createdAt: p.CreatedAt}
 		}
-		if b.expired(m.createdAt) {
+		if rf.key != nil && b.expired(m.createdAt) {
 			// Past the TTL: never handed out; the purge (or the next Poll) removes it.
 			taken++
 			continue

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/ledger"
@@ -45,12 +46,40 @@ type queueState struct {
 	wake   chan struct{} // buffered(1): todo was empty and is not
 	done   chan struct{} // the flusher has exited
 	// inFlight holds, by message id, the records queued in memory before their commit
-	// (AcceptBatch); the channel is closed once that commit is done.
-	inFlight map[string]chan struct{}
+	// (AcceptBatch), until that commit is done or failed.
+	inFlight map[string]*pendingRecord
+	// early holds, per session, the rows AcceptBatch queued in memory whose commit is not
+	// done, in queue order: they come after every committed row (their keys are given by
+	// the commit that writes them, after every key there now), and join rows once committed.
+	early    map[string][]*earlyRow
 	awaiting int // callers in awaitRecord now (tests)
-	// testWritten, when set (tests), is called at the end of AcceptBatch's written hook: the
-	// rows are in the queue in memory, their commit not yet done.
-	testWritten func()
+	// testQueued, when set (tests), is called once AcceptBatch's rows are in the queue in
+	// memory, before anything is done to commit them; testRecordErr, when set, fails the
+	// write of their records in whatever commit carries them.
+	testQueued    func()
+	testRecordErr error
+}
+
+// pendingRecord is the records of one AcceptBatch, riding the next commit.
+type pendingRecord struct {
+	done  chan struct{} // closed once the commit that carried them is done, or failed
+	err   error         // that commit's result, set before done is closed
+	force chan struct{} // closed by whoever needs the records now (forceOnce)
+	once  sync.Once
+}
+
+// now asks for the records' commit at once instead of at the end of their ride.
+func (r *pendingRecord) now() { r.once.Do(func() { close(r.force) }) }
+
+// earlyRow is a row of a session's queue held in memory before its commit (AcceptBatch).
+type earlyRow struct {
+	id, share string
+	slot      *queueSlot // its key is set by the transaction that writes it
+	m         *queuedMsg
+	rec       *pendingRecord
+	// failed is set once the commit that was to write it failed: the key its transaction
+	// gave it was never stored, and may be given again (to this same message pulled again).
+	failed atomic.Bool
 }
 
 // sessionQueue is one session's unacknowledged rows, in queue (key) order, plus the places
@@ -91,60 +120,55 @@ func (m *queuedMsg) size() int {
 type ackOp struct {
 	session, id string
 	key         []byte
-	at          time.Time // when acknowledged
+	// early is a row acked before its commit (AcceptBatch): its key is the one that commit
+	// gave it (rowKey), written by a transaction before the one that deletes it, or earlier
+	// in the same one.
+	early *earlyRow
+	at    time.Time // when acknowledged
+}
+
+// rowKey is the key of the acked row. It is read inside a transaction's function: the
+// commit that wrote an early row ran before (or earlier in the same transaction).
+func (o ackOp) rowKey() []byte {
+	if o.early != nil {
+		if o.early.failed.Load() {
+			return nil
+		}
+		return o.early.slot.key
+	}
+	return o.key
 }
 
 func (q *queueState) init() {
 	q.s, q.acked, q.wake, q.done = map[string]*sessionQueue{}, map[string]map[string]ackOp{}, make(chan struct{}, 1), make(chan struct{})
-	q.inFlight = map[string]chan struct{}{}
+	q.inFlight, q.early = map[string]*pendingRecord{}, map[string][]*earlyRow{}
 }
 
-// recording marks ids as queued in memory with their commit still in flight.
-func (b *Bus) recording(ids []string) {
-	if len(ids) == 0 {
-		return
-	}
-	ch := make(chan struct{})
-	b.q.mu.Lock()
-	for _, id := range ids {
-		b.q.inFlight[id] = ch
-	}
-	b.q.mu.Unlock()
-}
-
-// recorded ends recording(ids): their commit is done (or failed).
-func (b *Bus) recorded(ids []string) {
-	if len(ids) == 0 {
-		return
-	}
-	b.q.mu.Lock()
-	ch := b.q.inFlight[ids[0]]
-	for _, id := range ids {
-		delete(b.q.inFlight, id)
-	}
-	b.q.mu.Unlock()
-	if ch != nil {
-		close(ch)
-	}
-}
-
-// awaitRecord waits while message id is queued in memory and its commit is in flight, so that
-// whoever got it from the queue and asks about it (a reply) finds its record: at most one
+// awaitRecord waits while message id is queued in memory and its record not committed, so
+// that whoever got it from the queue and asks about it (a reply, a read) finds its record.
+// It asks for that commit now rather than at the end of the records' ride: at most one
 // commit's wait.
 func (b *Bus) awaitRecord(id string) {
 	b.q.mu.Lock()
-	ch := b.q.inFlight[id]
-	if ch != nil {
+	r := b.q.inFlight[id]
+	if r != nil {
 		b.q.awaiting++
 	}
 	b.q.mu.Unlock()
-	if ch == nil {
+	if r == nil {
 		return
 	}
-	<-ch
+	r.now()
+	<-r.done
 	b.q.mu.Lock()
 	b.q.awaiting--
 	b.q.mu.Unlock()
+}
+
+// earlyIndex returns the position of message id among session's early rows, or -1. The
+// caller holds q.mu.
+func (q *queueState) earlyIndex(session, id string) int {
+	return slices.IndexFunc(q.early[session], func(e *earlyRow) bool { return e.id == id })
 }
 
 // load returns session's queue, reading its rows from the store if it is not loaded. The
@@ -164,6 +188,9 @@ func (b *Bus) load(session string) (*sessionQueue, error) {
 	}
 	sq := &sessionQueue{rows: make([]queueRow, 0, len(keys)), q: q}
 	for _, k := range keys {
+		if q.earlyIndex(session, k.ID) >= 0 {
+			continue // committed just now: it joins rows when its commit is settled
+		}
 		if _, acked := q.acked[session][k.ID]; !acked {
 			sq.rows = append(sq.rows, queueRow{key: k.Key, id: k.ID})
 		}
@@ -209,7 +236,7 @@ func (b *Bus) reserve(session string) (*queueSlot, error) {
 		return nil, err
 	}
 	// Acknowledged rows not yet deleted still take room in the store (MaxStored).
-	if n := len(sq.rows) + sq.reserved; n >= store.MaxQueue || n+len(q.acked[session]) >= store.MaxStored {
+	if n := len(sq.rows) + sq.reserved + len(q.early[session]); n >= store.MaxQueue || n+len(q.acked[session]) >= store.MaxStored {
 		return nil, store.ErrQueueFull
 	}
 	sq.reserved++
@@ -286,22 +313,85 @@ func (s *queueSlot) committed() {
 	if s.sq.reserved > 0 {
 		s.sq.reserved--
 	}
-	sq := q.s[s.session]
-	if sq == nil || s.key == nil {
+	m := &queuedMsg{Queued: Queued{ID: s.p.ID, FromName: s.p.FromName, Text: s.p.Text, Envelope: s.p.Envelope, Origin: s.p.Origin}, createdAt: s.p.CreatedAt}
+	q.join(s.session, s.key, m)
+}
+
+// join puts a committed row (key, m) in session's queue in memory, in key order, unless the
+// queue is not loaded or was loaded again since, from a store that already holds it. The
+// caller holds q.mu.
+func (q *queueState) join(session string, key []byte, m *queuedMsg) {
+	sq := q.s[session]
+	if sq == nil || key == nil {
 		return // forgotten: the next load reads the row from the store
 	}
-	i, found := sq.index(s.key)
+	i, found := sq.index(key)
 	if found {
 		return
 	}
-	row := queueRow{key: s.key, id: s.p.ID}
-	m := &queuedMsg{Queued: Queued{ID: s.p.ID, FromName: s.p.FromName, Text: s.p.Text, Envelope: s.p.Envelope, Origin: s.p.Origin}, createdAt: s.p.CreatedAt}
+	row := queueRow{key: key, id: m.ID}
 	if sz := m.size(); sq.cached+sz <= cacheBudget && q.cached+sz <= totalBudget {
 		row.m = m
 		sq.cached += sz
 		q.cached += sz
 	}
 	sq.rows = slices.Insert(sq.rows, i, row)
+}
+
+// settleEarly ends the ride of rec's rows, of session: after a commit that stored them
+// (err nil) each one not acked meanwhile joins the committed rows under the key that commit
+// gave it; after a failed one they leave the queue in memory, which so claims no row the
+// store lacks (their senders' copies are still held elsewhere: a leaf's hub hands them out
+// again, since its puller acks nothing there for a failed commit).
+func (b *Bus) settleEarly(session string, rec *pendingRecord, rows []*earlyRow, err error) {
+	q := &b.q
+	if err != nil {
+		for _, e := range rows {
+			e.failed.Store(true)
+		}
+	}
+	q.mu.Lock()
+	for _, e := range rows {
+		if i := q.earlyIndex(session, e.id); i >= 0 && q.early[session][i] == e {
+			q.early[session] = slices.Delete(q.early[session], i, i+1)
+			if err == nil {
+				q.join(session, e.slot.key, e.m)
+			}
+		} else if a := q.acked[session]; err != nil && a != nil && a[e.id].early == e {
+			// Acked before its commit, which failed: the ack's delete (still to come) finds
+			// nothing, and the row, pulled again, may be acked again meanwhile.
+			delete(a, e.id)
+			if len(a) == 0 {
+				delete(q.acked, session)
+			}
+		}
+		if q.inFlight[e.id] == rec {
+			delete(q.inFlight, e.id)
+		}
+	}
+	if len(q.early[session]) == 0 {
+		delete(q.early, session)
+	}
+	rec.err = err
+	q.mu.Unlock()
+	close(rec.done)
+}
+
+// earlyShare counts session's rows of share that are riding a commit, queued or acked: the
+// commit that writes them counts them in the store (EnqueueShare). The caller holds q.mu.
+func (q *queueState) earlyShare(session, share string) int {
+	n := 0
+	for _, e := range q.early[session] {
+		if e.share == share {
+			n++
+		}
+	}
+	for _, o := range q.acked[session] {
+		if o.early != nil && o.early.share == share && q.inFlight[o.id] == o.early.rec {
+			n++
+		}
+	}
+	return n
 }
 
 // release gives s's place back: its write was not committed (or not queued). After
@@ -357,7 +447,7 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 			if err != nil || m == nil {
 				return false, err
 			}
-			if !b.expired(m.createdAt) {
+			if key == nil || !b.expired(m.createdAt) { // (a row not committed yet is new)
 				head := m.Queued
 				q = &head
 				return true, nil
@@ -398,9 +488,19 @@ func (b *Bus) head(session string) (*queuedMsg, []byte, error) {
 	for {
 		b.q.mu.Lock()
 		sq, err := b.load(session)
-		if err != nil || len(sq.rows) == 0 {
+		if err != nil {
 			b.q.mu.Unlock()
 			return nil, nil, err
+		}
+		if len(sq.rows) == 0 {
+			// Rows whose commit is not done come after every committed one; they have no
+			// key yet.
+			var m *queuedMsg
+			if early := b.q.early[session]; len(early) > 0 {
+				m = early[0].m
+			}
+			b.q.mu.Unlock()
+			return m, nil, nil
 		}
 		row := sq.rows[0]
 		b.q.mu.Unlock()
@@ -444,17 +544,38 @@ func (b *Bus) Ack(ctx context.Context, r *Registration, messageID string) error 
 		return err
 	}
 	i := slices.IndexFunc(sq.rows, func(row queueRow) bool { return row.id == messageID }) // the head, mostly
+	e := -1
 	if i < 0 {
-		q.mu.Unlock()
-		return nil
+		if e = q.earlyIndex(r.SessionID, messageID); e < 0 {
+			q.mu.Unlock()
+			return nil
+		}
 	}
 	if b.cfg.Store.Closed() {
 		q.mu.Unlock()
 		return store.ErrClosed // it could never be committed: the client must not believe it was
 	}
-	row := sq.rows[i]
-	op := ackOp{session: r.SessionID, id: messageID, key: row.key}
-	sq.remove(i)
+	var row queueRow
+	var op ackOp
+	if e >= 0 {
+		er := q.early[r.SessionID][e]
+		if q.failing {
+			// An ack committed before its answer needs the row's own commit first: ask for
+			// it, and ack the row where that leaves it.
+			q.mu.Unlock()
+			b.awaitRecord(messageID)
+			return b.Ack(ctx, r, messageID)
+		}
+		op = ackOp{session: r.SessionID, id: messageID, early: er}
+		q.early[r.SessionID] = slices.Delete(q.early[r.SessionID], e, e+1)
+		if len(q.early[r.SessionID]) == 0 {
+			delete(q.early, r.SessionID)
+		}
+	} else {
+		row = sq.rows[i]
+		op = ackOp{session: r.SessionID, id: messageID, key: row.key}
+		sq.remove(i)
+	}
 	if q.acked[r.SessionID] == nil {
 		q.acked[r.SessionID] = map[string]ackOp{}
 	}
@@ -479,7 +600,7 @@ func (b *Bus) Ack(ctx context.Context, r *Registration, messageID string) error 
 	}
 	if failing {
 		// Committed before the answer, outside q.mu: a commit's rider takes q.mu when done.
-		err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.UnqueueID(op.key, op.id) })
+		err := b.cfg.Store.Update(func(tx *store.Tx) error { return tx.UnqueueID(op.rowKey(), op.id) })
 		q.mu.Lock()
 		if err != nil {
 			// Queued again, as if never acknowledged: it comes again.
@@ -530,7 +651,7 @@ func (b *Bus) rideAcks() (func(*store.Tx) error, func(error)) {
 	}
 	return func(tx *store.Tx) error {
 		for _, o := range ops {
-			if err := tx.UnqueueID(o.key, o.id); err != nil {
+			if err := tx.UnqueueID(o.rowKey(), o.id); err != nil {
 				return err
 			}
 		}
@@ -583,7 +704,9 @@ func (b *Bus) acksCommitted(ops []ackOp, err error) {
 	q.failing = false
 	for _, o := range ops {
 		b.acks.Fire(o.id) // committed: WaitAcked (a leaf's forwarded ack) may go on
-		if a := q.acked[o.session]; a != nil {
+		if a := q.acked[o.session]; a != nil && a[o.id].early == o.early {
+			// (An early row whose record failed may be queued and acked again under its id
+			// meanwhile: that later ack is not this one.)
 			delete(a, o.id)
 			if len(a) == 0 {
 				delete(q.acked, o.session)
@@ -663,7 +786,7 @@ func (b *Bus) forceAcks(all bool) error {
 		ops := b.takeAcks(true)
 		err := b.cfg.Store.Update(func(tx *store.Tx) error {
 			for _, o := range ops {
-				if err := tx.UnqueueID(o.key, o.id); err != nil {
+				if err := tx.UnqueueID(o.rowKey(), o.id); err != nil {
 					return err
 				}
 			}
@@ -709,16 +832,20 @@ func (b *Bus) WaitAcked(ctx context.Context, sessionID, messageID string) error 
 		ch, cancel := b.acks.Subscribe(messageID)
 		b.q.mu.Lock()
 		_, acked := b.q.acked[sessionID][messageID]
+		// A row queued in memory before its commit is queued, though the store lacks it.
+		queued := b.q.earlyIndex(sessionID, messageID) >= 0
 		b.q.mu.Unlock()
 		if acked {
 			cancel()
 			return nil
 		}
-		var queued bool
-		err := b.cfg.Store.View(func(tx *store.Tx) (err error) {
-			queued, err = tx.Queued(sessionID, messageID)
-			return err
-		})
+		var err error
+		if !queued {
+			err = b.cfg.Store.View(func(tx *store.Tx) (err error) {
+				queued, err = tx.Queued(sessionID, messageID)
+				return err
+			})
+		}
 		if err != nil || !queued {
 			cancel()
 			return err

@@ -50,6 +50,9 @@ type Config struct {
 	// AckDelay holds acks uncommitted this long (bus.Config.AckDelay); a knob of the e2e
 	// tests' daemon only, always 0 in xmsg.
 	AckDelay time.Duration
+	// RecordRide, when not 0, replaces a leaf's leaf.RecordRide (a knob of the e2e tests'
+	// daemon only, always 0 in xmsg): a test kills the leaf inside a long ride.
+	RecordRide time.Duration
 	// Args are the `serve` arguments the daemon was started with: a relaunch (relaunch.go)
 	// starts it again with them. Nil: no relaunch helper.
 	Args []string

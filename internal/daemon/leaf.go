@@ -19,6 +19,7 @@ import (
 	"github.com/xmsg/xmsg/internal/fed"
 	"github.com/xmsg/xmsg/internal/gate"
 	"github.com/xmsg/xmsg/internal/leaf"
+	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/peercred"
 	"github.com/xmsg/xmsg/internal/ratelog"
 	"github.com/xmsg/xmsg/internal/sandbox"
@@ -191,6 +192,9 @@ func (l *leafMode) buildServers() error {
 		// The service's acks ride the commit of the next batch pulled instead of one of their
 		// own 5 ms later: a leaf that gets a message now and then paid two commits for each.
 		AckRide: leaf.AckRide,
+		// The pulled rows' records ride a commit made anyway (the hub holds each row until
+		// the puller acks it, which it does once they are stored).
+		RecordRide: limits.Or(d.c.RecordRide, leaf.RecordRide),
 	})
 	d.bus = b
 	d.events.setHarnesses(b.Harnesses())

@@ -314,8 +314,12 @@ func TestPullLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l1.bus.AcceptBatch(bus.Target{Harness: "svc", SessionID: "svc:bot"},
-		[]bus.Inbound{{ID: d3.MessageID, Peer: "hub", FromName: "x", Body: "three", Badge: "anon:carol"}}, nil); err != nil {
+	_, committed, err := l1.bus.AcceptBatch(bus.Target{Harness: "svc", SessionID: "svc:bot"},
+		[]bus.Inbound{{ID: d3.MessageID, Peer: "hub", FromName: "x", Body: "three", Badge: "anon:carol"}}, bus.BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-committed; err != nil {
 		t.Fatal(err)
 	}
 	if err := l1.bus.Ack(context.Background(), svc, d3.MessageID); err != nil {

@@ -11,11 +11,11 @@ import (
 // and the aside timer share it.
 type inFlight struct {
 	mu          sync.Mutex
-	held        map[string]bool // in the service's queue, or acked there, until the hub took the ack
-	work        int             // of held, those the service has not acked yet
-	ack, reject []string        // ready for the hub, not taken by a request
-	restream    bool            // a row must come again: the next pull starts a new stream
-	changed     chan struct{}   // the pull loop's: room or acks may have come
+	held        map[string]rowState // in the service's queue, or acked there, until the hub took the ack
+	work        int                 // of held, those the service has not acked yet
+	ack, reject []string            // ready for the hub, not taken by a request
+	restream    bool                // a row must come again: the next pull starts a new stream
+	changed     chan struct{}       // the pull loop's: room or acks may have come
 	// The aside timer runs aside (when set) once acks have waited its delay for a request to
 	// take them. It is armed when the first ack comes and stopped when a pull takes them, so
 	// under load, where the next pull comes first, it costs no wake-up.
@@ -26,8 +26,18 @@ type inFlight struct {
 	closed     bool
 }
 
+// rowState is what is known of a held row: a row is ready to be acked to the hub once both
+// the service acked it and its records are stored.
+type rowState uint8
+
+const (
+	serviceAcked rowState = 1 << iota
+	recordStored
+	readyForHub = serviceAcked | recordStored
+)
+
 func newInFlight() *inFlight {
-	return &inFlight{held: map[string]bool{}, changed: make(chan struct{}, 1)}
+	return &inFlight{held: map[string]rowState{}, changed: make(chan struct{}, 1)}
 }
 
 // armAside arms the aside timer if acks wait and none is armed. Call with f.mu held.
@@ -104,7 +114,8 @@ func (f *inFlight) working() int {
 func (f *inFlight) holds(id string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.held[id]
+	_, ok := f.held[id]
+	return ok
 }
 
 // hold records ids as queued for the service.
@@ -112,31 +123,68 @@ func (f *inFlight) hold(ids []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, id := range ids {
-		f.held[id] = true
+		f.held[id] = 0
 	}
 	f.work += len(ids)
 }
 
-// served records the service's ack of id (err nil: ready for the hub) or that waiting for it
-// failed: the row is let go, and comes again on a new stream.
-// The pull loop itself, waiting in lockstep, takes the acks next (inline): no timer for them,
-// and no signal to itself.
+// served records the service's ack of id (err nil) or that waiting for it failed: the row is
+// let go, and comes again on a new stream. The pull loop itself, waiting in lockstep, takes
+// the acks next (inline): no timer for them, and no signal to itself.
 func (f *inFlight) served(id string, err error, inline bool) {
 	f.mu.Lock()
 	f.work--
 	if err != nil {
-		delete(f.held, id)
-		f.restream = true
+		f.letGo(id)
 	} else {
-		f.ack = append(f.ack, id)
-		if !inline {
-			f.armAside()
+		f.learn(id, serviceAcked, inline)
+	}
+	f.mu.Unlock()
+	if !inline {
+		signal(f.changed)
+	}
+}
+
+// stored records that the records of ids were committed (err nil) or that their commit
+// failed: the bus took those rows out of the queue again, so they are let go and come again
+// on a new stream.
+func (f *inFlight) stored(ids []string, err error, inline bool) {
+	f.mu.Lock()
+	for _, id := range ids {
+		if err != nil {
+			f.letGo(id)
+		} else {
+			f.learn(id, recordStored, inline)
 		}
 	}
 	f.mu.Unlock()
 	if !inline {
 		signal(f.changed)
 	}
+}
+
+// learn adds what is known of a held row; one known for both is ready for the hub. Call with
+// f.mu held.
+func (f *inFlight) learn(id string, known rowState, inline bool) {
+	st, ok := f.held[id]
+	if !ok {
+		return // let go already
+	}
+	if st |= known; st != readyForHub {
+		f.held[id] = st
+		return
+	}
+	f.held[id] = st
+	f.ack = append(f.ack, id)
+	if !inline {
+		f.armAside()
+	}
+}
+
+// letGo forgets a held row, which must come again from the hub. Call with f.mu held.
+func (f *inFlight) letGo(id string) {
+	delete(f.held, id)
+	f.restream = true
 }
 
 // rejected makes id ready to be rejected on the hub.

@@ -59,12 +59,21 @@ const (
 	// a message costs the hub one request; when the mail stops, the hub still learns of the
 	// last acks (and marks those messages delivered) within it.
 	AckLinger = 200 * time.Millisecond
+	// RecordRide is how long the records of pulled rows wait for a commit made anyway before
+	// one is made for them (bus.Config.RecordRide): the service has the rows at once, and
+	// the hub, which holds each row until it is acked there, is acked once they are stored.
+	// The loop pulls its next rows without waiting for that commit (on its stream the hub
+	// does not hand them out again), so the records of the rows a leaf gets within it share
+	// one commit: a leaf that gets a message every few tens of milliseconds makes a commit
+	// for several, not one each. A reply to such a row, or a read of it, has the commit
+	// made at once.
+	RecordRide = 50 * time.Millisecond
 )
 
 // Bus is what a pull loop asks of the leaf's bus: recording pulled rows into its service's
 // queue, and waiting for the service's ack. *bus.Bus is one.
 type Bus interface {
-	AcceptBatch(t bus.Target, ins []bus.Inbound, newly func(bus.Inbound)) (int, error)
+	AcceptBatch(t bus.Target, ins []bus.Inbound, o bus.BatchOptions) (n int, committed <-chan error, err error)
 	WaitAcked(ctx context.Context, sessionID, messageID string) error
 }
 
@@ -266,11 +275,7 @@ func (p *Puller) Run(ctx context.Context) {
 		}
 		// Behind, the service's acks are waited for beside the next pull; in lockstep the
 		// loop waits for them itself (one wake-up per ack, not a waiter's and the loop's).
-		var waitAside *sync.WaitGroup
-		if streams && behind {
-			waitAside = &waiters
-		}
-		if err := p.takeBatch(ctx, f, rows, waitAside); err != nil {
+		if err := p.takeBatch(ctx, f, rows, &waiters, !streams || !behind, !streams); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -280,12 +285,16 @@ func (p *Puller) Run(ctx context.Context) {
 	}
 }
 
-// takeBatch puts the rows f does not hold yet into the service's queue (one commit) and
-// hands each one's ack to f once the service acked it: waited for by a waiter on waiters,
-// or, when waiters is nil, before it returns. A row that can never be delivered is logged
-// and rejected on the hub, which then reads it not_found. Rows that did not fit the queue
-// are neither held nor settled: f starts a new stream so that the hub hands them out again.
-func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, waiters *sync.WaitGroup) error {
+// takeBatch puts the rows f does not hold yet into the service's queue (their records ride
+// a commit) and hands each one's ack to f once the service acked it and that commit is done.
+// Inline (in lockstep) it waits for the service's acks itself before it returns, and for the
+// commit only when it is done by then, or when store says so (a hub without streams would
+// hand the rows out again before they are acked: their commit is made at once, no ride);
+// otherwise a waiter on waiters does. A row that can
+// never be delivered is logged and rejected on the hub, which then reads it not_found. Rows
+// that did not fit the queue are neither held nor settled: f starts a new stream so that
+// the hub hands them out again.
+func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, waiters *sync.WaitGroup, inline, store bool) error {
 	pulled := make([]bus.Inbound, 0, len(rows))
 	for i := range rows {
 		if f.holds(rows[i].ID) {
@@ -303,7 +312,7 @@ func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, wai
 		return nil
 	}
 	session := p.service()
-	n, err := p.Bus.AcceptBatch(session, pulled, p.audited(session))
+	n, committed, err := p.Bus.AcceptBatch(session, pulled, bus.BatchOptions{Newly: p.audited(session), Now: store})
 	if err != nil {
 		f.restart()
 		return err
@@ -317,16 +326,36 @@ func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, wai
 	}
 	f.hold(ids)
 	p.set("delivered %d rows to %s; %d wait for the service's ack", n, session.SessionID, f.working())
+	// A row is acked to the hub once the service acked it and its records are stored here.
 	wait := func(inline bool) {
 		for _, id := range ids {
 			// Not acked to the hub on an error: the row comes again on a new stream.
 			f.served(id, p.Bus.WaitAcked(ctx, session.SessionID, id), inline)
 		}
 	}
-	if waiters == nil {
+	// The commit is learned when it is done, whatever the service has acked by then.
+	storedAside := func() {
+		waiters.Add(1)
+		go func() {
+			defer waiters.Done()
+			f.stored(ids, <-committed, false)
+		}()
+	}
+	if inline {
 		wait(true)
+		if store {
+			f.stored(ids, <-committed, true)
+			return nil
+		}
+		select {
+		case err := <-committed:
+			f.stored(ids, err, true)
+		default:
+			storedAside() // it rides on: its acks wait for it, the next pull need not
+		}
 		return nil
 	}
+	storedAside()
 	waiters.Add(1)
 	go func() {
 		defer waiters.Done()
@@ -400,11 +429,17 @@ func (p *Puller) take(ctx context.Context, row *hub.Row, b *backoff) error {
 		return p.ackHub(ctx, row.ID, b)
 	}
 	session := p.service()
-	if _, err := p.Bus.AcceptBatch(session, []bus.Inbound{pulled}, p.audited(session)); err != nil {
+	// Committed at once: the loop waits for it before the next row (a hub of this protocol
+	// hands the row out again until it is acked).
+	_, committed, err := p.Bus.AcceptBatch(session, []bus.Inbound{pulled}, bus.BatchOptions{Newly: p.audited(session), Now: true})
+	if err != nil {
 		return err
 	}
 	p.set("delivered %s to %s, waiting for its ack", row.ID, session.SessionID)
 	if err := p.Bus.WaitAcked(ctx, session.SessionID, row.ID); err != nil {
+		return err
+	}
+	if err := <-committed; err != nil {
 		return err
 	}
 	b.reset()

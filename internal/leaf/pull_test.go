@@ -39,6 +39,10 @@ type fakeHub struct {
 	stream     string          // the stream of the last pull
 	handed     map[string]bool // rows handed out on it, not acked since
 	ownAcks    int             // acks that came on their own (AckPulled)
+	// recorded, when set, holds the rows whose records the leaf has committed; unrecorded
+	// the hub acks of rows not in it.
+	recorded   map[string]bool
+	unrecorded []string
 }
 
 func (h *fakeHub) rowID(i int) string { return h.ids[i] }
@@ -162,6 +166,9 @@ func (h *fakeHub) AckPulled(ctx context.Context, peer string, ack, reject []stri
 func (h *fakeHub) ack(id string) error {
 	if !h.localAcked[id] {
 		h.early = append(h.early, id)
+	}
+	if h.recorded != nil && !h.recorded[id] {
+		h.unrecorded = append(h.unrecorded, id)
 	}
 	for i, r := range h.rows {
 		if r.ID == id {
@@ -338,5 +345,78 @@ func TestBackoffJitter(t *testing.T) {
 	}
 	if len(seen) < 500 {
 		t.Errorf("1000 retries of a fleet at 100 ms: %d distinct delays, want them spread", len(seen))
+	}
+}
+
+// commitBus is a leaf's bus whose service acks every row at once and whose records' commits
+// give the results the test set, in turn (nil once they are spent).
+type commitBus struct {
+	hub     *fakeHub
+	results chan error
+	batches int
+}
+
+func (c *commitBus) AcceptBatch(t bus.Target, ins []bus.Inbound, o bus.BatchOptions) (int, <-chan error, error) {
+	var res error
+	select {
+	case res = <-c.results:
+	default:
+	}
+	c.hub.mu.Lock()
+	c.batches++
+	for _, in := range ins {
+		c.hub.localAcked[in.ID] = true
+		if res == nil {
+			c.hub.recorded[in.ID] = true
+		}
+	}
+	c.hub.mu.Unlock()
+	committed := make(chan error, 1)
+	committed <- res
+	close(committed)
+	return len(ins), committed, nil
+}
+
+func (c *commitBus) WaitAcked(ctx context.Context, sessionID, messageID string) error { return nil }
+
+// TestPullerAcksTheHubAfterTheRecordsCommit: the hub is acked a row only once its records are
+// committed on the leaf (and its service acked it): after a failed commit the row is not acked
+// there, and is pulled and queued again. Mutant tried: the loop not waiting for committed
+// (the row acked to the hub after the failed commit: red, both ways of pulling).
+func TestPullerAcksTheHubAfterTheRecordsCommit(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		batch int
+	}{{"batched", 0}, {"one row at a time", 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			hub := &fakeHub{localAcked: map[string]bool{}, recorded: map[string]bool{}}
+			row := &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: "one", To: "svc:bot"}
+			hub.rows, hub.ids = []*inbox.Row{row}, []string{row.ID}
+			b := &commitBus{hub: hub, results: make(chan error, 1)}
+			b.results <- &bus.Error{Code: ledger.InsufficientStorage}
+			log := slog.New(slog.DiscardHandler)
+			p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, Batch: c.batch}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { p.Run(ctx); close(done) }()
+			for i := 0; ; i++ {
+				hub.mu.Lock()
+				n := len(hub.acks)
+				hub.mu.Unlock()
+				if n > 0 {
+					break
+				}
+				if i == 10000 {
+					t.Fatal("the row was never acked to the hub")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+			<-done
+			if len(hub.unrecorded) != 0 || len(hub.acks) != 1 || b.batches != 2 {
+				t.Errorf("hub acks %v, of rows not recorded %v, batches queued %d; want the row acked once, after its second, committed batch",
+					hub.acks, hub.unrecorded, b.batches)
+			}
+		})
 	}
 }

@@ -626,6 +626,23 @@ func (t *Tx) EnqueueShare(p Pending, limit, shareMax int) ([]byte, error) {
 	return key, b.Put(key, raw)
 }
 
+// QueueShare counts the rows of sessionID's queue that carry share (EnqueueShare's count).
+func (t *Tx) QueueShare(sessionID, share string) (int, error) {
+	prefix := queuePrefix(sessionID)
+	n := 0
+	c := t.btx.Bucket(bucketQueue).Cursor()
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+		_, s, err := pendingHead(v)
+		if err != nil {
+			return 0, err
+		}
+		if s == share {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // QueueKey is one row of a session's queue: its key and its message id.
 type QueueKey struct {
 	Key []byte
@@ -661,6 +678,9 @@ func (t *Tx) Unqueue(key []byte) error {
 // otherwise: a key whose write was never committed (its transaction failed) may be given
 // again to another row, which an ack of the first must not delete.
 func (t *Tx) UnqueueID(key []byte, id string) error {
+	if len(key) == 0 {
+		return nil // no key was stored
+	}
 	b := t.btx.Bucket(bucketQueue)
 	v := b.Get(key)
 	if v == nil {
