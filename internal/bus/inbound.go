@@ -123,10 +123,11 @@ type BatchOptions struct {
 // committed receives that commit's result once it is done, for every row counted in n (one
 // value, then it is closed): only then are they stored, and until then they must stay held
 // where they came from (the hub's mailbox). After a failed commit they are no longer in
-// the queue. Rows that do not fit while others ride have those others' commit made at once
-// (their places, acked or not, are freed or counted in the store only then). o.Newly, when
-// not nil, is told each row queued by this call, once committed; o.Now makes the commit at
-// once instead of after a ride (a caller that waits for it before it goes on).
+// the queue. When a row does not fit while places are held by rows riding a commit or by
+// acked rows whose deletes wait for one, that commit is made at once and the rows are
+// admitted again. o.Newly, when not nil, is told each row queued by this call, once
+// committed; o.Now makes the commit at once instead of after a ride (a caller that waits
+// for it before it goes on).
 func (b *Bus) AcceptBatch(t Target, ins []Inbound, o BatchOptions) (n int, committed <-chan error, err error) {
 	newly, rideFor := o.Newly, b.cfg.RecordRide
 	if o.Now {
@@ -144,45 +145,6 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, o BatchOptions) (n int, commi
 			unlock()
 		}
 	}()
-	known := make([]bool, len(ins))
-	var deps []*pendingRecord // the earlier batches' commits that rows counted here ride
-	b.q.mu.Lock()
-	for i, in := range ins {
-		if r := b.q.inFlight[in.ID]; r != nil {
-			known[i] = true
-			if !slices.Contains(deps, r) {
-				deps = append(deps, r)
-			}
-		}
-	}
-	b.q.mu.Unlock()
-	shares := map[string]int{} // the stored rows of each sender node's share
-	if err := b.cfg.Store.View(func(tx *store.Tx) error {
-		for i, in := range ins {
-			if known[i] {
-				continue
-			}
-			_, found, err := tx.Message(in.ID)
-			if err != nil {
-				return err
-			}
-			known[i] = found
-			if a := in.arrival(); !found {
-				if _, ok := shares[a.share]; !ok {
-					if shares[a.share], err = tx.QueueShare(t.SessionID, a.share); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		return nil
-	}); err != nil {
-		return 0, nil, err
-	}
-
-	// The places are taken in memory, as reserve does, under the same lock as the rows are
-	// added, and the commit that will write them is queued before any of them can be acked
-	// (an ack's delete rides that commit or a later one, never an earlier).
 	rec := &pendingRecord{done: make(chan struct{}), force: make(chan struct{})}
 	type admitted struct {
 		e   *earlyRow
@@ -191,57 +153,115 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, o BatchOptions) (n int, commi
 		in  Inbound
 	}
 	var rows []admitted
+	var deps []*pendingRecord // the earlier batches' commits that rows counted here ride
 	var full error
-	shareMax := b.cfg.Bounds.queueShare()
-	b.q.mu.Lock()
-	sq, err := b.load(t.SessionID)
-	if err != nil {
-		b.q.mu.Unlock()
-		return 0, nil, err
-	}
-	early := len(b.q.early[t.SessionID])
-	for i, in := range ins {
-		if known[i] {
-			n++
-			continue
-		}
-		a := in.arrival()
-		if q := len(sq.rows) + sq.reserved + early + len(rows); q >= store.MaxQueue || q+len(b.q.acked[t.SessionID]) >= store.MaxStored {
-			full = queueFull(t.Harness)
-			break
-		}
-		mine := 0
-		for _, r := range rows {
-			if r.e.share == a.share {
-				mine++
+	for attempt := 0; ; attempt++ {
+		known := make([]bool, len(ins))
+		b.q.mu.Lock()
+		for i, in := range ins {
+			if r := b.q.inFlight[in.ID]; r != nil {
+				known[i] = true
+				if !slices.Contains(deps, r) {
+					deps = append(deps, r)
+				}
 			}
 		}
-		if shareMax > 0 && shares[a.share]+b.q.earlyShare(t.SessionID, a.share)+mine >= shareMax {
-			full = shareFull(t.Harness, shareMax)
-			break
+		b.q.mu.Unlock()
+		shares := map[string]int{} // the stored rows of each sender node's share
+		if err := b.cfg.Store.View(func(tx *store.Tx) error {
+			for i, in := range ins {
+				if known[i] {
+					continue
+				}
+				_, found, err := tx.Message(in.ID)
+				if err != nil {
+					return err
+				}
+				known[i] = found
+				if a := in.arrival(); !found {
+					if _, ok := shares[a.share]; !ok {
+						if shares[a.share], err = tx.QueueShare(t.SessionID, a.share); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			return 0, nil, err
 		}
-		msg, err := b.record(h, t, a)
+
+		// The places are taken in memory, as reserve does, under the same lock as the rows are
+		// added, and the commit that will write them is queued before any of them can be acked
+		// (an ack's delete rides that commit or a later one, never an earlier).
+		shareMax := b.cfg.Bounds.queueShare()
+		b.q.mu.Lock()
+		sq, err := b.load(t.SessionID)
 		if err != nil {
 			b.q.mu.Unlock()
 			return 0, nil, err
 		}
-		p := *b.entry(h, t.SessionID, msg, a)
-		m := &queuedMsg{Queued: Queued{ID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope, Origin: p.Origin}, createdAt: p.CreatedAt}
-		e := &earlyRow{id: in.ID, share: p.Share, slot: &queueSlot{b: b, session: t.SessionID, sq: sq}, m: m, rec: rec}
-		rows = append(rows, admitted{e, p, msg, in})
-		n++
-	}
-	if full != nil {
-		// Rows riding a commit hold their places until it is done, the acked ones too (their
-		// deletes ride the same commit): the next rows wait for it, so it is made now.
-		for _, e := range b.q.early[t.SessionID] {
-			e.rec.now()
+		early := len(b.q.early[t.SessionID])
+		for i, in := range ins {
+			if known[i] {
+				n++
+				continue
+			}
+			a := in.arrival()
+			if q := len(sq.rows) + sq.reserved + early + len(rows); q >= store.MaxQueue || q+len(b.q.acked[t.SessionID]) >= store.MaxStored {
+				full = queueFull(t.Harness)
+				break
+			}
+			mine := 0
+			for _, r := range rows {
+				if r.e.share == a.share {
+					mine++
+				}
+			}
+			if shareMax > 0 && shares[a.share]+b.q.earlyShare(t.SessionID, a.share)+mine >= shareMax {
+				full = shareFull(t.Harness, shareMax)
+				break
+			}
+			msg, err := b.record(h, t, a)
+			if err != nil {
+				b.q.mu.Unlock()
+				return 0, nil, err
+			}
+			p := *b.entry(h, t.SessionID, msg, a)
+			m := &queuedMsg{Queued: Queued{ID: p.ID, FromName: p.FromName, Text: p.Text, Envelope: p.Envelope, Origin: p.Origin}, createdAt: p.CreatedAt}
+			e := &earlyRow{id: in.ID, share: p.Share, slot: &queueSlot{b: b, session: t.SessionID, sq: sq}, m: m, rec: rec}
+			rows = append(rows, admitted{e, p, msg, in})
+			n++
 		}
-		for _, o := range b.q.acked[t.SessionID] {
-			if o.early != nil && b.q.inFlight[o.id] == o.early.rec {
-				o.early.rec.now()
+		if full == nil || attempt > 0 {
+			break
+		}
+		// Places held by rows riding a commit, or by acked rows whose deletes wait for one,
+		// are freed (or counted in the store) by that commit: made now, once, and the rows
+		// are admitted again.
+		var riding []*pendingRecord
+		for _, e := range b.q.early[t.SessionID] {
+			if !slices.Contains(riding, e.rec) {
+				riding = append(riding, e.rec)
 			}
 		}
+		for _, o := range b.q.acked[t.SessionID] {
+			if o.early != nil && b.q.inFlight[o.id] == o.early.rec && !slices.Contains(riding, o.early.rec) {
+				riding = append(riding, o.early.rec)
+			}
+		}
+		if len(riding) == 0 && len(b.q.acked[t.SessionID]) == 0 {
+			break
+		}
+		b.q.mu.Unlock()
+		for _, r := range riding {
+			r.now()
+		}
+		b.cfg.Store.Update(func(*store.Tx) error { return nil })
+		for _, r := range riding {
+			<-r.done // settled: out of the early rows, counted in the store
+		}
+		rows, n, full, deps = rows[:0], 0, nil, deps[:0]
 	}
 	if len(rows) == 0 {
 		b.q.mu.Unlock()
