@@ -91,7 +91,7 @@ func TestAcceptBatchRecordsRide(t *testing.T) {
 	ins := pulledRows("one", "two")
 	var announced atomic.Int32
 	commits := b.cfg.Store.Commits()
-	n, committed, err := b.AcceptBatch(target, ins, func(Inbound) { announced.Add(1) })
+	n, committed, err := b.AcceptBatch(target, ins, BatchOptions{Newly: func(Inbound) { announced.Add(1) }})
 	if err != nil || n != 2 {
 		t.Fatalf("AcceptBatch = %d, %v; want 2, nil", n, err)
 	}
@@ -157,7 +157,7 @@ func TestAcceptBatchRecordsRide(t *testing.T) {
 	}
 	// Pulled again (the hub's ack was lost): known by id, queued nowhere again, and their
 	// records are stored already.
-	n, committed, err = b.AcceptBatch(target, ins, nil)
+	n, committed, err = b.AcceptBatch(target, ins, BatchOptions{})
 	if err != nil || n != 2 {
 		t.Fatalf("AcceptBatch again = %d, %v; want 2 known rows", n, err)
 	}
@@ -174,7 +174,7 @@ func TestAcceptBatchRecordsRide(t *testing.T) {
 func TestAcceptBatchRideEnds(t *testing.T) {
 	b, target, _ := leafBus(t, time.Millisecond)
 	ins := pulledRows("one")
-	_, committed, err := b.AcceptBatch(target, ins, nil)
+	_, committed, err := b.AcceptBatch(target, ins, BatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,12 +194,12 @@ func TestAcceptBatchRowsAgainWhileRiding(t *testing.T) {
 	b, target, reg := leafBus(t, time.Hour)
 	ctx := context.Background()
 	ins := pulledRows("one")
-	_, first, err := b.AcceptBatch(target, ins, nil)
+	_, first, err := b.AcceptBatch(target, ins, BatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	more := append(ins, pulledRows("two")...)
-	n, second, err := b.AcceptBatch(target, more, nil)
+	n, second, err := b.AcceptBatch(target, more, BatchOptions{})
 	if err != nil || n != 2 {
 		t.Fatalf("AcceptBatch again = %d, %v; want 2", n, err)
 	}
@@ -245,7 +245,7 @@ func TestAcceptBatchReadForcesCommit(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			b, target, reg := leafBus(t, time.Hour)
 			ins := pulledRows("one")
-			_, committed, err := b.AcceptBatch(target, ins, nil)
+			_, committed, err := b.AcceptBatch(target, ins, BatchOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -280,7 +280,7 @@ func TestAcceptBatchFailedCommit(t *testing.T) {
 	ctx := context.Background()
 	ins := pulledRows("one", "two")
 	b.q.testRecordErr = errors.New("disk gone")
-	_, committed, err := b.AcceptBatch(target, ins, nil)
+	_, committed, err := b.AcceptBatch(target, ins, BatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestAcceptBatchFailedCommit(t *testing.T) {
 		}
 	}
 	// The hub hands them out again: queued again, each delivered and acked once.
-	n, committed, err := b.AcceptBatch(target, ins, nil)
+	n, committed, err := b.AcceptBatch(target, ins, BatchOptions{})
 	if err != nil || n != 2 {
 		t.Fatalf("AcceptBatch again = %d, %v; want 2", n, err)
 	}
@@ -355,7 +355,7 @@ func TestAcceptBatchBounds(t *testing.T) {
 	for range share + 1 {
 		ins = append(ins, pulledRows("x")...)
 	}
-	n, first, err := b.AcceptBatch(target, ins[:share-1], nil)
+	n, first, err := b.AcceptBatch(target, ins[:share-1], BatchOptions{})
 	if err != nil || n != share-1 {
 		t.Fatalf("AcceptBatch = %d, %v; want %d", n, err, share-1)
 	}
@@ -367,7 +367,7 @@ func TestAcceptBatchBounds(t *testing.T) {
 	if err := b.Ack(ctx, reg, m.ID); err != nil {
 		t.Fatal(err)
 	}
-	n, second, err := b.AcceptBatch(target, ins[share-1:share], nil)
+	n, second, err := b.AcceptBatch(target, ins[share-1:share], BatchOptions{})
 	if err != nil || n != 1 {
 		t.Fatalf("AcceptBatch to the share = %d, %v; want 1", n, err)
 	}
@@ -375,7 +375,7 @@ func TestAcceptBatchBounds(t *testing.T) {
 		t.Fatal("committed before the share was full")
 	}
 	// The share is full, one place held by the acked row: the commit is made, the row fits.
-	n, third, err := b.AcceptBatch(target, ins[share:], nil)
+	n, third, err := b.AcceptBatch(target, ins[share:], BatchOptions{})
 	if err != nil || n != 1 {
 		t.Fatalf("AcceptBatch past the share with an acked row riding = %d, %v; want 1", n, err)
 	}
@@ -385,7 +385,7 @@ func TestAcceptBatchBounds(t *testing.T) {
 		}
 	}
 	// Every place is now held by a row not acked: refused, though its commit is made.
-	if n, _, err := b.AcceptBatch(target, pulledRows("y"), nil); err == nil || n != 0 {
+	if n, _, err := b.AcceptBatch(target, pulledRows("y"), BatchOptions{}); err == nil || n != 0 {
 		t.Fatalf("AcceptBatch with the share full = %d, %v; want 0 and the full queue's error", n, err)
 	}
 	if err := within(t, third); err != nil {

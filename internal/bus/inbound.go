@@ -104,6 +104,12 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 	return Delivery{}, true, errorf(ledger.DeliveryFailed, "delivery of message '%s' failed", id)
 }
 
+// BatchOptions are AcceptBatch's.
+type BatchOptions struct {
+	Newly func(Inbound) // told each row queued, once committed (nil: nobody)
+	Now   bool          // commit at once, not after Config.RecordRide
+}
+
 // AcceptBatch is Accept for rows that came together for one queued session t (a leaf's
 // pull, docs/protocol.md §7.5): it queues them in order until t's queue (or the sender
 // node's share of it) is full. It returns how many of ins, from the first, are taken: those
@@ -119,8 +125,14 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 // where they came from (the hub's mailbox). After a failed commit they are no longer in
 // the queue. When a row does not fit while places are held by rows riding a commit or by
 // acked rows whose deletes wait for one, that commit is made at once and the rows are
-// admitted again. newly, when not nil, is told each row queued by this call, once committed.
-func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, committed <-chan error, err error) {
+// admitted again. o.Newly, when not nil, is told each row queued by this call, once
+// committed; o.Now makes the commit at once instead of after a ride (a caller that waits
+// for it before it goes on).
+func (b *Bus) AcceptBatch(t Target, ins []Inbound, o BatchOptions) (n int, committed <-chan error, err error) {
+	newly, rideFor := o.Newly, b.cfg.RecordRide
+	if o.Now {
+		rideFor = 0
+	}
 	h := b.h.Named(t.Harness)
 	if h == nil || h.Delivery() != harness.Queue {
 		return 0, nil, errorf(ledger.Internal, "internal error")
@@ -290,8 +302,8 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, 
 	settle := func() error {
 		var err error
 		done := false
-		if b.cfg.RecordRide > 0 {
-			timer := time.NewTimer(b.cfg.RecordRide)
+		if rideFor > 0 {
+			timer := time.NewTimer(rideFor)
 			select {
 			case err = <-ride:
 				done = true
@@ -320,7 +332,7 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, newly func(Inbound)) (n int, 
 		}
 		return err
 	}
-	if b.cfg.RecordRide <= 0 {
+	if rideFor <= 0 {
 		err := settle()
 		return n, b.afterAll(&err, deps), nil
 	}

@@ -37,12 +37,16 @@ const (
 	MaxInboxBatchBytes = 1 << 20 // stored bytes of the rows of one pull, past the first
 )
 
-// pulls remembers, per leaf, whether it acked a row since its last poll: such a poll is
-// progress, not a retry, and spends no rate token. Its size is the number of leaves that
-// ever pulled, each a configured peer.
+// pulls remembers, per leaf, whether it acked a row since its last poll, and the stream
+// whose last poll handed out rows: such a poll is progress, not a retry, and spends no rate
+// token. A leaf that pulls its next batch while its service works on the last carries no
+// ack then, but each row comes to it once per stream, so it cannot spin on free polls; one
+// that starts a new stream (every row handed out again) pays for that poll. Its size is the
+// number of leaves that ever pulled, each a configured peer.
 type pulls struct {
-	mu    sync.Mutex
-	acked map[string]bool
+	mu     sync.Mutex
+	acked  map[string]bool
+	handed map[string]string
 }
 
 func (p *pulls) ack(peer string) {
@@ -54,13 +58,28 @@ func (p *pulls) ack(peer string) {
 	p.mu.Unlock()
 }
 
-// poll reports whether peer acked since its last poll, and starts a new round.
-func (p *pulls) poll(peer string) bool {
+// poll reports whether peer acked since its last poll, or that poll on stream handed out
+// rows, and starts a new round.
+func (p *pulls) poll(peer, stream string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ok := p.acked[peer]
+	ok := p.acked[peer] || (stream != "" && p.handed[peer] == stream)
 	delete(p.acked, peer)
+	delete(p.handed, peer)
 	return ok
+}
+
+// handedOut records that peer's poll on stream handed out rows.
+func (p *pulls) handedOut(peer, stream string) {
+	if stream == "" {
+		return
+	}
+	p.mu.Lock()
+	if p.handed == nil {
+		p.handed = map[string]string{}
+	}
+	p.handed[peer] = stream
+	p.mu.Unlock()
 }
 
 func (s *Server) leafRoutes(mux *http.ServeMux) {
@@ -114,7 +133,7 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !s.pulls.poll(p.Name) && !s.idle(w, "inbox:", p.Name) {
+	if !s.pulls.poll(p.Name, "") && !s.idle(w, "inbox:", p.Name) {
 		return
 	}
 	wait, ok := waitParam(r.URL.Query().Get("wait"))
@@ -122,7 +141,7 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError(ledger.BadRequest, "wait must be a non-negative integer (seconds)"))
 		return
 	}
-	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, wait, 1, 0)
+	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, "", wait, 1, 0)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -163,9 +182,14 @@ func (s *Server) inboxAck(w http.ResponseWriter, r *http.Request) {
 type PullRequest struct {
 	Ack      []string `json:"ack"`
 	Reject   []string `json:"reject,omitempty"`
-	Max      int      `json:"max"`       // rows, 1..MaxInboxBatch
+	Max      int      `json:"max"`       // rows, 0..MaxInboxBatch; 0 pulls nothing (acks only)
 	MaxBytes int      `json:"max_bytes"` // 0 = MaxInboxBatchBytes
 	Wait     int      `json:"wait"`      // seconds, 0..60
+	// Stream, a UUID the leaf chose, names its pull stream: rows handed out on it are not
+	// handed out again on it until settled (hub.Mailboxes.Batch). Left out: every row not
+	// settled is handed out, as a leaf that pulls only once its service acked the last batch
+	// wants.
+	Stream string `json:"stream,omitempty"`
 }
 
 // PullAnswer is its answer: how many of the ids were removed (the others were gone
@@ -196,8 +220,12 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError(ledger.BadRequest, "pull request: %v", err))
 		return
 	}
-	if req.Max < 1 || len(req.Ack)+len(req.Reject) > MaxInboxBatch || req.MaxBytes < 0 || req.Wait < 0 {
-		writeError(w, apiError(ledger.BadRequest, "max must be >= 1, ack and reject at most %d ids, max_bytes and wait >= 0", MaxInboxBatch))
+	if req.Max < 0 || len(req.Ack)+len(req.Reject) > MaxInboxBatch || req.MaxBytes < 0 || req.Wait < 0 {
+		writeError(w, apiError(ledger.BadRequest, "max must be >= 0, ack and reject at most %d ids, max_bytes and wait >= 0", MaxInboxBatch))
+		return
+	}
+	if req.Stream != "" && !validRef(req.Stream) {
+		writeError(w, apiError(ledger.BadRequest, "stream must be a UUID"))
 		return
 	}
 	for _, id := range append(req.Ack, req.Reject...) {
@@ -225,17 +253,30 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 			s.pulls.ack(p.Name)
 		}
 	}
-	if !s.pulls.poll(p.Name) && !s.idle(w, "inbox:", p.Name) {
+	if req.Max == 0 {
+		// Acks only: the leaf's pull is waiting on its own connection. It moved mail or it
+		// spends an ack token; either way the next poll is what it would have been.
+		if ans.Acked+ans.Rejected == 0 && !s.idle(w, "inbox-ack:", p.Name) {
+			return
+		}
+		ans.Rows = []hub.Row{}
+		writeJSON(w, http.StatusOK, ans)
+		return
+	}
+	if !s.pulls.poll(p.Name, req.Stream) && !s.idle(w, "inbox:", p.Name) {
 		return
 	}
 	maxBytes := MaxInboxBatchBytes
 	if req.MaxBytes > 0 {
 		maxBytes = min(req.MaxBytes, maxBytes)
 	}
-	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, time.Duration(min(req.Wait, 60))*time.Second, min(req.Max, MaxInboxBatch), maxBytes)
+	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, req.Stream, time.Duration(min(req.Wait, 60))*time.Second, min(req.Max, MaxInboxBatch), maxBytes)
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	if len(rows) > 0 {
+		s.pulls.handedOut(p.Name, req.Stream)
 	}
 	ans.Rows = make([]hub.Row, 0, len(rows))
 	for _, e := range rows {
@@ -276,15 +317,12 @@ func (n *Node) AckInbox(ctx context.Context, peer, id string) error {
 }
 
 // Pull acks ids, rejects the ids in reject, and pulls the next batch of our mailbox on peer
-// with one POST /fed/v2/inbox (budget wait + 10 s). It returns the rows (none when the wait
-// ran out).
-func (n *Node) Pull(ctx context.Context, peer string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error) {
+// on stream (a UUID, or "" for none: PullRequest.Stream) with one POST /fed/v2/inbox
+// (budget wait + 10 s). It returns the rows (none when the wait ran out).
+func (n *Node) Pull(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+InboxAckTimeout)
 	defer cancel()
-	if ack == nil {
-		ack = []string{}
-	}
-	body, err := json.Marshal(PullRequest{Ack: ack, Reject: reject, Max: max, MaxBytes: maxBytes, Wait: int(wait / time.Second)})
+	body, err := pullBody(PullRequest{Ack: ack, Reject: reject, Max: max, MaxBytes: maxBytes, Wait: int(wait / time.Second), Stream: stream})
 	if err != nil {
 		return nil, err
 	}
@@ -298,6 +336,26 @@ func (n *Node) Pull(ctx context.Context, peer string, ack, reject []string, max,
 		return nil, err
 	}
 	return ans.Rows, nil
+}
+
+// AckPulled acks ids and rejects those of reject on peer without pulling (POST
+// /fed/v2/inbox with max 0), on the shared client: the pull connection is busy with the
+// pull loop's long-poll meanwhile (budget 10 s).
+func (n *Node) AckPulled(ctx context.Context, peer string, ack, reject []string) error {
+	ctx, cancel := context.WithTimeout(ctx, InboxAckTimeout)
+	defer cancel()
+	body, err := pullBody(PullRequest{Ack: ack, Reject: reject})
+	if err != nil {
+		return err
+	}
+	return n.call(ctx, peer, http.MethodPost, "/fed/v2/inbox", json.RawMessage(body), nil, "")
+}
+
+func pullBody(req PullRequest) ([]byte, error) {
+	if req.Ack == nil {
+		req.Ack = []string{}
+	}
+	return json.Marshal(req)
 }
 
 // NamedHubs returns the hubs whose address names a host instead of an IP: reaching them needs

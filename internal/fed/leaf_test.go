@@ -315,7 +315,7 @@ func TestPullLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, committed, err := l1.bus.AcceptBatch(bus.Target{Harness: "svc", SessionID: "svc:bot"},
-		[]bus.Inbound{{ID: d3.MessageID, Peer: "hub", FromName: "x", Body: "three", Badge: "anon:carol"}}, nil)
+		[]bus.Inbound{{ID: d3.MessageID, Peer: "hub", FromName: "x", Body: "three", Badge: "anon:carol"}}, bus.BatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

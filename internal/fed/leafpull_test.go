@@ -36,8 +36,11 @@ func pullRaw(t *testing.T, c *http.Client, addr string, req map[string]any) (int
 // A batched pull hands out the oldest rows, bounded in count and bytes; the next pull acks
 // them and hands out the next ones; rows leave the mailbox only when acked. At the default
 // peer rate (60/min), 300 messages go through with no 429: the inbox path is bounded by the
-// mailbox, not by the send rate. Mutant tried: every inbox request spending the bucket
-// again (fed/leaf.go idle always called): 429 at the 61st request, red.
+// mailbox, not by the send rate; so does a leaf pulling on one stream with no acks (its
+// service still working), while one spinning new streams pays. Mutants tried: every inbox
+// request spending the bucket again (fed/leaf.go idle always called): 429 at the 61st
+// request, red; a poll free after rows on any stream: the spin is never refused, red; a
+// poll free only after an ack: 429 at the 56th pull on one stream, red.
 func TestLeafPullBatch(t *testing.T) {
 	hub, l1 := newNode(t, "hub"), newNode(t, "l1")
 	hub.start("{" + peerEntry("l1", "192.0.2.201:1", l1.cert.Pin, `, "leaf": true, "allow": ["send", "reply"]`) + "}")
@@ -52,8 +55,10 @@ func TestLeafPullBatch(t *testing.T) {
 		ids = append(ids, d.MessageID)
 	}
 	c := rawClient(l1.cert)
-	if status, _, out := pullRaw(t, c, hub.addr(), map[string]any{"ack": []string{}, "max": 0}); status != 400 {
-		t.Errorf("max 0: %d %v, want 400", status, out)
+	for _, bad := range []map[string]any{{"ack": []string{}, "max": -1}, {"max": 1, "stream": "x"}} {
+		if status, _, out := pullRaw(t, c, hub.addr(), bad); status != 400 {
+			t.Errorf("%v: %d %v, want 400", bad, status, out)
+		}
 	}
 	// max_bytes below one row: one row all the same.
 	if status, ans, out := pullRaw(t, c, hub.addr(), map[string]any{"max": 10, "max_bytes": 1}); status != 200 || len(ans.Rows) != 1 || ans.Rows[0].ID != ids[0] {
@@ -105,6 +110,75 @@ func TestLeafPullBatch(t *testing.T) {
 		}
 		if status, out := post(t, c, hub.addr(), "/fed/v2/inbox/"+row.ID+"/ack", map[string]any{}); status != 200 {
 			t.Fatalf("one-row ack %d: %d %v", i, status, out)
+		}
+	}
+
+	// On a stream, a row handed out is not handed out again until settled; max 0 acks
+	// without pulling; a new stream hands out again every row not settled.
+	var four []string
+	for i := range 4 {
+		d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: fmt.Sprintf("s%d", i), Bytes: 4, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		four = append(four, d.MessageID)
+	}
+	rowIDs := func(a PullAnswer) string {
+		var out []string
+		for _, r := range a.Rows {
+			out = append(out, r.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	s1, s2 := uuid.NewString(), uuid.NewString()
+	for _, step := range []struct {
+		req   map[string]any
+		acked int
+		rows  []string
+	}{
+		{map[string]any{"max": 2, "stream": s1}, 0, four[:2]},
+		{map[string]any{"max": 2, "stream": s1}, 0, four[2:]},
+		{map[string]any{"max": 2, "stream": s1}, 0, nil},
+		{map[string]any{"ack": four[:2], "max": 0}, 2, nil},
+		{map[string]any{"max": 10, "stream": s2}, 0, four[2:]},
+		{map[string]any{"ack": four[2:], "max": 0}, 2, nil},
+	} {
+		status, ans, out := pullRaw(t, c, hub.addr(), step.req)
+		if status != 200 || ans.Acked != step.acked || rowIDs(ans) != strings.Join(step.rows, ",") {
+			t.Fatalf("%v: %d %v; want acked %d, rows %v", step.req, status, out, step.acked, step.rows)
+		}
+	}
+
+	// A leaf pulling while its service works (no ack on the pull) is free as long as each
+	// poll on its stream hands out rows: 150 rows one per pull at 60/min, no 429. Then every
+	// row is handed out again on each new stream: those polls pay, and run out.
+	var more []string
+	for i := range 150 {
+		d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: fmt.Sprintf("p%d", i), Bytes: 4, FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		more = append(more, d.MessageID)
+	}
+	s3 := uuid.NewString()
+	for i := range more {
+		status, ans, out := pullRaw(t, c, hub.addr(), map[string]any{"max": 1, "stream": s3})
+		if status != 200 || len(ans.Rows) != 1 || ans.Rows[0].ID != more[i] {
+			t.Fatalf("pull %d on one stream, no acks: %d %v", i, status, out)
+		}
+	}
+	spun := 0
+	for range 70 {
+		if status, _, _ := pullRaw(t, c, hub.addr(), map[string]any{"max": 1, "stream": uuid.NewString()}); status == 429 {
+			spun++
+		}
+	}
+	if spun == 0 {
+		t.Error("70 polls each on a new stream at 60/min: none refused")
+	}
+	for i := 0; i < len(more); i += 100 {
+		if status, ans, out := pullRaw(t, c, hub.addr(), map[string]any{"ack": more[i:min(i+100, len(more))], "max": 0}); status != 200 || ans.Acked != min(100, len(more)-i) {
+			t.Fatalf("acks: %d %v", status, out)
 		}
 	}
 
@@ -209,7 +283,7 @@ func TestPullConnection(t *testing.T) {
 	}
 	pull := func(what string, ack []string, want int) []string {
 		t.Helper()
-		rows, err := l1.n.Pull(ctx, "hub", ack, nil, 10, 0, 0)
+		rows, err := l1.n.Pull(ctx, "hub", "", ack, nil, 10, 0, 0)
 		if err != nil || len(rows) != want {
 			t.Fatalf("%s: pull = %d rows, %v; want %d", what, len(rows), err, want)
 		}
@@ -242,7 +316,7 @@ func TestPullConnection(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := l1.n.Pull(cctx, "hub", nil, nil, 10, 0, 30*time.Second)
+		_, err := l1.n.Pull(cctx, "hub", "", nil, nil, 10, 0, 30*time.Second)
 		done <- err
 	}()
 	cancel()
@@ -292,7 +366,7 @@ func TestPullConnectionClosedByHub(t *testing.T) {
 	}()
 	l1.startLeaf("{" + peerEntry("hub", ln.Addr().String(), hub.cert.Pin, "") + "}")
 	for i := range 3 {
-		if _, err := l1.n.Pull(context.Background(), "hub", nil, nil, 10, 0, 0); err != nil {
+		if _, err := l1.n.Pull(context.Background(), "hub", "", nil, nil, 10, 0, 0); err != nil {
 			t.Fatalf("pull %d: %v", i, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +43,23 @@ type Mailboxes struct {
 	// commit (settle): they are never handed out again meanwhile.
 	mu       sync.Mutex
 	settling map[string]map[string]bool
+	// handed holds, per peer, the stream the leaf pulls on and the rows handed out on it that
+	// it has not settled yet: a leaf that pulls its next batch while its service still works
+	// on the last is not handed those rows again. A pull on another stream, or on none, starts
+	// over: every row not settled is handed out again (the leaf knows each by its id).
+	handed map[string]*stream
 }
+
+// stream is one leaf's pull stream: the rows handed out on it, not settled yet.
+type stream struct {
+	name string
+	ids  map[string]bool
+}
+
+// pruneHanded is how many handed ids a stream holds before those whose rows are gone (a
+// retention purge removes rows nobody settled) are dropped: ids are added only for rows in
+// the mailbox, so after a prune a stream holds at most the mailbox's rows.
+const pruneHanded = 4 * 256
 
 // settleRide is how long a settled row's delete waits for a commit made anyway (a send's, most
 // often the next mail's) before a commit is made for it. Nothing waits for that commit (the
@@ -87,20 +104,57 @@ func (m *Mailboxes) full(peer string) *bus.Error {
 
 // Batch returns the oldest mail of leaf peer without removing it: at most maxN rows and,
 // past the first, maxBytes of stored rows (<= 0: no bound), waiting up to wait (at most
-// MaxWait) for one; nil when none came.
-func (m *Mailboxes) Batch(ctx context.Context, peer string, wait time.Duration, maxN, maxBytes int) ([]store.MailboxEntry, error) {
+// MaxWait) for one; nil when none came. On streamName (not ""), rows handed out on it before
+// and not settled since are passed over, and those returned are counted as handed; a pull
+// on another stream, or on none, hands out every row not settled again. The leaf must start
+// a new stream whenever an answer may have been lost (a failed pull), and whenever it could
+// not take a row it was handed: those rows come again only on a new stream.
+func (m *Mailboxes) Batch(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int) ([]store.MailboxEntry, error) {
+	if maxBytes <= 0 {
+		maxBytes = math.MaxInt
+	}
 	var rows []store.MailboxEntry
 	_, err := m.wake.Until(ctx, peer, min(wait, MaxWait), func() (bool, error) {
 		err := m.store.View(func(tx *store.Tx) (err error) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			settling := m.settling[peer]
-			rows, err = tx.MailboxBatch(peer, maxN, maxBytes, func(id string) bool { return settling[id] })
+			settling, handed := m.settling[peer], m.stream(tx, peer, streamName)
+			rows, err = tx.MailboxBatch(peer, maxN, maxBytes, func(id string) bool { return settling[id] || handed[id] })
+			if handed != nil {
+				for _, e := range rows {
+					handed[e.ID] = true
+				}
+			}
 			return err
 		})
 		return len(rows) > 0, err
 	})
 	return rows, err
+}
+
+// stream returns the ids handed out on peer's stream name, making it peer's current stream
+// (nil for name "": no stream, and none kept). Call with m.mu held.
+func (m *Mailboxes) stream(tx *store.Tx, peer, name string) map[string]bool {
+	cur := m.handed[peer]
+	if name == "" {
+		delete(m.handed, peer)
+		return nil
+	}
+	if cur == nil || cur.name != name {
+		if m.handed == nil {
+			m.handed = map[string]*stream{}
+		}
+		cur = &stream{name: name, ids: map[string]bool{}}
+		m.handed[peer] = cur
+	}
+	if len(cur.ids) > pruneHanded {
+		for id := range cur.ids {
+			if !tx.InMailbox(peer, id) {
+				delete(cur.ids, id)
+			}
+		}
+	}
+	return cur.ids
 }
 
 // Ack deletes the mail ids from leaf peer's mailbox and marks each delivered: the leaf acks
@@ -143,6 +197,9 @@ func (m *Mailboxes) settle(peer string, ids []string, kind ledger.Kind, request 
 				}
 				m.settling[peer][id] = true
 				fresh = append(fresh, id)
+				if h := m.handed[peer]; h != nil {
+					delete(h.ids, id)
+				}
 			}
 		}
 		return nil

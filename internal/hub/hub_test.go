@@ -14,6 +14,7 @@ import (
 
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/store"
 )
 
@@ -74,7 +75,7 @@ func TestBound(t *testing.T) {
 	if _, err := put(t, m, "l2"); err != nil {
 		t.Fatalf("another leaf's mailbox refused: %v", err)
 	}
-	rows, err := m.Batch(context.Background(), "l1", 0, 1, 0)
+	rows, err := m.Batch(context.Background(), "l1", "", 0, 1, 0)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("batch = %v %v", rows, err)
 	}
@@ -150,7 +151,7 @@ func TestSettlingNotHandedOut(t *testing.T) {
 	if n, err := m.Ack("l1", []string{first}); n != 0 || err != nil {
 		t.Fatalf("second ack while settling = %d %v, want 0", n, err)
 	}
-	rows, err := m.Batch(context.Background(), "l1", 0, 10, 0)
+	rows, err := m.Batch(context.Background(), "l1", "", 0, 10, 0)
 	if err != nil || len(rows) != 1 || rows[0].ID != second {
 		t.Fatalf("batch while the ack waits for its commit = %+v %v; want only %s", rows, err, second)
 	}
@@ -169,7 +170,7 @@ func TestBatchWakes(t *testing.T) {
 	m := open(t, 0)
 	got := make(chan []store.MailboxEntry, 1)
 	go func() {
-		rows, err := m.Batch(context.Background(), "l1", time.Minute, 10, 0)
+		rows, err := m.Batch(context.Background(), "l1", "", time.Minute, 10, 0)
 		if err != nil {
 			panic(fmt.Sprint("batch: ", err))
 		}
@@ -220,5 +221,111 @@ func TestServiceName(t *testing.T) {
 		if got, ok := ServiceName(ref); ok {
 			t.Errorf("ServiceName(%q) = %q, want none", ref, got)
 		}
+	}
+}
+
+// TestStreamHandsEachRowOnce: on one stream a row handed out is not handed out again until
+// it is settled, so a leaf may pull its next batch while its service works on the last; a
+// pull on a new stream (the leaf lost an answer, or could not take a row), or on none, hands
+// out every row not settled again; and another leaf's stream is its own. Mutants tried:
+// Batch not passing over handed rows: the second pull gets the first's rows again, red;
+// a new stream keeping the old one's ids: the restart gets nothing, red.
+func TestStreamHandsEachRowOnce(t *testing.T) {
+	m := open(t, 0)
+	var ids []string
+	for range 3 {
+		id, err := put(t, m, "l1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	other, err := put(t, m, "l2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := func(peer, s string, n int) []string {
+		t.Helper()
+		rows, err := m.Batch(context.Background(), peer, s, 0, n, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range rows {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	same := func(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
+	if g := got("l1", "a", 2); !same(g, ids[:2]) {
+		t.Fatalf("first pull on stream a = %v, want %v", g, ids[:2])
+	}
+	if g := got("l1", "a", 10); !same(g, ids[2:]) {
+		t.Fatalf("next pull on stream a = %v, want only the row not handed yet %v", g, ids[2:])
+	}
+	if g := got("l1", "a", 10); len(g) != 0 {
+		t.Fatalf("a third pull on stream a = %v, want nothing (all handed)", g)
+	}
+	// l2's stream of the same name is its own.
+	if g := got("l2", "a", 10); !same(g, []string{other}) {
+		t.Fatalf("l2 on its stream a = %v, want its row", g)
+	}
+	// A settled row leaves the stream; one not settled comes again on a new stream.
+	if n, err := m.Ack("l1", ids[:1]); n != 1 || err != nil {
+		t.Fatalf("ack = %d %v", n, err)
+	}
+	committed(t, m)
+	if g := got("l1", "b", 10); !same(g, ids[1:]) {
+		t.Fatalf("pull on a new stream b = %v, want every row not settled %v", g, ids[1:])
+	}
+	if g := got("l1", "", 10); !same(g, ids[1:]) {
+		t.Fatalf("pull on no stream = %v, want every row not settled %v", g, ids[1:])
+	}
+	// After a pull on no stream, stream b starts over too.
+	if g := got("l1", "b", 10); !same(g, ids[1:]) {
+		t.Fatalf("stream b after a pull on none = %v, want %v", g, ids[1:])
+	}
+}
+
+// TestStreamBound: the ids a stream holds are bounded by the rows in the mailbox: rows
+// removed without being settled (retention) are dropped from it once it is large.
+// Mutant tried: stream never pruning: it keeps every id, red.
+func TestStreamBound(t *testing.T) {
+	m := open(t, -1)
+	for range pruneHanded + 10 {
+		if _, err := put(t, m, "l1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rows, err := m.Batch(context.Background(), "l1", "a", 0, pruneHanded+10, 0); err != nil || len(rows) != pruneHanded+10 {
+		t.Fatalf("batch = %d %v", len(rows), err)
+	}
+	// Retention takes every row without a settle.
+	if err := m.store.Update(func(tx *store.Tx) error {
+		var ids []string
+		rows, err := tx.MailboxBatch("l1", 1<<20, 1<<30, nil)
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		for _, id := range ids {
+			if _, err := records.Taken(tx, "l1", id, ledger.Expired); err != nil {
+				return err
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := put(t, m, "l1"); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := m.Batch(context.Background(), "l1", "a", 0, 10, 0); err != nil || len(rows) != 1 {
+		t.Fatalf("batch after the purge = %d %v, want the new row", len(rows), err)
+	}
+	m.mu.Lock()
+	n := len(m.handed["l1"].ids)
+	m.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("stream holds %d ids after its rows were removed, want 1 (the new row)", n)
 	}
 }

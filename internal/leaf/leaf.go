@@ -3,10 +3,11 @@
 // hub over the federation link. It holds the leaf principal's parsing rules and the pull
 // loop; routing and storage stay in the bus, the wire in internal/fed.
 //
-// Delivery is at-least-once and nothing acknowledged is lost: a pulled row is committed to
-// the local service queue, the loop waits until the service acknowledges it there, and only
-// then acknowledges it to the hub, which keeps the row until that ack arrives. A crash in
-// between makes the hub hand the row out again.
+// Delivery is at-least-once and nothing acknowledged is lost: a pulled row joins the local
+// service's queue (its records ride a commit made within a short while), and the loop
+// acknowledges it to the hub only once the service acknowledged it there and those records
+// are committed; the hub keeps the row until that ack arrives. A crash in between makes the
+// hub hand the row out again.
 package leaf
 
 import (

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,8 +27,11 @@ import (
 // Hub is what the pull loop needs from federation (fed.Node implements it).
 type Hub interface {
 	// Pull acks ids, rejects those of reject (rows the leaf can never deliver) and pulls the
-	// next batch (POST /fed/v2/inbox, this daemon's extension).
-	Pull(ctx context.Context, peer string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error)
+	// next batch on stream (POST /fed/v2/inbox, this daemon's extension): rows handed out on
+	// a stream are not handed out again on it until settled; "" names none.
+	Pull(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error)
+	// AckPulled acks and rejects without pulling (the same route, max 0), while a pull waits.
+	AckPulled(ctx context.Context, peer string, ack, reject []string) error
 	// Inbox and AckInbox are the one-row routes of the protocol, for a hub without Pull.
 	Inbox(ctx context.Context, peer string, wait time.Duration) (*hub.Row, error)
 	AckInbox(ctx context.Context, peer, id string) error
@@ -49,20 +53,27 @@ const (
 	// next batch's) before one is made for them (bus.Config.AckRide): a crash in that time
 	// delivers those rows to the service again, from the leaf's queue.
 	AckRide = time.Second
+	// AckLinger is how long the service's acks wait for the next pull to carry them before
+	// they are sent on their own (Hub.AckPulled): when each leaf gets a message every few
+	// tens of milliseconds (a hub with many leaves) the next pull mostly comes within it, so
+	// a message costs the hub one request; when the mail stops, the hub still learns of the
+	// last acks (and marks those messages delivered) within it.
+	AckLinger = 200 * time.Millisecond
 	// RecordRide is how long the records of pulled rows wait for a commit made anyway before
-	// one is made for them (bus.Config.RecordRide; 0: a commit at once): the service has the
-	// rows at once, and the hub, which holds each row until it is acked there, is acked once
-	// they are stored. This loop pulls its next rows only after that, so a ride would hold
-	// every row behind the one before it for as long (a message one at a time takes the
-	// ride): none. A loop that pulls ahead would let the records of several pulls share a
-	// commit (the leaf section of docs/performance.md).
-	RecordRide = 0
+	// one is made for them (bus.Config.RecordRide): the service has the rows at once, and
+	// the hub, which holds each row until it is acked there, is acked once they are stored.
+	// The loop pulls its next rows without waiting for that commit (on its stream the hub
+	// does not hand them out again), so the records of the rows a leaf gets within it share
+	// one commit: a leaf that gets a message every few tens of milliseconds makes a commit
+	// for several, not one each. A reply to such a row, or a read of it, has the commit
+	// made at once.
+	RecordRide = 50 * time.Millisecond
 )
 
 // Bus is what a pull loop asks of the leaf's bus: recording pulled rows into its service's
 // queue, and waiting for the service's ack. *bus.Bus is one.
 type Bus interface {
-	AcceptBatch(t bus.Target, ins []bus.Inbound, newly func(bus.Inbound)) (n int, committed <-chan error, err error)
+	AcceptBatch(t bus.Target, ins []bus.Inbound, o bus.BatchOptions) (n int, committed <-chan error, err error)
 	WaitAcked(ctx context.Context, sessionID, messageID string) error
 }
 
@@ -78,11 +89,12 @@ type Puller struct {
 	Events  *ledger.Stream
 	MaxBody int
 	Log     *slog.Logger
-	// Wait overrides PollWait (tests); MinBackoff/MaxBackoff, Batch and BatchBytes likewise
+	// Wait overrides PollWait (tests); MinBackoff/MaxBackoff, Batch, BatchBytes and AckLinger likewise
 	// when non-zero. Batch 1 pulls one row at a time with the protocol's own routes.
 	Wait                   time.Duration
 	MinBackoff, MaxBackoff time.Duration
 	Batch, BatchBytes      int
+	AckLinger              time.Duration
 
 	mu     sync.Mutex
 	pulled int
@@ -157,12 +169,19 @@ func (b *backoff) wait(ctx context.Context) bool {
 	}
 }
 
-// Run pulls until ctx ends. Each round trip acks what the last batch delivered and pulls
-// the next (POST /fed/v2/inbox): the batch is committed to the local queue in one commit,
-// the loop waits until the service has acknowledged every row of it, and only then are they
-// acked to the hub, with the next pull. A hub that does not know the batched route is
-// pulled one row at a time (runOne). Every failure of the hub (unreachable, restarting,
-// rate limit) is retried with backoff; the acks not yet taken are sent again.
+// Run pulls until ctx ends. Each round trip acks what the service acked since the last one
+// and pulls the next batch (POST /fed/v2/inbox) on the loop's stream, so the hub hands out
+// only rows the leaf does not hold. While the leaf is behind (the last pull filled all the
+// room it asked for), it pulls the next batch while the service still works on the last, up
+// to Batch rows in the service's hands; once a pull emptied the mailbox, the next waits until
+// the service acked what it has, so that a trickle's rows meanwhile come together (see
+// inFlight.room). A row is acked to the hub only once the service acked it and its commit is
+// done; acks no pull carries within AckLinger go on their own (ackAside). A hub that does
+// not know streams is pulled only once the service acked all it was handed (it would hand
+// those rows out again); one that does not know the batched route, one row at a time
+// (runOne). Every failure of the hub (unreachable, restarting, rate limit) is retried with
+// backoff, on a new stream (an answer may have been lost: its rows must come again); the
+// acks not yet taken are sent again.
 func (p *Puller) Run(ctx context.Context) {
 	wait := limits.Or(p.Wait, PollWait)
 	b := backoff{min: limits.Or(p.MinBackoff, MinBackoff), max: limits.Or(p.MaxBackoff, MaxBackoff)}
@@ -172,26 +191,52 @@ func (p *Puller) Run(ctx context.Context) {
 		p.runOne(ctx, wait, &b)
 		return
 	}
-	var ack, reject []string
+	f := newInFlight()
+	var waiters sync.WaitGroup
+	defer waiters.Wait()
+	var aside atomic.Bool
+	aside.Store(true)
+	f.aside, f.asideDelay = func() { p.ackAside(ctx, f, &aside) }, limits.Or(p.AckLinger, AckLinger)
+	defer f.close()
+	stream, streams := uuid.NewString(), true
+	// behind: the last pull filled all the room it asked for, so more rows are likely
+	// waiting on the hub: the next pull goes while the service works (see inFlight.room).
+	behind := false
 	for ctx.Err() == nil {
+		room := f.room(batch, !streams || !behind)
+		if room <= 0 {
+			select {
+			case <-f.changed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if f.restarted() && streams {
+			stream = uuid.NewString()
+		}
+		ack, reject := f.take()
 		// A pull that carries acks waits at most AckWait: the hub records them at once, and
 		// its answer, not the end of a 30 s long-poll, is what moves the state doctor shows.
 		// Not 0: under a trickle the next row mostly comes within it, so acks still ride the
-		// pull that fetches it, and a leaf makes no more requests than before (its hub's
-		// per-peer rate limit counts them).
+		// pull that fetches it. So does one made while the service works on rows when the
+		// hub takes no acks on their own: those acks could only ride the next pull.
 		w := wait
-		if len(ack)+len(reject) > 0 {
+		if len(ack)+len(reject) > 0 || (!aside.Load() && f.working() > 0) {
 			w = min(wait, AckWait)
 		}
-		rows, err := p.Hub.Pull(ctx, p.Peer, ack, reject, batch, batchBytes, w)
+		rows, err := p.Hub.Pull(ctx, p.Peer, stream, ack, reject, room, batchBytes, w)
 		if err != nil {
+			f.giveBack(ack, reject)
 			if ctx.Err() != nil {
 				return
 			}
-			if e := bus.AsError(err); e.Code == ledger.NotFound && strings.Contains(e.Detail, "no route") {
+			e := bus.AsError(err)
+			if e.Code == ledger.NotFound && strings.Contains(e.Detail, "no route") {
 				// A hub without the batched route: the protocol's own, one row at a time.
 				p.Log.Info("leaf: hub has no batched inbox; pulling one row at a time", "peer", p.Peer)
+				f.close()
 				// Its protocol has no reject: a row rejected is acked, so it cannot block.
+				ack, reject = f.take()
 				for _, id := range append(ack, reject...) {
 					if err := p.ackHub(ctx, id, &b); err != nil {
 						return
@@ -201,27 +246,36 @@ func (p *Puller) Run(ctx context.Context) {
 				p.runOne(ctx, wait, &b)
 				return
 			}
-			p.set("pull failed: %s", bus.AsError(err).Code.String())
-			p.retryWarn(&b, "leaf pull failed", bus.AsError(err).Code, "acks_pending", len(ack)+len(reject))
+			if streams && e.Code == ledger.BadRequest && strings.Contains(e.Detail, "stream") {
+				// A hub that does not know streams (unknown field): the same route, each
+				// batch pulled once the service acked the last.
+				p.Log.Info("leaf: hub has no pull streams; pulling each batch once the service acked the last", "peer", p.Peer)
+				streams, stream = false, ""
+				continue
+			}
+			p.set("pull failed: %s", e.Code.String())
+			p.retryWarn(&b, "leaf pull failed", e.Code, "acks_pending", len(ack)+len(reject))
+			if streams {
+				stream = uuid.NewString()
+			}
 			b.wait(ctx)
 			continue
 		}
 		b.reset()
+		behind = len(rows) >= room
+		f.settled(ack)
 		acked := ""
 		if len(ack) > 0 {
 			p.delivered(len(ack))
 			acked = fmt.Sprintf("acked %d, ", len(ack))
 		}
-		ack, reject = nil, nil
 		if len(rows) == 0 {
 			p.set("%spoll ok, mailbox empty", acked)
 			continue
 		}
-		if acked != "" {
-			p.set("%spulled %d", acked, len(rows))
-		}
-		ack, reject, err = p.takeBatch(ctx, rows)
-		if err != nil {
+		// Behind, the service's acks are waited for beside the next pull; in lockstep the
+		// loop waits for them itself (one wake-up per ack, not a waiter's and the loop's).
+		if err := p.takeBatch(ctx, f, rows, &waiters, !streams || !behind, !streams); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -231,45 +285,107 @@ func (p *Puller) Run(ctx context.Context) {
 	}
 }
 
-// takeBatch puts rows into the local queue (one commit), waits for the service's ack of
-// each, and returns the ids to ack on the hub, and those to reject there: the rows that can
-// never be delivered (logged), which the hub then reads not_found. Rows that did not fit the
-// queue are in neither: they come again with the next pull.
-func (p *Puller) takeBatch(ctx context.Context, rows []hub.Row) (ack, reject []string, err error) {
+// takeBatch puts the rows f does not hold yet into the service's queue (their records ride
+// a commit) and hands each one's ack to f once the service acked it and that commit is done.
+// Inline (in lockstep) it waits for the service's acks itself before it returns, and for the
+// commit only when it is done by then, or when store says so (a hub without streams would
+// hand the rows out again before they are acked: their commit is made at once, no ride);
+// otherwise a waiter on waiters does. A row that can
+// never be delivered is logged and rejected on the hub, which then reads it not_found. Rows
+// that did not fit the queue are neither held nor settled: f starts a new stream so that
+// the hub hands them out again.
+func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, waiters *sync.WaitGroup, inline, store bool) error {
 	pulled := make([]bus.Inbound, 0, len(rows))
 	for i := range rows {
+		if f.holds(rows[i].ID) {
+			continue // handed again on a new stream while the service has it
+		}
 		pr, err := p.check(&rows[i])
 		if err != nil {
 			p.Log.Warn("leaf dropped an undeliverable row", "peer", p.Peer, "message_id", rows[i].ID, "reason", err.Error())
-			reject = append(reject, rows[i].ID)
+			f.rejected(rows[i].ID)
 			continue
 		}
 		pulled = append(pulled, pr)
 	}
 	if len(pulled) == 0 {
-		return nil, reject, nil
+		return nil
 	}
 	session := p.service()
-	n, committed, err := p.Bus.AcceptBatch(session, pulled, p.audited(session))
+	n, committed, err := p.Bus.AcceptBatch(session, pulled, bus.BatchOptions{Newly: p.audited(session), Now: store})
 	if err != nil {
-		return nil, reject, err
+		f.restart()
+		return err
 	}
-	p.set("delivered %d rows to %s, waiting for their acks", n, session.SessionID)
-	for _, pr := range pulled[:n] {
-		if err := p.Bus.WaitAcked(ctx, session.SessionID, pr.ID); err != nil {
-			// Not acked to the hub: what the service has not acked comes again.
-			return nil, reject, err
+	if n < len(pulled) {
+		f.restart()
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = pulled[i].ID
+	}
+	f.hold(ids)
+	p.set("delivered %d rows to %s; %d wait for the service's ack", n, session.SessionID, f.working())
+	// A row is acked to the hub once the service acked it and its records are stored here.
+	wait := func(inline bool) {
+		for _, id := range ids {
+			// Not acked to the hub on an error: the row comes again on a new stream.
+			f.served(id, p.Bus.WaitAcked(ctx, session.SessionID, id), inline)
 		}
-		ack = append(ack, pr.ID)
 	}
-	// Acked to the hub only once their records are stored here.
-	if err := <-committed; err != nil {
-		return nil, reject, err
+	// The commit is learned when it is done, whatever the service has acked by then.
+	storedAside := func() {
+		waiters.Add(1)
+		go func() {
+			defer waiters.Done()
+			f.stored(ids, <-committed, false)
+		}()
 	}
-	if n > 0 {
-		p.set("%s acked %d rows, acking them to the hub", session.SessionID, n)
+	if inline {
+		wait(true)
+		if store {
+			f.stored(ids, <-committed, true)
+			return nil
+		}
+		select {
+		case err := <-committed:
+			f.stored(ids, err, true)
+		default:
+			storedAside() // it rides on: its acks wait for it, the next pull need not
+		}
+		return nil
 	}
-	return ack, reject, nil
+	storedAside()
+	waiters.Add(1)
+	go func() {
+		defer waiters.Done()
+		wait(false)
+	}()
+	return nil
+}
+
+// ackAside sends the acks no pull took within AckLinger on their own, while the pull waits
+// (Hub.AckPulled). A hub that refuses them (one that takes acks only with a pull) turns on
+// off: the acks ride the next pull, which then waits at most AckWait.
+func (p *Puller) ackAside(ctx context.Context, f *inFlight, on *atomic.Bool) {
+	if !on.Load() || ctx.Err() != nil {
+		return
+	}
+	ack, reject := f.take()
+	if len(ack)+len(reject) == 0 {
+		return
+	}
+	if err := p.Hub.AckPulled(ctx, p.Peer, ack, reject); err != nil {
+		if e := bus.AsError(err); e.Code == ledger.BadRequest {
+			p.Log.Info("leaf: hub takes acks only with a pull", "peer", p.Peer)
+			on.Store(false)
+		}
+		f.giveBack(ack, reject)
+		return
+	}
+	f.settled(ack)
+	p.delivered(len(ack))
+	p.set("acked %d, waiting for mail", len(ack))
 }
 
 // runOne is the protocol's pull, one row at a time: long-poll the hub's inbox; put the row
@@ -313,7 +429,9 @@ func (p *Puller) take(ctx context.Context, row *hub.Row, b *backoff) error {
 		return p.ackHub(ctx, row.ID, b)
 	}
 	session := p.service()
-	_, committed, err := p.Bus.AcceptBatch(session, []bus.Inbound{pulled}, p.audited(session))
+	// Committed at once: the loop waits for it before the next row (a hub of this protocol
+	// hands the row out again until it is acked).
+	_, committed, err := p.Bus.AcceptBatch(session, []bus.Inbound{pulled}, bus.BatchOptions{Newly: p.audited(session), Now: true})
 	if err != nil {
 		return err
 	}

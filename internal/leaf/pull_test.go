@@ -34,7 +34,11 @@ type fakeHub struct {
 	polls      int
 	ids        []string // of the rows, in order
 	noPull     bool     // a hub without POST /fed/v2/inbox
+	noStreams  bool     // a hub whose POST /fed/v2/inbox knows no stream (and no max 0)
 	pulls      int
+	stream     string          // the stream of the last pull
+	handed     map[string]bool // rows handed out on it, not acked since
+	ownAcks    int             // acks that came on their own (AckPulled)
 	// recorded, when set, holds the rows whose records the leaf has committed; unrecorded
 	// the hub acks of rows not in it.
 	recorded   map[string]bool
@@ -75,13 +79,18 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 	return h.ack(id)
 }
 
-// Pull is the batched route: a failed pull acks nothing (the acks are sent again).
-func (h *fakeHub) Pull(ctx context.Context, peer string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]inbox.Row, error) {
+// Pull is the batched route: a failed pull acks nothing (the acks are sent again); rows
+// handed out on a stream are not handed out again on it until acked (hub.Mailboxes.Batch).
+func (h *fakeHub) Pull(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]inbox.Row, error) {
 	h.mu.Lock()
 	if h.noPull {
 		h.pulls++
 		h.mu.Unlock()
 		return nil, &bus.Error{Code: ledger.NotFound, Detail: "peer hub: no route POST /fed/v2/inbox"}
+	}
+	if h.noStreams && stream != "" {
+		h.mu.Unlock()
+		return nil, &bus.Error{Code: ledger.BadRequest, Detail: `pull request: json: unknown field "stream"`}
 	}
 	h.polls++
 	if h.failPolls > 0 || (len(ack) > 0 && h.failAcks > 0) {
@@ -93,22 +102,17 @@ func (h *fakeHub) Pull(ctx context.Context, peer string, ack, reject []string, m
 		h.mu.Unlock()
 		return nil, &bus.Error{Code: ledger.PeerUnreachable}
 	}
-	for _, id := range ack {
-		h.ack(id)
-	}
-	for _, id := range reject {
-		for i, r := range h.rows {
-			if r.ID == id {
-				h.rows = append(h.rows[:i], h.rows[i+1:]...)
-				h.rejects = append(h.rejects, id)
-				break
-			}
-		}
+	h.settle(ack, reject)
+	if stream == "" || stream != h.stream {
+		h.stream, h.handed = stream, map[string]bool{}
 	}
 	var out []inbox.Row
 	for _, r := range h.rows {
-		if len(out) < max {
+		if len(out) < max && !h.handed[r.ID] {
 			out = append(out, *r)
+			if stream != "" {
+				h.handed[r.ID] = true
+			}
 		}
 	}
 	h.mu.Unlock()
@@ -123,6 +127,42 @@ func (h *fakeHub) Pull(ctx context.Context, peer string, ack, reject []string, m
 	}
 }
 
+func (h *fakeHub) acked() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.acks)
+}
+
+func (h *fakeHub) settle(ack, reject []string) {
+	for _, id := range ack {
+		h.ack(id)
+	}
+	for _, id := range reject {
+		for i, r := range h.rows {
+			if r.ID == id {
+				h.rows = append(h.rows[:i], h.rows[i+1:]...)
+				h.rejects = append(h.rejects, id)
+				break
+			}
+		}
+	}
+}
+
+func (h *fakeHub) AckPulled(ctx context.Context, peer string, ack, reject []string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.noStreams {
+		return &bus.Error{Code: ledger.BadRequest, Detail: "max must be >= 1"}
+	}
+	if h.failAcks > 0 {
+		h.failAcks--
+		return &bus.Error{Code: ledger.PeerUnreachable}
+	}
+	h.ownAcks++
+	h.settle(ack, reject)
+	return nil
+}
+
 func (h *fakeHub) ack(id string) error {
 	if !h.localAcked[id] {
 		h.early = append(h.early, id)
@@ -134,6 +174,7 @@ func (h *fakeHub) ack(id string) error {
 		if r.ID == id {
 			h.rows = append(h.rows[:i], h.rows[i+1:]...)
 			h.acks = append(h.acks, id)
+			delete(h.handed, id)
 			return nil
 		}
 	}
@@ -145,27 +186,20 @@ func (h *fakeHub) ack(id string) error {
 // back to one row at a time, after one try).
 func TestPullerAcksTheHubAfterTheLocalAckAndRetries(t *testing.T) {
 	for _, c := range []struct {
-		name   string
-		batch  int
-		noPull bool
-	}{{"batched", 0, false}, {"one row at a time", 1, false}, {"hub without batches", 0, true}} {
-		t.Run(c.name, func(t *testing.T) { pullerAcksAfterLocalAck(t, c.batch, c.noPull) })
+		name              string
+		batch             int
+		noPull, noStreams bool
+	}{{"batched", 0, false, false}, {"one row at a time", 1, false, false}, {"hub without batches", 0, true, false},
+		{"hub without streams", 0, false, true}} {
+		t.Run(c.name, func(t *testing.T) { pullerAcksAfterLocalAck(t, c.batch, c.noPull, c.noStreams) })
 	}
 }
 
-func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	id, _ := ParsePrincipal("svc:bot")
+func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull, noStreams bool) {
 	log := slog.New(slog.DiscardHandler)
-	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
-		Leaf: id.Bus(), Claude: &claude.Scanner{Log: log}})
-	defer b.Close()
+	b := leafBus(t, bus.Bounds{})
 	principal, _ := json.Marshal(map[string]string{"kind": "session", "harness": "claude", "session_id": "s1", "name": "alice"})
-	hub := &fakeHub{failPolls: 3, failAcks: 3, localAcked: map[string]bool{}, noPull: noPull}
+	hub := &fakeHub{failPolls: 3, failAcks: 3, localAcked: map[string]bool{}, noPull: noPull, noStreams: noStreams}
 	for _, text := range []string{"one", "two", "three"} {
 		hub.rows = append(hub.rows, &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: text, To: "svc:bot", Principal: principal, PushReplies: true})
 	}
@@ -237,15 +271,7 @@ func pullerAcksAfterLocalAck(t *testing.T, batch int, noPull bool) {
 // line a minute at the longest delay, not one per retry. Mutant tried: retryWarn logging
 // every retry: about 200 lines, red.
 func TestPullerRetryLogIsRateLimited(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	id, _ := ParsePrincipal("svc:bot")
-	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{},
-		Log: slog.New(slog.DiscardHandler), Leaf: id.Bus(), Claude: &claude.Scanner{Log: slog.New(slog.DiscardHandler)}})
-	defer b.Close()
+	b := leafBus(t, bus.Bounds{})
 	hub := &fakeHub{failPolls: 1 << 30, localAcked: map[string]bool{}}
 	var logs strings.Builder
 	var mu sync.Mutex
@@ -272,6 +298,31 @@ func TestPullerRetryLogIsRateLimited(t *testing.T) {
 	if lines < 2 || lines > 5 {
 		t.Errorf("%d lines for %d failed pulls, want the growing retries and one at the longest delay:\n%s", lines, hub.polls, logs.String())
 	}
+}
+
+// leafBus is a leaf's bus serving svc:bot, on a store of its own, closed with the test.
+func leafBus(t *testing.T, bounds bus.Bounds) *bus.Bus {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	id, _ := ParsePrincipal("svc:bot")
+	log := slog.New(slog.DiscardHandler)
+	b := bus.New(bus.Config{Host: "leaf", MaxBody: 65536, ReplyTTL: time.Hour, IdemTTL: time.Hour, Store: st, Proc: peercred.Proc{}, Log: log,
+		Leaf: id.Bus(), Claude: &claude.Scanner{Log: log}, Bounds: bounds})
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// run runs p until the test ends, and returns the context it runs in.
+func run(t *testing.T, p *Puller) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ctx
 }
 
 type writerFunc func([]byte) (int, error)
@@ -305,7 +356,7 @@ type commitBus struct {
 	batches int
 }
 
-func (c *commitBus) AcceptBatch(t bus.Target, ins []bus.Inbound, newly func(bus.Inbound)) (int, <-chan error, error) {
+func (c *commitBus) AcceptBatch(t bus.Target, ins []bus.Inbound, o bus.BatchOptions) (int, <-chan error, error) {
 	var res error
 	select {
 	case res = <-c.results:

@@ -1,0 +1,245 @@
+package leaf
+
+import (
+	"sync"
+	"time"
+)
+
+// inFlight is what a pull loop holds between its hub and its service: the rows handed to the
+// service and not yet acked to the hub, how many of them the service still works on, and
+// the acks and rejects ready for the hub. The pull loop, the waiters of the service's acks
+// and the aside timer share it.
+type inFlight struct {
+	mu          sync.Mutex
+	held        map[string]rowState // in the service's queue, or acked there, until the hub took the ack
+	work        int                 // of held, those the service has not acked yet
+	ack, reject []string            // ready for the hub, not taken by a request
+	restream    bool                // a row must come again: the next pull starts a new stream
+	changed     chan struct{}       // the pull loop's: room or acks may have come
+	// The aside timer runs aside (when set) once acks have waited its delay for a request to
+	// take them. It is armed when the first ack comes and stopped when a pull takes them, so
+	// under load, where the next pull comes first, it costs no wake-up.
+	aside      func()
+	asideDelay time.Duration
+	timer      *time.Timer
+	timers     sync.WaitGroup // aside calls running or armed
+	closed     bool
+}
+
+// rowState is what is known of a held row: a row is ready to be acked to the hub once both
+// the service acked it and its records are stored.
+type rowState uint8
+
+const (
+	serviceAcked rowState = 1 << iota
+	recordStored
+	readyForHub = serviceAcked | recordStored
+)
+
+func newInFlight() *inFlight {
+	return &inFlight{held: map[string]rowState{}, changed: make(chan struct{}, 1)}
+}
+
+// armAside arms the aside timer if acks wait and none is armed. Call with f.mu held.
+func (f *inFlight) armAside() {
+	if f.aside == nil || f.closed || f.timer != nil || len(f.ack)+len(f.reject) == 0 {
+		return
+	}
+	f.timers.Add(1)
+	var t *time.Timer
+	t = time.AfterFunc(f.asideDelay, func() {
+		defer f.timers.Done()
+		f.mu.Lock()
+		if f.timer == t {
+			f.timer = nil
+		}
+		f.mu.Unlock()
+		f.aside()
+	})
+	f.timer = t
+}
+
+// stopAside stops an armed timer (its acks were taken). Call with f.mu held.
+func (f *inFlight) stopAside() {
+	if f.timer != nil && f.timer.Stop() {
+		f.timers.Done()
+	}
+	f.timer = nil
+}
+
+// close stops the aside timer for good and waits for a call of it in progress.
+func (f *inFlight) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.stopAside()
+	f.mu.Unlock()
+	f.timers.Wait()
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// poke wakes the pull loop.
+func (f *inFlight) poke() { signal(f.changed) }
+
+// room is how many rows the next pull may ask for: what is left of batch beside the rows the
+// service works on, once that is at most a quarter of batch (0 before: a leaf whose service
+// is behind would otherwise pull a row or two per ack, a request and a commit each, where a
+// pull when a quarter is left keeps the service fed as well: a pull's round trip is shorter
+// than a dozen rows' work). In lockstep, none until the service has acked them all: without
+// streams the hub would hand those rows out again, and when the last pull emptied the
+// mailbox, pulling again at once would fetch each row of a trickle alone (a request and a
+// commit per row), where rows that come while the service works wait for the next pull
+// together.
+func (f *inFlight) room(batch int, lockstep bool) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if (lockstep && f.work > 0) || f.work > batch/4 {
+		return 0
+	}
+	return batch - f.work
+}
+
+func (f *inFlight) working() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.work
+}
+
+// holds reports whether id is in the service's hands already (handed again on a new stream).
+func (f *inFlight) holds(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.held[id]
+	return ok
+}
+
+// hold records ids as queued for the service.
+func (f *inFlight) hold(ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		f.held[id] = 0
+	}
+	f.work += len(ids)
+}
+
+// served records the service's ack of id (err nil) or that waiting for it failed: the row is
+// let go, and comes again on a new stream. The pull loop itself, waiting in lockstep, takes
+// the acks next (inline): no timer for them, and no signal to itself.
+func (f *inFlight) served(id string, err error, inline bool) {
+	f.mu.Lock()
+	f.work--
+	if err != nil {
+		f.letGo(id)
+	} else {
+		f.learn(id, serviceAcked, inline)
+	}
+	f.mu.Unlock()
+	if !inline {
+		signal(f.changed)
+	}
+}
+
+// stored records that the records of ids were committed (err nil) or that their commit
+// failed: the bus took those rows out of the queue again, so they are let go and come again
+// on a new stream.
+func (f *inFlight) stored(ids []string, err error, inline bool) {
+	f.mu.Lock()
+	for _, id := range ids {
+		if err != nil {
+			f.letGo(id)
+		} else {
+			f.learn(id, recordStored, inline)
+		}
+	}
+	f.mu.Unlock()
+	if !inline {
+		signal(f.changed)
+	}
+}
+
+// learn adds what is known of a held row; one known for both is ready for the hub. Call with
+// f.mu held.
+func (f *inFlight) learn(id string, known rowState, inline bool) {
+	st, ok := f.held[id]
+	if !ok {
+		return // let go already
+	}
+	if st |= known; st != readyForHub {
+		f.held[id] = st
+		return
+	}
+	f.held[id] = st
+	f.ack = append(f.ack, id)
+	if !inline {
+		f.armAside()
+	}
+}
+
+// letGo forgets a held row, which must come again from the hub. Call with f.mu held.
+func (f *inFlight) letGo(id string) {
+	delete(f.held, id)
+	f.restream = true
+}
+
+// rejected makes id ready to be rejected on the hub.
+func (f *inFlight) rejected(id string) {
+	f.mu.Lock()
+	f.reject = append(f.reject, id)
+	f.armAside()
+	f.mu.Unlock()
+}
+
+// restart makes the next pull start a new stream.
+func (f *inFlight) restart() {
+	f.mu.Lock()
+	f.restream = true
+	f.mu.Unlock()
+}
+
+// restarted reports (once) whether the next pull must start a new stream.
+func (f *inFlight) restarted() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.restream
+	f.restream = false
+	return r
+}
+
+// take hands the ready acks and rejects to one request; it gives them back if it fails
+// (giveBack) or settles them (settled).
+func (f *inFlight) take() (ack, reject []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ack, reject = f.ack, f.reject
+	f.ack, f.reject = nil, nil
+	f.stopAside()
+	return ack, reject
+}
+
+// giveBack returns acks a request failed to deliver: they ride the next pull, which backs
+// off as the hub's failures say (no aside timer for them: it would retry without backoff).
+func (f *inFlight) giveBack(ack, reject []string) {
+	if len(ack)+len(reject) == 0 {
+		return
+	}
+	f.mu.Lock()
+	f.ack = append(ack, f.ack...)
+	f.reject = append(reject, f.reject...)
+	f.mu.Unlock()
+	signal(f.changed)
+}
+
+// settled lets go of the rows the hub took the acks of (rejected rows were never held).
+func (f *inFlight) settled(ack []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ack {
+		delete(f.held, id)
+	}
+}
