@@ -442,7 +442,24 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 		seen = map[string]bool{}
 		last time.Time
 		all  = make(chan struct{})
+		// inHand counts the rows consumers hold and have not acked yet: the consumers'
+		// connections are closed only once none is, or the next path's consumer would be
+		// handed the row whose ack was cut off, and count it as one of its own.
+		inHand int
+		// tag marks this path's messages: a row of an earlier path (delivered again) is not
+		// counted as one of them, but as delivered twice.
+		tag = fmt.Sprintf("p=%d", time.Now().UnixNano())
 	)
+	defer func() {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			mu.Lock()
+			k := inHand
+			mu.Unlock()
+			if k == 0 {
+				return
+			}
+		}
+	}()
 	got := make(chan error, len(cons))
 	hub0, leaves0 := l.cpu()
 	cpu0 := machineCPU()
@@ -469,7 +486,9 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 				id, _ := m["messageId"].(string)
 				text, _ := m["text"].(string)
 				mu.Lock()
-				if seen[id] {
+				inHand++
+				fresh := !seen[id] && strings.Contains(text, " "+tag+" ")
+				if !fresh {
 					dups++
 				} else {
 					seen[id] = true
@@ -486,11 +505,15 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 					}
 				}
 				mu.Unlock()
-				if _, err := call(cn, map[string]any{"action": "ack", "messageId": id}); err != nil {
+				_, err = call(cn, map[string]any{"action": "ack", "messageId": id})
+				mu.Lock()
+				inHand--
+				mu.Unlock()
+				if err != nil {
 					got <- err
 					return
 				}
-				if lockstep {
+				if lockstep && fresh {
 					select {
 					case received <- struct{}{}:
 					default:
@@ -509,8 +532,8 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 	var next atomic.Int64
 	errs := make(chan error, senders)
 	pad := ""
-	if l.o.Size > 40 {
-		pad = strings.Repeat("x", l.o.Size-40)
+	if n := l.o.Size - 40 - len(tag) - 1; n > 0 {
+		pad = strings.Repeat("x", n)
 	}
 	for range senders {
 		go func() {
@@ -523,7 +546,7 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
 				ref := refs[int(i)%len(refs)]
 				for {
-					body, _ := json.Marshal(map[string]string{"from": "bench", "text": fmt.Sprintf("t=%d i=%d %s", time.Now().UnixNano(), i, pad)})
+					body, _ := json.Marshal(map[string]string{"from": "bench", "text": fmt.Sprintf("t=%d i=%d %s %s", time.Now().UnixNano(), i, tag, pad)})
 					st, raw, err := h.do("POST", "/v1/sessions/"+ref+"/messages", body)
 					if err != nil {
 						errs <- err
