@@ -178,6 +178,7 @@ func (l *leafMode) applySandbox() error {
 // buildServers is step 6 of a leaf up to serving: the HTTP API on TCP, the service's register
 // socket, and one pull loop per hub, as one server group.
 func (l *leafMode) buildServers() error {
+	oneProc()
 	d := l.d
 	cfg := d.cfg
 	proc := peercred.Proc{}

@@ -27,6 +27,19 @@ func reportWatchFallbacks(sessions *claude.Scanner, proc peercred.Proc, log *slo
 	return pidfd
 }
 
+// oneProc runs the process on one P (GOMAXPROCS=1) unless GOMAXPROCS says otherwise: for a
+// leaf, which serves one service. Each message wakes a leaf from idle (the pull's answer, the
+// service's frames), and with a P per CPU the scheduler's search for work on the other Ps
+// (findRunnable) was 15–18% of a leaf's CPU in profiles; with 50 leaves on two CPUs one P
+// each took a third off their CPU per message (docs/performance.md §5). One P still drains
+// a service at thousands of messages a second: the fsyncs and other blocking calls hand it
+// to the rest meanwhile.
+func oneProc() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
+}
+
 // tuneGC lets the heap grow to 5x the live heap between collections (GOGC=400) unless GOGC
 // says otherwise. The daemon's live heap is a few MB, and a send allocates a few KB, so the
 // default collected every few hundred sends: about a fifth of a send's CPU under load in

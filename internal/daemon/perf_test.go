@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -90,5 +91,25 @@ func TestGCLimitRenewedAfterCollection(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// TestOneProc: a leaf runs on one P unless GOMAXPROCS says otherwise. Mutant tried: oneProc
+// ignoring the environment: the operator's GOMAXPROCS is overridden, red.
+func TestOneProc(t *testing.T) {
+	was := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(was)
+	runtime.GOMAXPROCS(max(was, 2))
+	t.Setenv("GOMAXPROCS", "")
+	os.Unsetenv("GOMAXPROCS")
+	oneProc()
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Fatalf("GOMAXPROCS = %d without the variable, want 1", n)
+	}
+	runtime.GOMAXPROCS(3)
+	t.Setenv("GOMAXPROCS", "3")
+	oneProc()
+	if n := runtime.GOMAXPROCS(0); n != 3 {
+		t.Fatalf("GOMAXPROCS = %d with GOMAXPROCS=3 set, want it left alone", n)
 	}
 }
