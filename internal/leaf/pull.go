@@ -65,9 +65,13 @@ const (
 	// The loop pulls its next rows without waiting for that commit (on its stream the hub
 	// does not hand them out again), so the records of the rows a leaf gets within it share
 	// one commit: a leaf that gets a message every few tens of milliseconds makes a commit
-	// for several, not one each. A reply to such a row, or a read of it, has the commit
-	// made at once.
-	RecordRide = 50 * time.Millisecond
+	// for several, not one each (with 50 leaves, 200 ms took a third off their CPU per
+	// message against 50 ms, docs/performance.md §5). A busy leaf commits sooner: rows
+	// riding hold places of the service's queue, and a batch short of places has the
+	// commit made at once. A reply to such a row, or a read of it, has the commit made at
+	// once too. What the ride costs: the hub marks those messages delivered up to that much
+	// later, and a crash within it delivers them again.
+	RecordRide = 200 * time.Millisecond
 )
 
 // Bus is what a pull loop asks of the leaf's bus: recording pulled rows into its service's
