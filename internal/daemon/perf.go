@@ -31,7 +31,7 @@ func reportWatchFallbacks(sessions *claude.Scanner, proc peercred.Proc, log *slo
 // leaf, which serves one service. Each message wakes a leaf from idle (the pull's answer, the
 // service's frames), and with a P per CPU the scheduler's search for work on the other Ps
 // (findRunnable) was 15–18% of a leaf's CPU in profiles; with 50 leaves on two CPUs one P
-// each took a third off their CPU per message (performance.md §5). One P still drains
+// each took a third off their CPU per message (docs/performance.md §5). One P still drains
 // a service at thousands of messages a second: the fsyncs and other blocking calls hand it
 // to the rest meanwhile.
 func oneProc() {
