@@ -294,10 +294,9 @@ func (p *Puller) Run(ctx context.Context) {
 // Inline (in lockstep) it waits for the service's acks itself before it returns, and for the
 // commit only when it is done by then, or when store says so (a hub without streams would
 // hand the rows out again before they are acked: their commit is made at once, no ride);
-// otherwise a waiter on waiters does. A row that can
-// never be delivered is logged and rejected on the hub, which then reads it not_found. Rows
-// that did not fit the queue are neither held nor settled: f starts a new stream so that
-// the hub hands them out again.
+// otherwise a waiter on waiters does. A row that can never be delivered is logged and
+// rejected on the hub, which then reads it not_found. Rows that did not fit the queue are
+// neither held nor settled: f starts a new stream so that the hub hands them out again.
 func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, waiters *sync.WaitGroup, inline, store bool) error {
 	pulled := make([]bus.Inbound, 0, len(rows))
 	for i := range rows {
