@@ -128,33 +128,31 @@ func (f *inFlight) hold(ids []string) {
 	f.work += len(ids)
 }
 
-// served records the service's ack of id (err nil) or that waiting for it failed: the row is
-// let go, and comes again on a new stream. The pull loop itself, waiting in lockstep, takes
-// the acks next (inline): no timer for them, and no signal to itself.
+// served records the service's ack of id (err nil) or that waiting for it failed. The pull
+// loop itself, waiting in lockstep, takes the acks next (inline): no timer for them, and no
+// signal to itself.
 func (f *inFlight) served(id string, err error, inline bool) {
-	f.mu.Lock()
-	f.work--
-	if err != nil {
-		f.letGo(id)
-	} else {
-		f.learn(id, serviceAcked, inline)
-	}
-	f.mu.Unlock()
-	if !inline {
-		signal(f.changed)
-	}
+	f.known([]string{id}, serviceAcked, err, inline)
 }
 
 // stored records that the records of ids were committed (err nil) or that their commit
-// failed: the bus took those rows out of the queue again, so they are let go and come again
-// on a new stream.
+// failed (the bus took those rows out of the queue again).
 func (f *inFlight) stored(ids []string, err error, inline bool) {
+	f.known(ids, recordStored, err, inline)
+}
+
+// known records what is now known of ids; on err they are let go, and come again on a new
+// stream.
+func (f *inFlight) known(ids []string, what rowState, err error, inline bool) {
 	f.mu.Lock()
+	if what == serviceAcked {
+		f.work -= len(ids)
+	}
 	for _, id := range ids {
 		if err != nil {
 			f.letGo(id)
 		} else {
-			f.learn(id, recordStored, inline)
+			f.learn(id, what, inline)
 		}
 	}
 	f.mu.Unlock()
