@@ -55,6 +55,11 @@ func benchFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 		if len(pos) > 0 {
 			return usageError{"bench takes no arguments"}
 		}
+		if !*leafPath && (o.Only != "" || o.Leaves != 1) {
+			// The local paths depend on one another (a growth figure compares two of them):
+			// a flag that cannot apply is refused rather than ignored.
+			return usageError{"--only and --leaves apply to --leaf only"}
+		}
 		return runBench(o, *leafPath, *asJSON, *quiet, s.out, s.err)
 	}
 }
