@@ -54,6 +54,24 @@ func stored(t *testing.T, b *Bus, id string) (record, queued bool) {
 	return record, queued
 }
 
+// takeAll polls and acks want in order, then finds the queue empty: each row delivered once.
+func takeAll(t *testing.T, b *Bus, reg *Registration, want []Inbound) {
+	t.Helper()
+	ctx := context.Background()
+	for _, w := range want {
+		m, err := b.Poll(ctx, reg, 0)
+		if err != nil || m == nil || m.ID != w.ID {
+			t.Fatalf("poll = %+v, %v; want %s", m, err, w.Body)
+		}
+		if err := b.Ack(ctx, reg, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, err := b.Poll(ctx, reg, 0); err != nil || m != nil {
+		t.Fatalf("poll after every row was acked = %+v, %v; want nothing (each row queued once)", m, err)
+	}
+}
+
 // ready returns committed's value if it has one now.
 func ready(committed <-chan error) (error, bool) {
 	select {
@@ -192,7 +210,6 @@ func TestAcceptBatchRideEnds(t *testing.T) {
 // (the first row queued twice: red).
 func TestAcceptBatchRowsAgainWhileRiding(t *testing.T) {
 	b, target, reg := leafBus(t, time.Hour)
-	ctx := context.Background()
 	ins := pulledRows("one")
 	_, first, err := b.AcceptBatch(target, ins, BatchOptions{})
 	if err != nil {
@@ -203,18 +220,7 @@ func TestAcceptBatchRowsAgainWhileRiding(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("AcceptBatch again = %d, %v; want 2", n, err)
 	}
-	for _, want := range more {
-		m, err := b.Poll(ctx, reg, 0)
-		if err != nil || m == nil || m.ID != want.ID {
-			t.Fatalf("poll = %+v, %v; want %s", m, err, want.Body)
-		}
-		if err := b.Ack(ctx, reg, m.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if m, err := b.Poll(ctx, reg, 0); err != nil || m != nil {
-		t.Fatalf("poll = %+v, %v; want nothing (the first row queued once)", m, err)
-	}
+	takeAll(t, b, reg, more)
 	b.cfg.Store.Update(func(*store.Tx) error { return nil })
 	if err := within(t, first); err != nil {
 		t.Fatal(err)
@@ -318,18 +324,7 @@ func TestAcceptBatchFailedCommit(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("AcceptBatch again = %d, %v; want 2", n, err)
 	}
-	for _, want := range ins {
-		m, err := b.Poll(ctx, reg, 0)
-		if err != nil || m == nil || m.ID != want.ID {
-			t.Fatalf("poll = %+v, %v; want %s again", m, err, want.Body)
-		}
-		if err := b.Ack(ctx, reg, m.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if m, err := b.Poll(ctx, reg, 0); err != nil || m != nil {
-		t.Fatalf("poll after both acks = %+v, %v; want nothing", m, err)
-	}
+	takeAll(t, b, reg, ins)
 	b.cfg.Store.Update(func(*store.Tx) error { return nil })
 	if err := within(t, committed); err != nil {
 		t.Fatalf("committed again = %v", err)
