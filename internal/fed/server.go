@@ -106,10 +106,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		buf.Reset()
 		buf.WriteString(`{"error":"` + ledger.Internal.String() + `","detail":"encoding failed"}` + "\n")
 	}
+	writeRaw(w, status, buf.Bytes())
+}
+
+// writeRaw answers with body, JSON encoded already (its line ended).
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	w.Write(body)
 }
 
 func writeError(w http.ResponseWriter, err error) {

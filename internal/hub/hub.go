@@ -8,12 +8,14 @@
 package hub
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/envelope"
 	"github.com/xmsg/xmsg/internal/harness/svc"
+	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/records"
@@ -48,7 +51,18 @@ type Mailboxes struct {
 	// on the last is not handed those rows again. A pull on another stream, or on none, starts
 	// over: every row not settled is handed out again (the leaf knows each by its id).
 	handed map[string]*stream
+	// wire holds, per peer, the rows of its mailbox as a pull hands them out (a Row's JSON),
+	// encoded once when the mail is put: a pull then reads no row and decodes nothing. It is
+	// a cache of the mailbox, never more: a row not in it is read from the store, and an entry
+	// whose row is gone is never handed out (a pull takes its ids from the store). Its bytes
+	// are bounded in all (wireCap), its entries per peer by the mailbox's bound.
+	wire      map[string]map[string][]byte
+	wireBytes int
 }
+
+// wireCap bounds the encoded rows the mailboxes keep in memory, all leaves together: past it
+// a row is read from the store when pulled, which is slower, never wrong.
+const wireCap = 16 << 20
 
 // stream is one leaf's pull stream: the rows handed out on it, not settled yet.
 type stream struct {
@@ -86,8 +100,73 @@ func (m *Mailboxes) Put(mail store.MailboxEntry, msg store.Message, out store.Ou
 	if err != nil {
 		return err
 	}
+	if w, err := EncodeRow(RowOf(mail)); err == nil {
+		m.mu.Lock()
+		m.keepWire(mail.Peer, mail.ID, w)
+		m.mu.Unlock()
+	}
 	m.wake.Fire(mail.Peer)
 	return nil
+}
+
+// keepWire keeps w as the wire row of peer's mail id, if the cache has room for it. Call with
+// m.mu held.
+func (m *Mailboxes) keepWire(peer, id string, w []byte) {
+	rows := m.wire[peer]
+	if m.wireBytes+len(w) > wireCap || len(rows) >= m.wireRows() {
+		return
+	}
+	if rows == nil {
+		if m.wire == nil {
+			m.wire = map[string]map[string][]byte{}
+		}
+		rows = map[string][]byte{}
+		m.wire[peer] = rows
+	}
+	if old, ok := rows[id]; ok {
+		m.wireBytes -= len(old)
+	}
+	rows[id] = w
+	m.wireBytes += len(w)
+}
+
+// dropWire forgets the wire rows of peer's ids. Call with m.mu held.
+func (m *Mailboxes) dropWire(peer string, ids []string) {
+	rows := m.wire[peer]
+	for _, id := range ids {
+		if w, ok := rows[id]; ok {
+			m.wireBytes -= len(w)
+			delete(rows, id)
+		}
+	}
+	if rows != nil && len(rows) == 0 {
+		delete(m.wire, peer)
+	}
+}
+
+// wireRows is how many wire rows one peer's cache holds at most: its mailbox's bound. Rows
+// that retention removed, never settled, are pruned once it is reached (pruneWire).
+func (m *Mailboxes) wireRows() int {
+	if m.max > 0 {
+		return m.max
+	}
+	return pruneHanded
+}
+
+// pruneWire drops peer's wire rows whose mail is gone, once the cache holds its bound for
+// peer. Call with m.mu held.
+func (m *Mailboxes) pruneWire(tx *store.Tx, peer string) {
+	rows := m.wire[peer]
+	if len(rows) < m.wireRows() {
+		return
+	}
+	var gone []string
+	for id := range rows {
+		if !tx.InMailbox(peer, id) {
+			gone = append(gone, id)
+		}
+	}
+	m.dropWire(peer, gone)
 }
 
 // full is the refusal of mail for a leaf whose mailbox holds its bound.
@@ -110,26 +189,93 @@ func (m *Mailboxes) full(peer string) *bus.Error {
 // a new stream whenever an answer may have been lost (a failed pull), and whenever it could
 // not take a row it was handed: those rows come again only on a new stream.
 func (m *Mailboxes) Batch(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int) ([]store.MailboxEntry, error) {
+	var rows []store.MailboxEntry
+	err := m.batch(ctx, peer, streamName, wait, maxN, maxBytes, nil, func(id string, v []byte) error {
+		e, err := store.DecodeMailbox(v)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, e)
+		return nil
+	})
+	return rows, err
+}
+
+// Wire is a row of a leaf's mailbox as a pull hands it out: its id, and its JSON, a Row's
+// encoding (EncodeRow), shared with the mailboxes' cache and never to be changed.
+type Wire struct {
+	ID   string
+	JSON []byte
+}
+
+// Pull is Batch for the wire: the rows as the leaf gets them, encoded when their mail was put
+// (or, for a row the cache does not hold, now).
+func (m *Mailboxes) Pull(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int) ([]Wire, error) {
+	var rows []Wire
+	cached := func(id string, w []byte) error {
+		rows = append(rows, Wire{ID: id, JSON: w})
+		return nil
+	}
+	err := m.batch(ctx, peer, streamName, wait, maxN, maxBytes, cached, func(id string, v []byte) error {
+		e, err := store.DecodeMailbox(v)
+		if err != nil {
+			return err
+		}
+		w, err := EncodeRow(RowOf(e))
+		if err != nil {
+			return err
+		}
+		rows = append(rows, Wire{ID: id, JSON: w})
+		m.keepWire(peer, id, w)
+		return nil
+	})
+	return rows, err
+}
+
+// batch waits up to wait for mail of peer and takes its oldest rows as Batch says, each row
+// once: with cached (if not nil) when its wire row is in the cache, else with take, which
+// gets the stored row (valid during the call). Both are called in order, with m.mu held.
+func (m *Mailboxes) batch(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int, cached func(id string, w []byte) error, take func(id string, v []byte) error) error {
 	if maxBytes <= 0 {
 		maxBytes = math.MaxInt
 	}
-	var rows []store.MailboxEntry
 	_, err := m.wake.Until(ctx, peer, min(wait, MaxWait), func() (bool, error) {
-		err := m.store.View(func(tx *store.Tx) (err error) {
+		n := 0
+		err := m.store.View(func(tx *store.Tx) error {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			settling, handed := m.settling[peer], m.stream(tx, peer, streamName)
-			rows, err = tx.MailboxBatch(peer, maxN, maxBytes, func(id string) bool { return settling[id] || handed[id] })
-			if handed != nil {
-				for _, e := range rows {
-					handed[e.ID] = true
+			m.pruneWire(tx, peer)
+			wire, size := m.wire[peer], 0
+			return tx.MailboxScan(peer, func(id string, v []byte) (bool, error) {
+				if n >= maxN {
+					return false, nil
 				}
-			}
-			return err
+				if settling[id] || handed[id] {
+					return true, nil
+				}
+				if size += len(v); n > 0 && size > maxBytes {
+					return false, nil
+				}
+				var err error
+				if w, ok := wire[id]; ok && cached != nil {
+					err = cached(id, w)
+				} else {
+					err = take(id, v)
+				}
+				if err != nil {
+					return false, err
+				}
+				n++
+				if handed != nil {
+					handed[id] = true
+				}
+				return true, nil
+			})
 		})
-		return len(rows) > 0, err
+		return n > 0, err
 	})
-	return rows, err
+	return err
 }
 
 // stream returns the ids handed out on peer's stream name, making it peer's current stream
@@ -236,6 +382,9 @@ func (m *Mailboxes) settle(peer string, ids []string, kind ledger.Kind, request 
 			done = nil
 		}
 		m.mu.Lock()
+		if err == nil {
+			m.dropWire(peer, fresh)
+		}
 		for _, id := range fresh {
 			delete(m.settling[peer], id)
 		}
@@ -288,6 +437,52 @@ type Row struct {
 	PushReplies bool            `json:"push_replies"`
 	ThreadID    string          `json:"thread_id,omitempty"`
 	CreatedAt   int64           `json:"created_at"`
+}
+
+// EncodeRow is r as a pull's answer has it: what an encoding/json Encoder with HTML escaping
+// off writes (TestEncodeRowIsEncoder), without its reflection: a pull's rows are written on
+// every leaf message's way.
+func EncodeRow(r Row) ([]byte, error) {
+	dst := make([]byte, 0, 160+len(r.Body)+len(r.Origin)+len(r.Principal))
+	dst = append(dst, `{"id":`...)
+	dst = jsonline.AppendString(dst, r.ID, false)
+	dst = append(dst, `,"origin":`...)
+	var err error
+	if dst, err = appendRaw(dst, r.Origin); err != nil {
+		return nil, err
+	}
+	dst = append(dst, `,"body":`...)
+	dst = jsonline.AppendString(dst, r.Body, false)
+	dst = append(dst, `,"to":`...)
+	dst = jsonline.AppendString(dst, r.To, false)
+	if len(r.Principal) > 0 {
+		dst = append(dst, `,"principal":`...)
+		if dst, err = appendRaw(dst, r.Principal); err != nil {
+			return nil, err
+		}
+	}
+	dst = append(dst, `,"push_replies":`...)
+	dst = strconv.AppendBool(dst, r.PushReplies)
+	if r.ThreadID != "" {
+		dst = append(dst, `,"thread_id":`...)
+		dst = jsonline.AppendString(dst, r.ThreadID, false)
+	}
+	dst = append(dst, `,"created_at":`...)
+	dst = strconv.AppendInt(dst, r.CreatedAt, 10)
+	return append(dst, '}'), nil
+}
+
+// appendRaw appends raw as an Encoder without HTML escaping writes a json.RawMessage:
+// compacted, null when empty; an error when it is not JSON.
+func appendRaw(dst []byte, raw json.RawMessage) ([]byte, error) {
+	if len(raw) == 0 {
+		return append(dst, "null"...), nil
+	}
+	b := bytes.NewBuffer(dst)
+	if err := json.Compact(b, raw); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 // RowOf is the wire row of a mailbox entry, from the envelope kept with it (fed.Node.queue).

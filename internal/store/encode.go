@@ -2,9 +2,11 @@ package store
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
-	"github.com/xmsg/xmsg/internal/jsonline"
 	"strconv"
+
+	"github.com/xmsg/xmsg/internal/jsonline"
 )
 
 // A message row, and a queued recipient's queue row, are encoded in every send's transaction,
@@ -85,4 +87,39 @@ func appendPending(dst []byte, p Pending) ([]byte, bool) {
 		dst = out.Bytes()
 	}
 	return append(dst, '}'), true
+}
+
+// appendMailbox appends json.Marshal(e): a leaf's mail is written in the send's transaction
+// too, on the hub. Its two byte fields are base64, as encoding/json writes a []byte (null
+// when nil).
+func appendMailbox(dst []byte, e MailboxEntry) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = jsonline.AppendString(dst, e.ID, true)
+	dst = append(dst, `,"peer":`...)
+	dst = jsonline.AppendString(dst, e.Peer, true)
+	dst = append(dst, `,"targetRef":`...)
+	dst = jsonline.AppendString(dst, e.TargetRef, true)
+	dst = append(dst, `,"createdAt":`...)
+	dst = strconv.AppendInt(dst, e.CreatedAt, 10)
+	dst = append(dst, `,"fromName":`...)
+	dst = jsonline.AppendString(dst, e.FromName, true)
+	dst = append(dst, `,"bytes":`...)
+	dst = strconv.AppendInt(dst, int64(e.Bytes), 10)
+	dst = append(dst, `,"body":`...)
+	dst = jsonline.AppendString(dst, e.Body, true)
+	dst = append(dst, `,"envelope":`...)
+	dst = appendBytes(dst, e.Envelope)
+	dst = append(dst, `,"origin":`...)
+	dst = appendBytes(dst, e.Origin)
+	return append(dst, '}')
+}
+
+// appendBytes appends b as encoding/json writes a []byte.
+func appendBytes(dst, b []byte) []byte {
+	if b == nil {
+		return append(dst, "null"...)
+	}
+	dst = append(dst, '"')
+	dst = base64.StdEncoding.AppendEncode(dst, b)
+	return append(dst, '"')
 }

@@ -82,3 +82,39 @@ func FuzzAppendPending(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendMailboxIsMarshal(t *testing.T) {
+	odd := "a\"b\\c\b\f\n\r\t\x00\x1f<>&\u2028\u2029\xff\xfeé😀"
+	for _, e := range []MailboxEntry{
+		{},
+		{ID: "id", Peer: "leaf", TargetRef: "svc:x", CreatedAt: 7, FromName: "f", Bytes: 3, Body: "hi", Envelope: []byte(`{"v":2}`), Origin: []byte(`{"kind":"fed"}`)},
+		{ID: odd, Peer: odd, TargetRef: odd, CreatedAt: -1 << 60, FromName: odd, Bytes: -5, Body: odd, Envelope: []byte{}, Origin: []byte(odd)},
+		{Envelope: []byte{0xff, 0, 1}},
+	} {
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendMailbox(nil, e); !bytes.Equal(got, want) {
+			t.Errorf("appendMailbox = %s, want %s", got, want)
+		}
+	}
+}
+
+func FuzzAppendMailbox(f *testing.F) {
+	f.Add("id", "leaf", "svc:x", int64(1), "from<&>", 3, "body", []byte(`{"v":2}`), []byte(`{"kind":"fed"}`), false)
+	f.Add("\xff", "\u2028", "", int64(-1), "\x00\"\\", 0, "", []byte{}, []byte{0xfe}, true)
+	f.Fuzz(func(t *testing.T, id, peer, ref string, at int64, from string, n int, body string, env, origin []byte, nilEnv bool) {
+		e := MailboxEntry{ID: id, Peer: peer, TargetRef: ref, CreatedAt: at, FromName: from, Bytes: n, Body: body, Envelope: env, Origin: origin}
+		if nilEnv {
+			e.Envelope = nil
+		}
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendMailbox(nil, e); !bytes.Equal(got, want) {
+			t.Errorf("appendMailbox = %q, want %q", got, want)
+		}
+	})
+}

@@ -72,7 +72,7 @@ func (t *Tx) PutMailbox(e MailboxEntry) error {
 		// A NUL inside a name would let one peer's prefix reach into another's keys.
 		return fmt.Errorf("store: mailbox entry without a valid peer name")
 	}
-	return put(t.btx.Bucket(bucketMailbox), mailboxKey(e.Peer, e.ID), e)
+	return t.btx.Bucket(bucketMailbox).Put(mailboxKey(e.Peer, e.ID), appendMailbox(nil, e))
 }
 
 // ErrMailboxFull is returned by PutMailboxMax when a leaf's mailbox already holds its bound.
@@ -89,10 +89,7 @@ func (t *Tx) PutMailboxMax(e MailboxEntry, maxN, maxBytes int) error {
 	if e.Peer == "" || strings.IndexByte(e.Peer, 0) >= 0 {
 		return fmt.Errorf("store: mailbox entry without a valid peer name")
 	}
-	raw, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("store: encode: %w", err)
-	}
+	raw := appendMailbox(make([]byte, 0, 256+len(e.Body)*2+len(e.Envelope)*4/3+len(e.Origin)*4/3), e)
 	n, size := t.MailboxSize(e.Peer)
 	if (maxN > 0 && n >= maxN) || (maxBytes > 0 && size+len(raw) > maxBytes) {
 		return ErrMailboxFull
@@ -116,24 +113,50 @@ func (t *Tx) MailboxSize(peer string) (n, bytes int) {
 // more than maxBytes of encoded rows (the first is always returned, whatever its size),
 // passing over the ids skip names (nil: none).
 func (t *Tx) MailboxBatch(peer string, maxN, maxBytes int, skip func(id string) bool) ([]MailboxEntry, error) {
-	prefix := mailboxKey(peer, "")
 	var out []MailboxEntry
 	size := 0
-	c := t.btx.Bucket(bucketMailbox).Cursor()
-	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix) && len(out) < maxN; k, v = c.Next() {
-		if skip != nil && skip(string(k[len(prefix):])) {
-			continue
+	err := t.MailboxScan(peer, func(id string, v []byte) (bool, error) {
+		if len(out) >= maxN {
+			return false, nil
+		}
+		if skip != nil && skip(id) {
+			return true, nil
 		}
 		if size += len(v); len(out) > 0 && size > maxBytes {
-			break
+			return false, nil
 		}
-		var e MailboxEntry
-		if err := json.Unmarshal(v, &e); err != nil {
-			return nil, fmt.Errorf("store: decode mailbox entry: %w", err)
+		e, err := DecodeMailbox(v)
+		if err != nil {
+			return false, err
 		}
 		out = append(out, e)
+		return true, nil
+	})
+	return out, err
+}
+
+// MailboxScan calls each with the id and the encoded row of peer's mail, oldest first, until
+// it returns false or an error (which MailboxScan returns). v is the database's own memory:
+// valid during the call only, and never to be changed (DecodeMailbox copies what it keeps).
+func (t *Tx) MailboxScan(peer string, each func(id string, v []byte) (bool, error)) error {
+	prefix := mailboxKey(peer, "")
+	c := t.btx.Bucket(bucketMailbox).Cursor()
+	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+		more, err := each(string(k[len(prefix):]), v)
+		if err != nil || !more {
+			return err
+		}
 	}
-	return out, nil
+	return nil
+}
+
+// DecodeMailbox decodes a mailbox row MailboxScan handed out.
+func DecodeMailbox(v []byte) (MailboxEntry, error) {
+	var e MailboxEntry
+	if err := json.Unmarshal(v, &e); err != nil {
+		return MailboxEntry{}, fmt.Errorf("store: decode mailbox entry: %w", err)
+	}
+	return e, nil
 }
 
 // MailboxHead returns the oldest mail of peer.
