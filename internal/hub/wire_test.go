@@ -190,3 +190,42 @@ func TestWireBound(t *testing.T) {
 		t.Fatalf("%d wire rows after the pull, want 1 (the stale ones pruned, the new one kept)", n)
 	}
 }
+
+// rowOfReflect is RowOf as it was, all by encoding/json: what RowOf's pass of its own must
+// give for every envelope this daemon writes.
+func rowOfReflect(e store.MailboxEntry) Row {
+	r := Row{ID: e.ID, Origin: e.Origin, Body: e.Body, To: e.TargetRef, CreatedAt: e.CreatedAt}
+	var env struct {
+		Principal json.RawMessage `json:"principal"`
+		Push      bool            `json:"push_replies"`
+		ThreadID  string          `json:"thread_id"`
+	}
+	if json.Unmarshal(e.Envelope, &env) == nil {
+		r.Principal, r.PushReplies, r.ThreadID = env.Principal, env.Push, env.ThreadID
+	}
+	return r
+}
+
+func TestRowOfIsReflect(t *testing.T) {
+	for _, env := range []string{
+		`{"v":2,"id":"x","principal":{"harness":"claude","name":"a<&>"},"to":{"ref":"svc:x"},"body":"b","push_replies":true,"thread_id":"t","created_at":1}`,
+		`{"v":2,"id":"x","principal":{"harness":"svc","name":"m"},"to":{"ref":"x"},"body":"","push_replies":false,"thread_id":"","created_at":1}`,
+		`{"v":2,"principal":{"a":[1,{"b":null}]},"push_replies":false,"thread_id":"t\u00e9\n\"q\""}`,
+		`{"principal":{},"push_replies":true}`,
+		`{"principal":null,"push_replies":true,"thread_id":"t"}`,
+		`{"principal":{"a":1},"push_replies":"yes","thread_id":"t"}`,
+		`{"principal":{"a":1},"push_replies":true,"thread_id":7}`,
+		`{"principal":{"a":1},"push_replies":true,"thread_id":null}`,
+		`{"principal":{"a":1}`,
+		``,
+		`[]`,
+	} {
+		e := store.MailboxEntry{ID: "id", Body: "b", TargetRef: "svc:x", CreatedAt: 5, Origin: []byte(`{"kind":"fed"}`), Envelope: []byte(env)}
+		got, want := RowOf(e), rowOfReflect(e)
+		gw, err1 := EncodeRow(got)
+		ww, err2 := EncodeRow(want)
+		if err1 != nil || err2 != nil || !bytes.Equal(gw, ww) {
+			t.Errorf("envelope %s: RowOf = %s (%v), want %s (%v)", env, gw, err1, ww, err2)
+		}
+	}
+}

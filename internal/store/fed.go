@@ -115,11 +115,11 @@ func (t *Tx) MailboxSize(peer string) (n, bytes int) {
 func (t *Tx) MailboxBatch(peer string, maxN, maxBytes int, skip func(id string) bool) ([]MailboxEntry, error) {
 	var out []MailboxEntry
 	size := 0
-	err := t.MailboxScan(peer, func(id string, v []byte) (bool, error) {
+	err := t.MailboxScan(peer, func(id, v []byte) (bool, error) {
 		if len(out) >= maxN {
 			return false, nil
 		}
-		if skip != nil && skip(id) {
+		if skip != nil && skip(string(id)) {
 			return true, nil
 		}
 		if size += len(v); len(out) > 0 && size > maxBytes {
@@ -136,13 +136,15 @@ func (t *Tx) MailboxBatch(peer string, maxN, maxBytes int, skip func(id string) 
 }
 
 // MailboxScan calls each with the id and the encoded row of peer's mail, oldest first, until
-// it returns false or an error (which MailboxScan returns). v is the database's own memory:
-// valid during the call only, and never to be changed (DecodeMailbox copies what it keeps).
-func (t *Tx) MailboxScan(peer string, each func(id string, v []byte) (bool, error)) error {
+// it returns false or an error (which MailboxScan returns). id and v are the database's own
+// memory: valid during the call only, and never to be changed (DecodeMailbox copies what it
+// keeps). A pull passes over every row its leaf holds already, so nothing is allocated for a
+// row the caller does not take.
+func (t *Tx) MailboxScan(peer string, each func(id, v []byte) (bool, error)) error {
 	prefix := mailboxKey(peer, "")
 	c := t.btx.Bucket(bucketMailbox).Cursor()
 	for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
-		more, err := each(string(k[len(prefix):]), v)
+		more, err := each(k[len(prefix):], v)
 		if err != nil || !more {
 			return err
 		}
