@@ -405,12 +405,16 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 	type consumer struct {
 		c net.Conn
 		r *bufio.Reader
+		// waiting (under mu) is set once a poll is written, until its answer is read: the
+		// consumer writes nothing meanwhile, so its write side may be shut (see below).
+		waiting bool
 	}
-	call := func(c consumer, v any) (map[string]any, error) {
+	send := func(c *consumer, v any) error {
 		raw, _ := json.Marshal(v)
-		if _, err := c.c.Write(append(raw, '\n')); err != nil {
-			return nil, err
-		}
+		_, err := c.c.Write(append(raw, '\n'))
+		return err
+	}
+	recv := func(c *consumer) (map[string]any, error) {
 		line, err := c.r.ReadBytes('\n')
 		if err != nil {
 			return nil, err
@@ -418,7 +422,13 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 		var out map[string]any
 		return out, json.Unmarshal(line, &out)
 	}
-	var cons []consumer
+	call := func(c *consumer, v any) (map[string]any, error) {
+		if err := send(c, v); err != nil {
+			return nil, err
+		}
+		return recv(c)
+	}
+	var cons []*consumer
 	defer func() {
 		for _, c := range cons {
 			c.c.Close()
@@ -429,7 +439,7 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 		if err != nil {
 			return Figure{}, err
 		}
-		cn := consumer{c, bufio.NewReaderSize(c, 1<<20)}
+		cn := &consumer{c: c, r: bufio.NewReaderSize(c, 1<<20)}
 		cons = append(cons, cn)
 		if got, err := call(cn, map[string]any{"harness": "svc", "name": "bench", "cwd": "/"}); err != nil || got["status"] != "ok" {
 			return Figure{}, fmt.Errorf("bench: register svc:bench on %s: %v %v", sock, got, err)
@@ -442,18 +452,28 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 		seen = map[string]bool{}
 		last time.Time
 		all  = make(chan struct{})
-		// inHand counts the rows consumers hold and have not acked yet: the consumers'
-		// connections are closed only once none is, or the next path's consumer would be
-		// handed the row whose ack was cut off, and count it as one of its own.
-		inHand int
+		// running counts the consumers still serving: the connections are closed only once
+		// none is, each having had its last ack answered, or the next path's consumer would
+		// be handed the row whose ack was cut off, and count it as one of its own.
+		running = len(cons)
 		// tag marks this path's messages: a row of an earlier path (delivered again) is not
 		// counted as one of them, but as delivered twice.
 		tag = fmt.Sprintf("p=%d", time.Now().UnixNano())
 	)
 	defer func() {
+		// A consumer whose poll (carrying its last ack) waits for a message that will not come
+		// is ended by shutting its write side: the daemon reads the frame (and takes the
+		// ack) before it sees the end, then ends the poll and closes the connection.
+		shut := make([]bool, len(cons))
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 			mu.Lock()
-			k := inHand
+			k := running
+			for i, cn := range cons {
+				if cn.waiting && !shut[i] {
+					shut[i] = true
+					cn.c.(*net.UnixConn).CloseWrite()
+				}
+			}
 			mu.Unlock()
 			if k == 0 {
 				return
@@ -466,12 +486,41 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 	t0 := time.Now()
 	for _, cn := range cons {
 		go func() {
+			defer func() {
+				mu.Lock()
+				running--
+				mu.Unlock()
+			}()
+			var ack string // the row received last, acked by the next poll
 			for {
-				m, err := call(cn, map[string]any{"action": "poll", "waitSecs": 30})
+				poll := map[string]any{"action": "poll", "waitSecs": 30}
+				if ack != "" {
+					poll["ack"] = ack
+				}
+				if err := send(cn, poll); err != nil {
+					got <- err
+					return
+				}
+				mu.Lock()
+				cn.waiting = true
+				mu.Unlock()
+				m, err := recv(cn)
+				mu.Lock()
+				cn.waiting = false
+				mu.Unlock()
 				if err != nil {
 					got <- err
 					return
 				}
+				if m["status"] == "error" {
+					got <- fmt.Errorf("bench: %s: poll: %v", name, m)
+					return
+				}
+				if ack != "" && m["messageId"] == ack {
+					got <- fmt.Errorf("bench: %s: the daemon ignored the ack carried by the poll", name)
+					return
+				}
+				ack = ""
 				if m["action"] == "timeout" {
 					mu.Lock()
 					k := len(seen)
@@ -485,8 +534,8 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 				}
 				id, _ := m["messageId"].(string)
 				text, _ := m["text"].(string)
+				ack = id
 				mu.Lock()
-				inHand++
 				fresh := !seen[id] && strings.Contains(text, " "+tag+" ")
 				if !fresh {
 					dups++
@@ -505,14 +554,6 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 					}
 				}
 				mu.Unlock()
-				_, err = call(cn, map[string]any{"action": "ack", "messageId": id})
-				mu.Lock()
-				inHand--
-				mu.Unlock()
-				if err != nil {
-					got <- err
-					return
-				}
 				if lockstep && fresh {
 					select {
 					case received <- struct{}{}:
@@ -521,6 +562,11 @@ func (l *leafEnv) drain(name string, socks, refs []string, senders, n int) (Figu
 				}
 				select {
 				case <-all:
+					// Nothing more comes: the last row's ack goes on its own.
+					if m, err := call(cn, map[string]any{"action": "ack", "messageId": id}); err != nil || m["status"] != "ok" {
+						got <- fmt.Errorf("bench: %s: ack: %v %v", name, m, err)
+						return
+					}
 					got <- nil
 					return
 				default:

@@ -170,8 +170,9 @@ func echoRole(sock string) error {
 	return nil
 }
 
-// svcRole is a service consumer: it registers NAME, then polls and acks in a loop, counting
-// what it receives. Command "wait N": answer "reached" once N messages were received in all.
+// svcRole is a service consumer: it registers NAME, then polls in a loop, each poll carrying
+// the ack of the message the one before received (docs/protocol.md §4.2), counting what it
+// receives. Command "wait N": answer "reached" once N messages were received in all.
 func svcRole(name, sock string) error {
 	c, err := net.Dial("unix", sock)
 	if err != nil {
@@ -198,8 +199,19 @@ func svcRole(name, sock string) error {
 	var mu sync.Mutex
 	cond := sync.NewCond(&mu)
 	go func() {
+		var ack string // the message received last, acked by the next poll
 		for {
-			m, err := call(map[string]any{"action": "poll", "waitSecs": 30})
+			poll := map[string]any{"action": "poll", "waitSecs": 30}
+			if ack != "" {
+				poll["ack"] = ack
+			}
+			m, err := call(poll)
+			if err == nil && ack != "" && m["messageId"] == ack {
+				// A daemon older than the ack on poll ignored it: counting on would count one
+				// message again and again.
+				err = fmt.Errorf("bench: svc %s: the daemon ignored the ack carried by the poll", name)
+				fmt.Fprintln(os.Stderr, err)
+			}
 			if err != nil {
 				mu.Lock()
 				got.Store(-1 << 40) // the connection ended: wake waiters with a failure
@@ -207,10 +219,15 @@ func svcRole(name, sock string) error {
 				mu.Unlock()
 				return
 			}
-			if m["action"] != "deliver" {
+			// An error line is the ack's: it did not take effect and goes again with the next
+			// poll. A deliver or a timeout answers a poll whose ack was taken.
+			switch m["action"] {
+			case "timeout":
+				ack = ""
 				continue
-			}
-			if _, err := call(map[string]any{"action": "ack", "messageId": m["messageId"]}); err != nil {
+			case "deliver":
+				ack, _ = m["messageId"].(string)
+			default:
 				continue
 			}
 			mu.Lock()

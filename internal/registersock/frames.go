@@ -9,8 +9,8 @@ import (
 	"github.com/xmsg/xmsg/internal/jsonline"
 )
 
-// The two frames of a consumer's loop, a poll and an ack, are most of register.sock's traffic
-// (two per message delivered). They are read and written here without encoding/json's
+// The frames of a consumer's loop, a poll and an ack (or one poll that carries the ack), are
+// most of register.sock's traffic. They are read and written here without encoding/json's
 // reflection: quickLoop reads the plain shape clients send (flat, no escapes) and leaves
 // everything else to decodeLoop; appendDeliver writes the bytes encode(answer.Deliver) would.
 // Both are checked against the general paths by fuzz tests.
@@ -24,6 +24,7 @@ func quickLoop(line []byte) (req loopReq, ok bool) {
 	}
 	var (
 		action, id, id2, text string
+		ack                   string
 		hasID, hasID2, hasW2  bool
 		wait, wait2           = -1, -1
 		seen                  uint8 // fields seen, one bit each
@@ -74,6 +75,11 @@ func quickLoop(line []byte) (req loopReq, ok bool) {
 				bit, wait = 16, num
 			case "wait_secs":
 				bit, wait2, hasW2 = 32, num, true
+			case "ack":
+				if str == "" && !isNum {
+					return loopReq{}, false // refused by decodeLoop (errEmptyAck)
+				}
+				bit, ack = 64, str
 			}
 			// Other fields are ignored, as decodeLoop ignores them (repeated or not).
 			if bit != 0 {
@@ -97,7 +103,7 @@ func quickLoop(line []byte) (req loopReq, ok bool) {
 	if jsonline.SkipSpace(line, i) != len(line) {
 		return loopReq{}, false
 	}
-	req = loopReq{Action: action, Text: text, WaitSecs: defaultWait}
+	req = loopReq{Action: action, Text: text, WaitSecs: defaultWait, Ack: ack}
 	switch {
 	case hasID:
 		req.MessageID = id

@@ -20,6 +20,8 @@ func FuzzQuickLoop(f *testing.F) {
 		`{"action":"ack","message_id":"m"}`,
 		`{"action": "ack", "messageId": "m", "extra": 5}` + "\n",
 		`{"action":"reply","messageId":"m","text":"héllo"}`,
+		`{"action":"poll","waitSecs":30,"ack":"0190a8d2-7b8e-7cc1-9a55-3d5f2f7f0e11"}`,
+		`{"ack":"m","action":"ack","messageId":"m"}`,
 		` {} `,
 	}
 	for _, s := range plain {
@@ -33,6 +35,7 @@ func FuzzQuickLoop(f *testing.F) {
 		`{"action":"a\"ck"}`, `{"action":null}`, `{"action":"poll","action":"ack"}`, `{"messageId":"a","message_id":"b"}`,
 		`{"waitSecs":5,"wait_secs":7}`, `{"action":"poll"} x`, `{"action":"poll",}`, `{"x":[1]}`, `[]`, `{"action":"poll","waitSecs":05}`,
 		`{"action":5}`, `{"waitSecs":1e3}`, `{"text":"\u0041"}`, "{\"text\":\"\x01\"}", `{"x":1,"x":2}`,
+		`{"action":"poll","ack":""}`, `{"action":"poll","ack":5}`, `{"ack":"a","ack":"b"}`, `{"ack":null}`, `{"ack":"\u0041"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -72,4 +75,39 @@ func FuzzAppendDeliver(f *testing.F) {
 			t.Fatalf("appendDeliver = %s\nencode        = %s", got, want)
 		}
 	})
+}
+
+// TestLoopAckField: a poll's ack is read by both decoders alike; an empty one, or one that is
+// not a string, is refused by decodeLoop and left to it by quickLoop.
+func TestLoopAckField(t *testing.T) {
+	for _, tc := range []struct {
+		line      string
+		quick     bool   // quickLoop takes it
+		ack, derr string // decodeLoop's Ack, or its error
+	}{
+		{`{"action":"poll","waitSecs":5,"ack":"m1"}`, true, "m1", ""},
+		{`{"action":"poll","ack":"m1","waitSecs":5}`, true, "m1", ""},
+		{`{"action":"poll","waitSecs":5}`, true, "", ""},
+		{`{"action":"poll","ack":null}`, false, "", ""}, // null is no field, as for every field
+		{`{"action":"poll","ack":"\u006d1"}`, false, "m1", ""},
+		{`{"action":"poll","ack":""}`, false, "", "invalid json: field 'ack' must not be empty"},
+		{`{"action":"poll","ack":5}`, false, "", "invalid json: field 'ack' must be a string"},
+		{`{"action":"poll","ack":["m1"]}`, false, "", "invalid json: field 'ack' must be a string"},
+		{`{"action":"poll","ack":"a","ack":"b"}`, false, "b", ""},
+	} {
+		req, err := decodeLoop([]byte(tc.line))
+		switch {
+		case tc.derr != "" && (err == nil || err.Error() != tc.derr):
+			t.Errorf("decodeLoop(%s): got %+v, %v; want error %q", tc.line, req, err, tc.derr)
+		case tc.derr == "" && (err != nil || req.Ack != tc.ack):
+			t.Errorf("decodeLoop(%s): got ack %q, %v; want %q", tc.line, req.Ack, err, tc.ack)
+		}
+		got, ok := quickLoop([]byte(tc.line))
+		if ok != tc.quick {
+			t.Errorf("quickLoop(%s): ok %v, want %v", tc.line, ok, tc.quick)
+		}
+		if ok && got != req {
+			t.Errorf("quickLoop(%s) = %+v, decodeLoop = %+v", tc.line, got, req)
+		}
+	}
 }

@@ -57,6 +57,7 @@ func FuzzDecodeLoop(f *testing.F) {
 		`{"action":"poll","waitSecs":-1}`, `{"action":"poll","waitSecs":0.5}`, `{"action":"poll","wait_secs":2}`,
 		`{"action":"poll","waitSecs":"x"}`, `{"action":"ack","messageId":"m"}`, `{"action":"ack","message_id":"m"}`,
 		`{"action":"reply","messageId":"m","text":"t"}`, `{"action":1}`, `[]`, `nope`,
+		`{"action":"poll","ack":"m"}`, `{"action":"poll","ack":""}`, `{"action":"poll","ack":1}`, `{"ack":null}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -70,6 +71,13 @@ func FuzzDecodeLoop(f *testing.F) {
 		}
 		if !json.Valid(line) {
 			t.Fatalf("accepted invalid JSON %q", line)
+		}
+		// An ack present (and not null) is never taken as no ack: it names a message.
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(line, &obj) == nil {
+			if raw, ok := obj["ack"]; ok && string(raw) != "null" && req.Ack == "" {
+				t.Fatalf("accepted %q with an empty ack", line)
+			}
 		}
 	})
 }

@@ -362,14 +362,16 @@ func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 			return
 		}
 		resp, audit, ok := s.frame(l, line)
-		if !ok {
-			return
-		}
-		if resp != nil && !s.srv.Write(c, resp) { // nil: answered by the frame (credential.go)
-			return
-		}
+		// nil: answered by the frame (credential.go)
+		written := ok && (resp == nil || s.srv.Write(c, resp))
 		if audit != nil {
-			audit() // after the answer, off the client's wait (bus.Ack, WithAfter)
+			// After the answer, off the client's wait (bus.Ack, WithAfter); also when the
+			// answer could not be written, or was not (a poll that carried an ack, then ended
+			// unanswered): what the frame did took effect all the same.
+			audit()
+		}
+		if !written {
+			return
 		}
 	}
 }
@@ -448,7 +450,8 @@ func (s *Server) waitPoll(l *conn, wait time.Duration) (p *bus.Queued, err error
 
 // frame answers one loop frame. ok is false when the connection must end without an answer
 // (a poll interrupted by hang-up or shutdown). audit, when not nil, is the frame's audit line,
-// to be written once the answer is out.
+// to be written once the answer is out (or, when ok is false, at once: a poll's ack that took
+// effect before the poll ended unanswered).
 func (s *Server) frame(l *conn, line []byte) (resp []byte, audit func(), ok bool) {
 	ctx, c, reg, actor := l.ctx, l.c, l.reg, l.actor
 	req, quick := quickLoop(line)
@@ -464,50 +467,64 @@ func (s *Server) frame(l *conn, line []byte) (resp []byte, audit func(), ok bool
 	if !s.srv.ArmRead(c, idle) {
 		return nil, nil, false
 	}
-	// Liveness is checked where a frame acts: before anything but a poll, and for a poll when
-	// it is answered (below), which also covers a poll that waited.
-	if (derr != nil || req.Action != "poll") && !s.alive(l, "frame") {
+	// Liveness is checked where a frame acts: before anything but a plain poll (a poll that
+	// carries an ack acts before it polls), and for a poll when it is answered (below), which
+	// also covers a poll that waited.
+	if (derr != nil || req.Action != "poll" || req.Ack != "") && !s.alive(l, "frame") {
 		return nil, nil, false
 	}
 	if derr != nil {
 		s.refuse(actor, "frame", "invalid json")
 		return errorLine(ledger.BadRequest, derr.Error()), nil, true
 	}
+	if req.Ack != "" && req.Action != "poll" {
+		// Refused rather than ignored: a client that put its ack on another frame must not
+		// believe it took effect.
+		s.refuse(actor, "frame", "ack is only for poll")
+		return errorLine(ledger.BadRequest, "ack is only for poll"), nil, true
+	}
 	switch {
 	case req.Action == "poll":
+		if req.Ack != "" {
+			// The ack first, as an ack frame would do it; the poll's answer is the only answer.
+			// An ack that could not be stored is answered instead, and nothing is polled: the
+			// client must not believe the ack took effect.
+			if resp := s.ack(ctx, l, req.Ack, &audit); resp != nil {
+				return resp, nil, true
+			}
+		}
 		wait := time.Duration(req.WaitSecs) * time.Second
 		p, err := s.cfg.Bus.Poll(ctx, reg, 0)
 		if err == nil && p == nil && wait > 0 {
+			// The ack's audit line is not held for the wait (up to a minute).
+			if audit != nil {
+				audit()
+				audit = nil
+			}
 			if p, err, ok = s.waitPoll(l, wait); !ok {
 				return nil, nil, false
 			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, nil, false
+				return nil, audit, false
 			}
 			s.lim.Log(s.cfg.Log, slog.LevelError, "poll failed", "poll failed", "socket", "register", "actor", actor, "err", err)
-			return errorLine(ledger.Internal, "poll failed"), nil, true
+			return errorLine(ledger.Internal, "poll failed"), audit, true
 		}
 		// The registered process must still be the one holding this connection when the
 		// poll is answered, a message handed out or not: checked now, not when the poll was
 		// read (a poll may wait a minute), and once.
 		if !s.alive(l, "poll") {
-			return nil, nil, false
+			return nil, audit, false
 		}
 		if p == nil {
-			return encode(timeoutResp{Action: "timeout"}), nil, true
+			return encode(timeoutResp{Action: "timeout"}), audit, true
 		}
-		return encodeDeliver(answer.DeliverOf(*p, s.origin(reg))), nil, true
+		return encodeDeliver(answer.DeliverOf(*p, s.origin(reg))), audit, true
 	case req.Action == "ack":
-		// ok, as in the original xmsg (docs/protocol.md §4.2), for an id that is not this session's pending message: that
-		// changes nothing (the bus scopes it to reg) and says nothing about it. But an ack
-		// that could not be stored is an error: the message stays queued and comes again,
-		// and the client must not believe otherwise.
-		if err := s.cfg.Bus.Ack(bus.WithAfter(ctx, func(line func()) { audit = line }), reg, req.MessageID); err != nil {
-			s.lim.Log(s.cfg.Log, slog.LevelError, "ack failed", "ack failed", "socket", "register", "actor", actor, "err", err)
-			e := bus.AsError(err)
-			return errorLine(e.Code, e.Detail), nil, true
+		if resp := s.ack(ctx, l, req.MessageID, &audit); resp != nil {
+			return resp, nil, true
 		}
 		return okLine, audit, true
 	case req.Action == "reply" && s.cfg.Bus.Harnesses().Is(reg.Harness, harness.Exe):
@@ -544,6 +561,21 @@ func (s *Server) frame(l *conn, line []byte) (resp []byte, audit func(), ok bool
 		s.refuse(actor, "frame", "unknown action")
 		return errorLine(ledger.BadRequest, "unknown action: "+req.Action), nil, true
 	}
+}
+
+// ack acknowledges messageID for l's registration, for an ack frame or a poll that carries
+// one. It returns nil when the ack is stored (or changes nothing: an id that is not this
+// registration's pending message, as in the original xmsg, docs/protocol.md §4.2, is scoped
+// away by the bus and says nothing about it), with the ack's audit line in *audit; otherwise
+// the error line to answer: the message stays queued and comes again, and the client must not
+// believe otherwise.
+func (s *Server) ack(ctx context.Context, l *conn, messageID string, audit *func()) []byte {
+	if err := s.cfg.Bus.Ack(bus.WithAfter(ctx, func(line func()) { *audit = line }), l.reg, messageID); err != nil {
+		s.lim.Log(s.cfg.Log, slog.LevelError, "ack failed", "ack failed", "socket", "register", "actor", l.actor, "err", err)
+		e := bus.AsError(err)
+		return errorLine(e.Code, e.Detail)
+	}
+	return nil
 }
 
 // origin reports whether reg's harness's queue entries carry their origin (services).
@@ -685,10 +717,18 @@ type loopReq struct {
 	MessageID string
 	Text      string
 	WaitSecs  int
+	// Ack is the message a poll acknowledges before it polls (docs/protocol.md §4.2); "" for
+	// none. Only a poll may carry one (frame refuses it elsewhere).
+	Ack string
 }
 
+// errEmptyAck refuses an ack field that names no message: a client that sends one meant to
+// acknowledge something, and an ack of nothing must not be taken for one that took effect.
+var errEmptyAck = errors.New("invalid json: field 'ack' must not be empty")
+
 // decodeLoop parses a poll/ack/reply frame. waitSecs defaults to 30 and is clamped to 0..60
-// (rounded up); messageId also accepts message_id, waitSecs wait_secs.
+// (rounded up); messageId also accepts message_id, waitSecs wait_secs. ack, when present
+// (and not null), must be a non-empty string.
 func decodeLoop(line []byte) (loopReq, error) {
 	obj, err := jsonline.Decode(line)
 	if err != nil {
@@ -707,6 +747,14 @@ func decodeLoop(line []byte) (loopReq, error) {
 			return loopReq{}, errors.New(decodeError(err))
 		}
 	}
+	ack, present, err := obj.OptString("ack")
+	if err != nil {
+		return loopReq{}, errors.New(decodeError(err))
+	}
+	if present && ack == "" {
+		return loopReq{}, errEmptyAck
+	}
+	req.Ack = ack
 	w, present, err := obj.Number("waitSecs", "wait_secs")
 	if err != nil {
 		return loopReq{}, errors.New(decodeError(err))
