@@ -177,10 +177,15 @@ func decodeAnswer(peer string, status int, raw []byte, out any) error {
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return &bus.Error{Code: ledger.ServiceUnavailable, Detail: fmt.Sprintf("peer '%s' answered malformed JSON", peer)}
+			return malformed(peer)
 		}
 	}
 	return nil
+}
+
+// malformed is the error of an answer of peer's that is not what it should be.
+func malformed(peer string) *bus.Error {
+	return &bus.Error{Code: ledger.ServiceUnavailable, Detail: fmt.Sprintf("peer '%s' answered malformed JSON", peer)}
 }
 
 // post is a send's round trip: POST /fed/v2/messages with the 5 s budget.

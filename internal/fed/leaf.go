@@ -346,9 +346,12 @@ func (n *Node) Pull(ctx context.Context, peer, stream string, ack, reject []stri
 	if err != nil {
 		return nil, err
 	}
-	var ans PullAnswer
-	if err := decodeAnswer(peer, status, raw, &ans); err != nil {
+	if err := decodeAnswer(peer, status, raw, nil); err != nil {
 		return nil, err
+	}
+	var ans PullAnswer
+	if err := decodePullAnswer(raw, &ans); err != nil {
+		return nil, malformed(peer)
 	}
 	return ans.Rows, nil
 }
