@@ -147,3 +147,26 @@ func TestPollAckNotStored(t *testing.T) {
 		t.Fatalf("poll with an ack and the store gone: got %v, want the ack's error and no poll", got)
 	}
 }
+
+// TestPollAckWaitChecksAgain: a poll that carries an ack has its process checked before the
+// ack, and, when it waited, again when it is answered: a process that exited during the wait
+// hands nothing to the heir of its connection. Mutant tried: the check before the ack
+// standing for the answer's after a wait too: red.
+func TestPollAckWaitChecksAgain(t *testing.T) {
+	e := newEnv(t, daemontest.Options{})
+	bot, reg := e.Service("", "bot")
+	id := anonSend(t, e, "svc:bot", "one")
+	if d := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); d["messageId"] != id {
+		t.Fatalf("poll: got %v, want %s", d, id)
+	}
+	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60, "ack": id})
+	// The ack is done (its line written before the wait) while the process lived.
+	daemontest.WaitFor(t, "the ack's audit line while the poll waits", func() bool {
+		return strings.Contains(e.Logs.String(), "request=ack message_id="+id)
+	})
+	heir := bot.Handoff(reg)
+	anonSend(t, e, "svc:bot", "secret")
+	if line, eof := heir.Recv(reg); !eof {
+		t.Fatalf("heir of a registration that died during its poll's wait got %q, want the connection closed", line)
+	}
+}

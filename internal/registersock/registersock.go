@@ -494,8 +494,13 @@ func (s *Server) frame(l *conn, line []byte) (resp []byte, audit func(), ok bool
 			}
 		}
 		wait := time.Duration(req.WaitSecs) * time.Second
+		// checked: the process was checked in this frame, before its ack, with nothing waited
+		// for since; a poll answered at once needs no second look (the answer's write is as
+		// far from either check).
+		checked := req.Ack != ""
 		p, err := s.cfg.Bus.Poll(ctx, reg, 0)
 		if err == nil && p == nil && wait > 0 {
+			checked = false
 			// The ack's audit line is not held for the wait (up to a minute).
 			if audit != nil {
 				audit()
@@ -515,7 +520,7 @@ func (s *Server) frame(l *conn, line []byte) (resp []byte, audit func(), ok bool
 		// The registered process must still be the one holding this connection when the
 		// poll is answered, a message handed out or not: checked now, not when the poll was
 		// read (a poll may wait a minute), and once.
-		if !s.alive(l, "poll") {
+		if !checked && !s.alive(l, "poll") {
 			return nil, audit, false
 		}
 		if p == nil {
