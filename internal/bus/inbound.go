@@ -108,6 +108,9 @@ func (b *Bus) accepted(id, peer string) (Delivery, bool, error) {
 type BatchOptions struct {
 	Newly func(Inbound) // told each row queued, once committed (nil: nobody)
 	Now   bool          // commit at once, not after Config.RecordRide
+	// Soon commits at once too, but returns before it is done (committed says when): for a
+	// caller that goes on taking rows meanwhile, whose acks should not wait for a ride.
+	Soon bool
 }
 
 // AcceptBatch is Accept for rows that came together for one queued session t (a leaf's
@@ -130,7 +133,7 @@ type BatchOptions struct {
 // for it before it goes on).
 func (b *Bus) AcceptBatch(t Target, ins []Inbound, o BatchOptions) (n int, committed <-chan error, err error) {
 	newly, rideFor := o.Newly, b.cfg.RecordRide
-	if o.Now {
+	if o.Now || o.Soon {
 		rideFor = 0
 	}
 	h := b.h.Named(t.Harness)
@@ -332,7 +335,7 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, o BatchOptions) (n int, commi
 		}
 		return err
 	}
-	if rideFor <= 0 {
+	if rideFor <= 0 && !o.Soon {
 		err := settle()
 		return n, b.afterAll(&err, deps), nil
 	}

@@ -190,7 +190,16 @@ type PullRequest struct {
 	// settled is handed out, as a leaf that pulls only once its service acked the last batch
 	// wants.
 	Stream string `json:"stream,omitempty"`
+	// Follow (with a Stream and Max > 0) makes the answer a stream of its own: a line (a
+	// PullAnswer) at once with the acks' counts and the rows there are, then one for each
+	// batch that comes, as long as the rows handed out on the stream and not settled stay
+	// within Max, until none came for Wait seconds (hub.Mailboxes.Follow). The leaf acks
+	// meanwhile with requests of Max 0.
+	Follow bool `json:"follow,omitempty"`
 }
+
+// followType is the media type of a followed pull's answer: JSON lines.
+const followType = "application/x-ndjson"
 
 // PullAnswer is its answer: how many of the ids were removed (the others were gone
 // already), and the batch.
@@ -226,6 +235,10 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Stream != "" && !validRef(req.Stream) {
 		writeError(w, apiError(ledger.BadRequest, "stream must be a UUID"))
+		return
+	}
+	if req.Follow && (req.Stream == "" || req.Max == 0) {
+		writeError(w, apiError(ledger.BadRequest, "follow needs a stream and max > 0"))
 		return
 	}
 	for _, id := range append(req.Ack, req.Reject...) {
@@ -270,6 +283,10 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 	if req.MaxBytes > 0 {
 		maxBytes = min(req.MaxBytes, maxBytes)
 	}
+	if req.Follow {
+		s.follow(w, r, p.Name, req, ans, maxBytes)
+		return
+	}
 	rows, err := s.n.Mailboxes().Pull(r.Context(), p.Name, req.Stream, time.Duration(min(req.Wait, 60))*time.Second, min(req.Max, MaxInboxBatch), maxBytes)
 	if err != nil {
 		writeError(w, err)
@@ -279,6 +296,43 @@ func (s *Server) inboxPull(w http.ResponseWriter, r *http.Request) {
 		s.pulls.handedOut(p.Name, req.Stream)
 	}
 	writeRaw(w, http.StatusOK, appendPullAnswer(nil, ans.Acked, ans.Rejected, rows))
+}
+
+// follow answers a followed pull (PullRequest.Follow): a line at once (the acks' counts and
+// the rows there are), then a line for each batch that comes, until none came for the pull's
+// wait, the leaf pulls on another stream, goes, or the daemon stops. One request carries the
+// rows of many, where a long-poll is a request for each batch: on a leaf that gets a row at
+// a time, a request per message. Each line written spends the write budget afresh.
+func (s *Server) follow(w http.ResponseWriter, r *http.Request, peer string, req PullRequest, ans PullAnswer, maxBytes int) {
+	mb := s.n.Mailboxes()
+	window := min(req.Max, MaxInboxBatch)
+	wait := time.Duration(min(req.Wait, 60)) * time.Second
+	rows, err := mb.Follow(r.Context(), peer, req.Stream, true, 0, window, maxBytes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", followType)
+	w.WriteHeader(http.StatusOK)
+	for {
+		if len(rows) > 0 {
+			s.pulls.handedOut(peer, req.Stream)
+		}
+		rc.SetWriteDeadline(time.Now().Add(wait + 15*time.Second))
+		if _, err := w.Write(appendPullAnswer(nil, ans.Acked, ans.Rejected, rows)); err != nil {
+			return
+		}
+		if rc.Flush() != nil {
+			return
+		}
+		ans = PullAnswer{}
+		// Superseded, gone, stopping, or nothing for a wait: the answer ends, and the leaf
+		// pulls again.
+		if rows, err = mb.Follow(r.Context(), peer, req.Stream, false, wait, window, maxBytes); err != nil || len(rows) == 0 {
+			return
+		}
+	}
 }
 
 // appendPullAnswer appends the PullAnswer of acked, rejected and rows as writeJSON would
@@ -354,6 +408,38 @@ func (n *Node) Pull(ctx context.Context, peer, stream string, ack, reject []stri
 		return nil, malformed(peer)
 	}
 	return ans.Rows, nil
+}
+
+// Follow acks ids, rejects the ids in reject, and follows our mailbox on peer on stream
+// (PullRequest.Follow) with one POST /fed/v2/inbox: each batch that comes goes to each, the
+// first (the acks were taken then, first true) at once, until none came for wait (nil), the
+// answer broke off, or each failed (its error). A hub that does not follow answers as it
+// would any pull it cannot take (an error, the acks not taken: first was never called).
+func (n *Node) Follow(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration, each func(rows []hub.Row, first bool) error) error {
+	body, err := pullBody(PullRequest{Ack: ack, Reject: reject, Max: max, MaxBytes: maxBytes, Wait: int(wait / time.Second), Stream: stream, Follow: true})
+	if err != nil {
+		return err
+	}
+	first := true
+	status, raw, err := n.followPull(ctx, peer, body, wait, func(line []byte) error {
+		var ans PullAnswer
+		if err := decodePullAnswer(line, &ans); err != nil {
+			return malformed(peer)
+		}
+		f := first
+		first = false
+		return each(ans.Rows, f)
+	})
+	if err != nil {
+		return err
+	}
+	if status == 0 {
+		return nil // the followed answer's end
+	}
+	if err := decodeAnswer(peer, status, raw, nil); err != nil {
+		return err
+	}
+	return malformed(peer) // a 2xx that is no followed answer
 }
 
 // AckPulled acks ids and rejects those of reject on peer without pulling (POST

@@ -107,6 +107,22 @@ func (n *Node) maxPullAnswer() int64 {
 // postPull sends body (JSON) to peer's POST /fed/v2/inbox on the peer's pull connection and
 // returns the answer's status and body. Transport failures come back as callError's codes.
 func (n *Node) postPull(ctx context.Context, peer string, body []byte) (int, []byte, error) {
+	return n.pullRequest(ctx, peer, body, 0, nil)
+}
+
+// errLineTooLong is a followed answer's line past the bound of a pull's answer.
+var errLineTooLong = errors.New("fed: followed pull's line too long")
+
+// followPull is postPull for a followed pull (PullRequest.Follow): when the hub answers 200
+// with JSON lines, each line goes to line as it comes (the connection's read deadline is
+// idle from each one on); their end, the answer's, returns 0 and nil. Any other answer is
+// returned as postPull's. An error of line ends the answer there (the connection is dropped)
+// and is returned.
+func (n *Node) followPull(ctx context.Context, peer string, body []byte, idle time.Duration, line func([]byte) error) (int, []byte, error) {
+	return n.pullRequest(ctx, peer, body, idle, line)
+}
+
+func (n *Node) pullRequest(ctx context.Context, peer string, body []byte, idle time.Duration, line func([]byte) error) (int, []byte, error) {
 	pc := n.pulls.get(peer)
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
@@ -125,11 +141,14 @@ func (n *Node) postPull(ctx context.Context, peer string, body []byte) (int, []b
 				return 0, nil, callError(peer, errUnreachable)
 			}
 		}
-		status, raw, err := pc.roundTrip(ctx, peer, body, n.maxPullAnswer())
+		status, raw, err := pc.roundTrip(ctx, peer, body, n.maxPullAnswer(), idle, line)
 		if err == nil {
 			return status, raw, nil
 		}
 		pc.drop()
+		if errors.Is(err, errLine) {
+			return 0, nil, errors.Unwrap(err)
+		}
 		if errors.Is(err, errStale) && reused && attempt == 0 && ctx.Err() == nil {
 			continue // safe to send again: acks are idempotent and rows stay until acked
 		}
@@ -140,12 +159,26 @@ func (n *Node) postPull(ctx context.Context, peer string, body []byte) (int, []b
 	}
 }
 
+// lineError is line's own error, ended a followed answer (returned as it is, unwrapped).
+type lineError struct{ err error }
+
+func (e lineError) Error() string        { return e.err.Error() }
+func (e lineError) Unwrap() error        { return e.err }
+func (e lineError) Is(target error) bool { return target == errLine }
+
+var errLine = errors.New("fed: a followed pull's line was refused")
+
 // roundTrip writes one request and reads its answer. The connection is left usable only on
-// success with a kept-alive answer read in full; the caller drops it otherwise.
-func (pc *pullConn) roundTrip(ctx context.Context, peer string, body []byte, limit int64) (int, []byte, error) {
+// success with a kept-alive answer read in full; the caller drops it otherwise. With line
+// set, a 200 answer of JSON lines is read a line at a time (readLines).
+func (pc *pullConn) roundTrip(ctx context.Context, peer string, body []byte, limit int64, idle time.Duration, line func([]byte) error) (int, []byte, error) {
 	c := pc.c
 	if d, ok := ctx.Deadline(); ok {
 		c.SetDeadline(d)
+	} else if line != nil {
+		// A followed pull has no end of its own: its answer's start, then each line, must
+		// come within the idle time.
+		c.SetDeadline(time.Now().Add(idle + InboxAckTimeout))
 	} else {
 		c.SetDeadline(time.Time{})
 	}
@@ -175,6 +208,17 @@ func (pc *pullConn) roundTrip(ctx context.Context, peer string, body []byte, lim
 	if err != nil {
 		return 0, nil, err
 	}
+	if line != nil && resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Type") == followType {
+		err := readLines(c, resp.Body, limit, idle, line)
+		resp.Body.Close()
+		if err != nil {
+			return 0, nil, err
+		}
+		if resp.Close {
+			pc.drop()
+		}
+		return 0, nil, nil
+	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	resp.Body.Close()
 	if err != nil {
@@ -187,4 +231,35 @@ func (pc *pullConn) roundTrip(ctx context.Context, peer string, body []byte, lim
 		pc.drop() // the hub closes it after this answer
 	}
 	return resp.StatusCode, raw, nil
+}
+
+// readLines reads a followed answer's lines from body until its end, each at most limit
+// bytes, giving each to line; the connection's read deadline is idle plus InboxAckTimeout
+// from each line on (the hub writes one at least every idle while it keeps the answer).
+func readLines(c net.Conn, body io.Reader, limit int64, idle time.Duration, line func([]byte) error) error {
+	r := bufio.NewReaderSize(body, 64<<10)
+	for {
+		c.SetReadDeadline(time.Now().Add(idle + InboxAckTimeout))
+		var buf []byte
+		for {
+			part, err := r.ReadSlice('\n')
+			buf = append(buf, part...)
+			if int64(len(buf)) > limit {
+				return errLineTooLong
+			}
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err == io.EOF && len(buf) == 0 {
+				return nil // the answer's end
+			}
+			if err != nil {
+				return err
+			}
+			break
+		}
+		if err := line(buf); err != nil {
+			return lineError{err}
+		}
+	}
 }

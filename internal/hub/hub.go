@@ -190,7 +190,7 @@ func (m *Mailboxes) full(peer string) *bus.Error {
 // not take a row it was handed: those rows come again only on a new stream.
 func (m *Mailboxes) Batch(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int) ([]store.MailboxEntry, error) {
 	var rows []store.MailboxEntry
-	err := m.batch(ctx, peer, streamName, wait, maxN, maxBytes, nil, func(id string, v []byte) error {
+	err := m.batch(ctx, peer, streamName, wait, maxN, maxBytes, followed{}, nil, func(id string, v []byte) error {
 		e, err := store.DecodeMailbox(v)
 		if err != nil {
 			return err
@@ -211,12 +211,36 @@ type Wire struct {
 // Pull is Batch for the wire: the rows as the leaf gets them, encoded when their mail was put
 // (or, for a row the cache does not hold, now).
 func (m *Mailboxes) Pull(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int) ([]Wire, error) {
+	return m.pull(ctx, peer, streamName, wait, maxN, maxBytes, followed{})
+}
+
+// ErrSuperseded ends a followed stream (Follow) that is no longer its leaf's stream: the leaf
+// pulled on another one since, which started over.
+var ErrSuperseded = errors.New("hub: the leaf pulls on another stream now")
+
+// Follow is Pull for a stream a pull follows (fed's follow: one answer, a line per batch): it
+// hands out no more than window rows not settled on streamName in all, waiting up to wait
+// for mail and for room (a settle makes room, and wakes it); nil when neither came. The
+// follow's first call (open) makes streamName peer's stream, as Pull does; every later one
+// fails with ErrSuperseded once it is no longer, so that two pulls on two streams of one
+// leaf never hand its rows out again and again in turn.
+func (m *Mailboxes) Follow(ctx context.Context, peer, streamName string, open bool, wait time.Duration, window, maxBytes int) ([]Wire, error) {
+	return m.pull(ctx, peer, streamName, wait, window, maxBytes, followed{window: window, open: open})
+}
+
+// followed is how a followed stream's batch is taken (Follow); the zero value: a pull's.
+type followed struct {
+	window int  // rows handed out and not settled at most; 0: no bound but the batch's
+	open   bool // the follow's first batch: it may start the stream
+}
+
+func (m *Mailboxes) pull(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int, fw followed) ([]Wire, error) {
 	var rows []Wire
 	cached := func(id string, w []byte) error {
 		rows = append(rows, Wire{ID: id, JSON: w})
 		return nil
 	}
-	err := m.batch(ctx, peer, streamName, wait, maxN, maxBytes, cached, func(id string, v []byte) error {
+	err := m.batch(ctx, peer, streamName, wait, maxN, maxBytes, fw, cached, func(id string, v []byte) error {
 		e, err := store.DecodeMailbox(v)
 		if err != nil {
 			return err
@@ -235,7 +259,9 @@ func (m *Mailboxes) Pull(ctx context.Context, peer, streamName string, wait time
 // batch waits up to wait for mail of peer and takes its oldest rows as Batch says, each row
 // once: with cached (if not nil) when its wire row is in the cache, else with take, which
 // gets the stored row (valid during the call). Both are called in order, with m.mu held.
-func (m *Mailboxes) batch(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int, cached func(id string, w []byte) error, take func(id string, v []byte) error) error {
+// A followed stream (fw.window > 0) hands out at most fw.window rows not settled, and past its
+// first batch must still be peer's stream.
+func (m *Mailboxes) batch(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int, fw followed, cached func(id string, w []byte) error, take func(id string, v []byte) error) error {
 	if maxBytes <= 0 {
 		maxBytes = math.MaxInt
 	}
@@ -244,11 +270,23 @@ func (m *Mailboxes) batch(ctx context.Context, peer, streamName string, wait tim
 		err := m.store.View(func(tx *store.Tx) error {
 			m.mu.Lock()
 			defer m.mu.Unlock()
+			if fw.window > 0 && !fw.open {
+				if cur := m.handed[peer]; cur == nil || cur.name != streamName {
+					return ErrSuperseded
+				}
+			}
 			settling, handed := m.settling[peer], m.stream(tx, peer, streamName)
+			limit := maxN
+			if fw.window > 0 {
+				fw.open = false // the stream is peer's now: a later look is no first batch
+				if limit = min(maxN, fw.window-len(handed)); limit <= 0 {
+					return nil // no room: a settle wakes the wait
+				}
+			}
 			m.pruneWire(tx, peer)
 			wire, size := m.wire[peer], 0
 			return tx.MailboxScan(peer, func(key, v []byte) (bool, error) {
-				if n >= maxN {
+				if n >= limit {
 					return false, nil
 				}
 				if settling[string(key)] || handed[string(key)] {
@@ -354,6 +392,8 @@ func (m *Mailboxes) settle(peer string, ids []string, kind ledger.Kind, request 
 	if err != nil || len(fresh) == 0 {
 		return 0, err
 	}
+	// The settled rows left their stream: a followed stream waiting for room has it now.
+	m.wake.Fire(peer)
 	var done []string
 	committed := m.store.Defer(func(tx *store.Tx) error {
 		done = done[:0]

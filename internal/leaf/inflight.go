@@ -24,6 +24,14 @@ type inFlight struct {
 	timer      *time.Timer
 	timers     sync.WaitGroup // aside calls running or armed
 	closed     bool
+	// urgentAt, when not 0, is how many ready acks go aside at once, without the delay: on a
+	// followed pull the hub hands out no more than a window of rows not settled, and the acks
+	// are what makes room in it; a quarter of it at a time keeps the service fed with a
+	// request per quarter, not one per row.
+	urgentAt int
+	// interrupt, when set, ends the followed pull in progress: a row let go must come again
+	// on a new stream, which a followed pull would not start before its answer ends.
+	interrupt func()
 }
 
 // rowState is what is known of a held row: a row is ready to be acked to the hub once both
@@ -42,12 +50,23 @@ func newInFlight() *inFlight {
 
 // armAside arms the aside timer if acks wait and none is armed. Call with f.mu held.
 func (f *inFlight) armAside() {
-	if f.aside == nil || f.closed || f.timer != nil || len(f.ack)+len(f.reject) == 0 {
+	if f.aside == nil || f.closed || len(f.ack)+len(f.reject) == 0 {
+		return
+	}
+	delay := f.asideDelay
+	if f.urgentAt > 0 && len(f.ack)+len(f.reject) >= f.urgentAt {
+		delay = 0
+		if f.timer != nil && f.timer.Stop() {
+			f.timers.Done()
+			f.timer = nil
+		}
+	}
+	if f.timer != nil {
 		return
 	}
 	f.timers.Add(1)
 	var t *time.Timer
-	t = time.AfterFunc(f.asideDelay, func() {
+	t = time.AfterFunc(delay, func() {
 		defer f.timers.Done()
 		f.mu.Lock()
 		if f.timer == t {
@@ -183,6 +202,9 @@ func (f *inFlight) learn(id string, known rowState, inline bool) {
 func (f *inFlight) letGo(id string) {
 	delete(f.held, id)
 	f.restream = true
+	if f.interrupt != nil {
+		f.interrupt()
+	}
 }
 
 // rejected makes id ready to be rejected on the hub.
@@ -197,7 +219,34 @@ func (f *inFlight) rejected(id string) {
 func (f *inFlight) restart() {
 	f.mu.Lock()
 	f.restream = true
+	if f.interrupt != nil {
+		f.interrupt()
+	}
 	f.mu.Unlock()
+}
+
+// mustRestream reports whether the next pull must start a new stream, leaving that for it
+// to take (restarted).
+func (f *inFlight) mustRestream() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.restream
+}
+
+// following sets what ends the followed pull in progress when a row must come again (nil:
+// none in progress), and how many held rows make acks urgent (0: never).
+func (f *inFlight) following(interrupt func(), urgentAt int) {
+	f.mu.Lock()
+	f.interrupt, f.urgentAt = interrupt, urgentAt
+	f.mu.Unlock()
+}
+
+// outstanding is how many rows the hub handed out that it has not taken the acks of: what a
+// followed pull's window counts.
+func (f *inFlight) outstanding() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.held)
 }
 
 // restarted reports (once) whether the next pull must start a new stream.

@@ -30,6 +30,11 @@ type Hub interface {
 	// next batch on stream (POST /fed/v2/inbox, this daemon's extension): rows handed out on
 	// a stream are not handed out again on it until settled; "" names none.
 	Pull(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]hub.Row, error)
+	// Follow is Pull that follows the stream (PullRequest.Follow): each batch that comes goes
+	// to each (the first, with the acks taken, at once), no more than max rows not acked in
+	// all, until none came for wait (nil) or each fails. A hub that does not follow refuses
+	// it as a pull it cannot take; the acks are not taken then (first never came).
+	Follow(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration, each func(rows []hub.Row, first bool) error) error
 	// AckPulled acks and rejects without pulling (the same route, max 0), while a pull waits.
 	AckPulled(ctx context.Context, peer string, ack, reject []string) error
 	// Inbox and AckInbox are the one-row routes of the protocol, for a hub without Pull.
@@ -202,11 +207,17 @@ func (p *Puller) Run(ctx context.Context) {
 	aside.Store(true)
 	f.aside, f.asideDelay = func() { p.ackAside(ctx, f, &aside) }, limits.Or(p.AckLinger, AckLinger)
 	defer f.close()
-	stream, streams := uuid.NewString(), true
+	stream, streams, follow := uuid.NewString(), true, true
 	// behind: the last pull filled all the room it asked for, so more rows are likely
 	// waiting on the hub: the next pull goes while the service works (see inFlight.room).
 	behind := false
 	for ctx.Err() == nil {
+		if follow && streams {
+			if follow = p.follow(ctx, f, &stream, batch, batchBytes, wait, &b, &waiters); !follow {
+				p.Log.Info("leaf: hub does not follow pulls; pulling a batch at a time", "peer", p.Peer)
+			}
+			continue
+		}
 		room := f.room(batch, !streams || !behind)
 		if room <= 0 {
 			select {
@@ -279,7 +290,7 @@ func (p *Puller) Run(ctx context.Context) {
 		}
 		// Behind, the service's acks are waited for beside the next pull; in lockstep the
 		// loop waits for them itself (one wake-up per ack, not a waiter's and the loop's).
-		if err := p.takeBatch(ctx, f, rows, &waiters, !streams || !behind, !streams); err != nil {
+		if err := p.takeBatch(ctx, f, rows, &waiters, !streams || !behind, !streams, false); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -289,15 +300,91 @@ func (p *Puller) Run(ctx context.Context) {
 	}
 }
 
+// errRestream ends a followed pull whose stream must start over (a row let go, or one that did
+// not fit the service's queue, must come again).
+var errRestream = errors.New("leaf: the stream starts over")
+
+// follow is one followed pull (Hub.Follow): it carries the acks ready, and takes each batch
+// as it comes (takeBatch, its acks waited for aside, and sent aside: at once when a quarter
+// of the window is ready, else after AckLinger), until the hub ends it (no mail for wait), the stream
+// must start over, or it fails (then as a failed pull: backoff, a new stream). The window
+// is batch rows not acked to the hub; once a quarter of it rides a commit, that commit is
+// made at once (not waited for: the next batch is read meanwhile), so that the acks, which
+// make room, are not held back a ride.
+// It reports false, having taken nothing, for a hub that does not follow (or has no batched
+// route, or no streams), which the batch loop then pulls as it can.
+func (p *Puller) follow(ctx context.Context, f *inFlight, stream *string, batch, batchBytes int, wait time.Duration, b *backoff, waiters *sync.WaitGroup) bool {
+	if f.restarted() {
+		*stream = uuid.NewString()
+	}
+	fctx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	f.following(interrupt, max(batch/2, 1))
+	defer f.following(nil, 0)
+	ack, reject := f.take()
+	taken, riding := false, 0
+	err := p.Hub.Follow(fctx, p.Peer, *stream, ack, reject, batch, batchBytes, wait, func(rows []hub.Row, first bool) error {
+		if first {
+			taken = true
+			b.reset()
+			f.settled(ack)
+			if len(ack) > 0 {
+				p.delivered(len(ack))
+				p.set("acked %d, following the mailbox", len(ack))
+			}
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		// The records ride until a quarter of the window rides with them: then the commit is
+		// made for them all (a ride's timer may have made one before: it comes sooner then).
+		riding += len(rows)
+		soon := riding >= max(batch/2, 1)
+		if soon {
+			riding = 0
+		}
+		if err := p.takeBatch(ctx, f, rows, waiters, false, false, soon); err != nil {
+			return err
+		}
+		if f.mustRestream() {
+			return errRestream
+		}
+		return nil
+	})
+	if !taken {
+		f.giveBack(ack, reject)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return true
+	case err == nil:
+		p.set("follow ended, mailbox quiet")
+		return true
+	case errors.Is(err, errRestream), fctx.Err() != nil:
+		return true // the next follow starts a new stream (f.restarted)
+	}
+	e := bus.AsError(err)
+	if !taken && ((e.Code == ledger.BadRequest && (strings.Contains(e.Detail, "follow") || strings.Contains(e.Detail, "stream"))) ||
+		(e.Code == ledger.NotFound && strings.Contains(e.Detail, "no route"))) {
+		return false
+	}
+	p.set("pull failed: %s", e.Code.String())
+	p.retryWarn(b, "leaf pull failed", e.Code, "acks_pending", len(ack)+len(reject))
+	f.restart()
+	b.wait(ctx)
+	return true
+}
+
 // takeBatch puts the rows f does not hold yet into the service's queue (their records ride
-// a commit) and hands each one's ack to f once the service acked it and that commit is done.
+// a commit, or with soon are committed at once, not waited for) and hands each one's ack to
+// f once the service acked it and that commit is done.
 // Inline (in lockstep) it waits for the service's acks itself before it returns, and for the
 // commit only when it is done by then, or when store says so (a hub without streams would
 // hand the rows out again before they are acked: their commit is made at once, no ride);
 // otherwise a waiter on waiters does. A row that can never be delivered is logged and
 // rejected on the hub, which then reads it not_found. Rows that did not fit the queue are
 // neither held nor settled: f starts a new stream so that the hub hands them out again.
-func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, waiters *sync.WaitGroup, inline, store bool) error {
+func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, waiters *sync.WaitGroup, inline, store, soon bool) error {
 	pulled := make([]bus.Inbound, 0, len(rows))
 	for i := range rows {
 		if f.holds(rows[i].ID) {
@@ -315,7 +402,7 @@ func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, wai
 		return nil
 	}
 	session := p.service()
-	n, committed, err := p.Bus.AcceptBatch(session, pulled, bus.BatchOptions{Newly: p.audited(session), Now: store})
+	n, committed, err := p.Bus.AcceptBatch(session, pulled, bus.BatchOptions{Newly: p.audited(session), Now: store, Soon: soon})
 	if err != nil {
 		f.restart()
 		return err

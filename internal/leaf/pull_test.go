@@ -127,6 +127,12 @@ func (h *fakeHub) Pull(ctx context.Context, peer, stream string, ack, reject []s
 	}
 }
 
+// Follow: this hub knows no followed pull (an older hub's refusal): the loop pulls a batch at
+// a time, which is what these tests are of (followhub_test.go has a hub that follows).
+func (h *fakeHub) Follow(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration, each func([]inbox.Row, bool) error) error {
+	return &bus.Error{Code: ledger.BadRequest, Detail: `pull request: json: unknown field "follow"`}
+}
+
 func (h *fakeHub) acked() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
