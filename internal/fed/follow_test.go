@@ -72,11 +72,14 @@ func TestLeafFollow(t *testing.T) {
 	if l := next("first line"); !l.first || !same(l.ids, ids[:3]) {
 		t.Fatalf("first line = %+v, want the first three rows (max 3), first", l)
 	}
-	if err := l1.n.AckPulled(ctx, "hub", ids[:2], nil); err != nil {
-		t.Fatal(err)
-	}
-	if l := next("after two acks"); l.first || !same(l.ids, ids[3:5]) {
-		t.Fatalf("line after two acks = %+v, want the two rows left", l)
+	// Each ack makes room for one row.
+	for i := range 2 {
+		if err := l1.n.AckPulled(ctx, "hub", ids[i:i+1], nil); err != nil {
+			t.Fatal(err)
+		}
+		if l := next("after an ack"); l.first || !same(l.ids, ids[3+i:4+i]) {
+			t.Fatalf("line after ack %d = %+v, want the one row %s (three out at most)", i+1, l, ids[3+i])
+		}
 	}
 	// Three out: a new row waits for room.
 	six := send("m5")
@@ -89,10 +92,12 @@ func TestLeafFollow(t *testing.T) {
 	if err := l1.n.AckPulled(ctx, "hub", []string{six}, nil); err != nil {
 		t.Fatal(err)
 	}
-	// Another stream takes over: the follow hands out nothing more, and ends.
+	// Another stream takes over (a pull on a connection of its own: the leaf's pull
+	// connection is the follow's): the follow hands out nothing more, and ends.
+	c := rawClient(l1.cert)
 	other := uuid.NewString()
-	if rows, err := l1.n.Pull(ctx, "hub", other, nil, nil, 10, 0, 0); err != nil || len(rows) != 0 {
-		t.Fatalf("pull on another stream = %v, %v; want nothing", rows, err)
+	if status, ans, out := pullRaw(t, c, hub.addr(), map[string]any{"max": 10, "stream": other}); status != 200 || len(ans.Rows) != 0 {
+		t.Fatalf("pull on another stream = %d %v; want nothing", status, out)
 	}
 	seven := send("m6")
 	select {
@@ -125,7 +130,6 @@ func TestLeafFollow(t *testing.T) {
 		t.Errorf("mailbox %d after every row was acked", hub.mailbox("l1"))
 	}
 	// A follow needs a stream and a window.
-	c := rawClient(l1.cert)
 	for _, bad := range []map[string]any{{"follow": true, "max": 3}, {"follow": true, "max": 0, "stream": uuid.NewString()}} {
 		if status, out := post(t, c, hub.addr(), "/fed/v2/inbox", bad); status != 400 {
 			t.Errorf("%v: %d %v, want 400", bad, status, out)
