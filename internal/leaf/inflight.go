@@ -26,8 +26,8 @@ type inFlight struct {
 	closed     bool
 	// urgentAt, when not 0, is how many ready acks go aside at once, without the delay: on a
 	// followed pull the hub hands out no more than a window of rows not settled, and the acks
-	// are what makes room in it; a quarter of it at a time keeps the service fed with a
-	// request per quarter, not one per row.
+	// are what makes room in it; half of it at a time keeps the service fed with a request
+	// per half, not one per row.
 	urgentAt int
 	// interrupt, when set, ends the followed pull in progress: a row let go must come again
 	// on a new stream, which a followed pull would not start before its answer ends.

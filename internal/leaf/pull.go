@@ -305,10 +305,10 @@ func (p *Puller) Run(ctx context.Context) {
 var errRestream = errors.New("leaf: the stream starts over")
 
 // follow is one followed pull (Hub.Follow): it carries the acks ready, and takes each batch
-// as it comes (takeBatch, its acks waited for aside, and sent aside: at once when a quarter
-// of the window is ready, else after AckLinger), until the hub ends it (no mail for wait), the stream
+// as it comes (takeBatch, its acks waited for aside, and sent aside: at once when half of
+// the window is ready, else after AckLinger), until the hub ends it (no mail for wait), the stream
 // must start over, or it fails (then as a failed pull: backoff, a new stream). The window
-// is batch rows not acked to the hub; once a quarter of it rides a commit, that commit is
+// is batch rows not acked to the hub; once half of it rides a commit, that commit is
 // made at once (not waited for: the next batch is read meanwhile), so that the acks, which
 // make room, are not held back a ride.
 // It reports false, having taken nothing, for a hub that does not follow (or has no batched
@@ -336,7 +336,7 @@ func (p *Puller) follow(ctx context.Context, f *inFlight, stream *string, batch,
 		if len(rows) == 0 {
 			return nil
 		}
-		// The records ride until a quarter of the window rides with them: then the commit is
+		// The records ride until half of the window rides with them: then the commit is
 		// made for them all (a ride's timer may have made one before: it comes sooner then).
 		riding += len(rows)
 		soon := riding >= max(batch/2, 1)
