@@ -178,7 +178,9 @@ func (b *backoff) wait(ctx context.Context) bool {
 	}
 }
 
-// Run pulls until ctx ends. Each round trip acks what the service acked since the last one
+// Run pulls until ctx ends. It follows its stream on the hub (follow: one request brings
+// each batch as it comes) as long as the hub does; a hub that does not is pulled in batches.
+// Each round trip of those acks what the service acked since the last one
 // and pulls the next batch (POST /fed/v2/inbox) on the loop's stream, so the hub hands out
 // only rows the leaf does not hold. While the leaf is behind (the last pull filled all the
 // room it asked for), it pulls the next batch while the service still works on the last, up
