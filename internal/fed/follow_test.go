@@ -2,6 +2,9 @@ package fed
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"fmt"
 	"strings"
 	"testing"
@@ -134,5 +137,93 @@ func TestLeafFollow(t *testing.T) {
 		if status, out := post(t, c, hub.addr(), "/fed/v2/inbox", bad); status != 400 {
 			t.Errorf("%v: %d %v, want 400", bad, status, out)
 		}
+	}
+}
+
+// TestLeafFollowReload: a reload of the peers file ends a followed pull, on either side. On
+// the hub, before the next line is written, the rows it took for that line given back to the
+// stream (the next request is judged again under the new file, and the same stream hands
+// them out); on the leaf, at the next line, with hub.ErrRestream (what the hub wrote after
+// that line is not read: the stream must start over). Mutants tried: the hub not giving back
+// the rows (the next pull on the stream gets nothing): red; the leaf reading on (no
+// ErrRestream): red.
+func TestLeafFollowReload(t *testing.T) {
+	hub, l1, _, plain := hubWithLeaves(t, "")
+	leafPeers := "{" + peerEntry("hub", hub.addr(), hub.cert.Pin, "") + "}"
+	l1.startLeaf(leafPeers)
+	ctx := context.Background()
+	send := func(text string) string {
+		d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: text, Bytes: len(text), FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.MessageID
+	}
+	follow := func(stream string, lines chan<- []string) <-chan error {
+		ended := make(chan error, 1)
+		go func() {
+			ended <- l1.n.Follow(ctx, "hub", stream, nil, nil, 10, 0, 30*time.Second, func(rows []inbox.Row, first bool) error {
+				var ids []string
+				for _, r := range rows {
+					ids = append(ids, r.ID)
+				}
+				lines <- ids
+				return nil
+			})
+		}()
+		return ended
+	}
+	wait := func(what string, ended <-chan error, lines <-chan []string) error {
+		t.Helper()
+		for {
+			select {
+			case err := <-ended:
+				return err
+			case ids := <-lines:
+				if len(ids) > 0 {
+					t.Fatalf("%s: the follow handed out %v after the reload", what, ids)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s: the follow did not end", what)
+			}
+		}
+	}
+
+	// The hub's peers file changes (a peer added); the next mail ends the follow unwritten.
+	stream := uuid.NewString()
+	lines := make(chan []string, 16)
+	ended := follow(stream, lines)
+	if ids := <-lines; len(ids) != 0 {
+		t.Fatalf("first line = %v, want none (an empty mailbox)", ids)
+	}
+	raw, err := os.ReadFile(filepath.Join(hub.dir, "peers.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub.write("peers.json", append(raw[:len(raw)-1], []byte(","+peerEntry("late", "192.0.2.77:1", newNode(t, "late").cert.Pin, "")+"}")...))
+	if changed, err := hub.n.Reload(); err != nil || !changed {
+		t.Fatalf("hub reload = %v, %v", changed, err)
+	}
+	one := send("after the hub's reload")
+	if err := wait("hub reloaded", ended, lines); err != nil {
+		t.Fatalf("follow ended by the hub's reload: %v, want its clean end", err)
+	}
+	if rows, err := l1.n.Pull(ctx, "hub", stream, nil, nil, 10, 0, 0); err != nil || len(rows) != 1 || rows[0].ID != one {
+		t.Fatalf("pull on the same stream = %v, %v; want the row the follow took back, %s", rows, err, one)
+	}
+
+	// The leaf's peers file changes: its follow ends at the next line.
+	stream = uuid.NewString()
+	ended = follow(stream, lines)
+	if ids := <-lines; len(ids) != 1 || ids[0] != one {
+		t.Fatalf("first line = %v, want the row not acked, %s", ids, one)
+	}
+	l1.write("peers.json", []byte("{"+peerEntry("hub", hub.addr(), hub.cert.Pin, "")+","+peerEntry("other", "192.0.2.9:1", plain.cert.Pin, "")+"}"))
+	if changed, err := l1.n.Reload(); err != nil || !changed {
+		t.Fatalf("leaf reload = %v, %v", changed, err)
+	}
+	send("after the leaf's reload")
+	if err := wait("leaf reloaded", ended, lines); !errors.Is(err, inbox.ErrRestream) {
+		t.Fatalf("follow after the leaf's reload ended with %v, want hub.ErrRestream", err)
 	}
 }

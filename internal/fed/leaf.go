@@ -312,6 +312,10 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, peer string, req
 		writeError(w, err)
 		return
 	}
+	// The peers file this request was judged under: a reload ends the answer before its next
+	// line, so that the next request is judged again (Server.peer), as a request per batch
+	// would be.
+	st := s.n.st.Load()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", followType)
 	w.WriteHeader(http.StatusOK)
@@ -330,6 +334,14 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, peer string, req
 		// Superseded, gone, stopping, or nothing for a wait: the answer ends, and the leaf
 		// pulls again.
 		if rows, err = mb.Follow(r.Context(), peer, req.Stream, false, wait, window, maxBytes); err != nil || len(rows) == 0 {
+			return
+		}
+		if s.n.st.Load() != st {
+			ids := make([]string, len(rows))
+			for i, row := range rows {
+				ids[i] = row.ID
+			}
+			mb.Unhand(peer, req.Stream, ids) // not written: the next pull on the stream has them
 			return
 		}
 	}
@@ -421,7 +433,13 @@ func (n *Node) Follow(ctx context.Context, peer, stream string, ack, reject []st
 		return err
 	}
 	first := true
+	st := n.st.Load()
 	status, raw, err := n.followPull(ctx, peer, body, wait, func(line []byte) error {
+		if n.st.Load() != st {
+			// Reloaded: the hub is dialled again with what the peers file says now. What
+			// the hub wrote after this line is not read: the stream starts over.
+			return hub.ErrRestream
+		}
 		var ans PullAnswer
 		if err := decodePullAnswer(line, &ans); err != nil {
 			return malformed(peer)

@@ -209,11 +209,14 @@ func (pc *pullConn) roundTrip(ctx context.Context, peer string, body []byte, lim
 		return 0, nil, err
 	}
 	if line != nil && resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Type") == followType {
-		err := readLines(c, resp.Body, limit, idle, line)
-		resp.Body.Close()
-		if err != nil {
+		if err := readLines(c, resp.Body, limit, idle, line); err != nil {
+			// Closed first: closing the body would read the rest of the answer, which a
+			// hub keeps writing for as long as it has mail.
+			c.Close()
+			resp.Body.Close()
 			return 0, nil, err
 		}
+		resp.Body.Close()
 		if resp.Close {
 			pc.drop()
 		}

@@ -214,6 +214,23 @@ func (m *Mailboxes) Pull(ctx context.Context, peer, streamName string, wait time
 	return m.pull(ctx, peer, streamName, wait, maxN, maxBytes, followed{})
 }
 
+// ErrRestream is a followed pull that ended before its leaf read all it was handed (the
+// leaf's peers file changed under it): those rows come again only on a new stream.
+var ErrRestream = errors.New("hub: the followed pull ended early; its stream starts over")
+
+// Unhand forgets that ids were handed out on peer's stream streamName (when it is still its
+// stream): a followed pull that took them but ends before writing them (fed's follow) gives
+// them back, so that the same stream hands them out again.
+func (m *Mailboxes) Unhand(peer, streamName string, ids []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur := m.handed[peer]; cur != nil && cur.name == streamName {
+		for _, id := range ids {
+			delete(cur.ids, id)
+		}
+	}
+}
+
 // ErrSuperseded ends a followed stream (Follow) that is no longer its leaf's stream: the leaf
 // pulled on another one since, which started over.
 var ErrSuperseded = errors.New("hub: the leaf pulls on another stream now")

@@ -364,6 +364,9 @@ func (p *Puller) follow(ctx context.Context, f *inFlight, stream *string, batch,
 		return true
 	case errors.Is(err, errRestream), fctx.Err() != nil:
 		return true // the next follow starts a new stream (f.restarted)
+	case errors.Is(err, hub.ErrRestream):
+		f.restart() // the answer was left unread: its rows come on a new stream
+		return true
 	}
 	e := bus.AsError(err)
 	if !taken && ((e.Code == ledger.BadRequest && (strings.Contains(e.Detail, "follow") || strings.Contains(e.Detail, "stream"))) ||
