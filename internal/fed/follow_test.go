@@ -17,6 +17,16 @@ import (
 	inbox "github.com/xmsg/xmsg/internal/hub"
 )
 
+// mailFor sends text to l1's service through hub and returns its message id.
+func mailFor(t *testing.T, hub *node, text string) string {
+	t.Helper()
+	d, err := hub.bus.Send(context.Background(), bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: text, Bytes: len(text), FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.MessageID
+}
+
 // followLine is one line of a followed pull, as the leaf's Follow hands it on.
 type followLine struct {
 	ids   []string
@@ -35,13 +45,7 @@ func TestLeafFollow(t *testing.T) {
 	hub, l1, _, _ := hubWithLeaves(t, "")
 	l1.startLeaf("{" + peerEntry("hub", hub.addr(), hub.cert.Pin, "") + "}")
 	ctx := context.Background()
-	send := func(text string) string {
-		d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: text, Bytes: len(text), FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d.MessageID
-	}
+	send := func(text string) string { return mailFor(t, hub, text) }
 	var ids []string
 	for i := range 5 {
 		ids = append(ids, send(fmt.Sprintf("m%d", i)))
@@ -152,13 +156,7 @@ func TestLeafFollowReload(t *testing.T) {
 	leafPeers := "{" + peerEntry("hub", hub.addr(), hub.cert.Pin, "") + "}"
 	l1.startLeaf(leafPeers)
 	ctx := context.Background()
-	send := func(text string) string {
-		d, err := hub.bus.Send(ctx, bus.Send{To: envelope.ParseRef("svc:bot@l1"), Text: text, Bytes: len(text), FromName: "xmsg@hub · c", Principal: "http:c", From: "c"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d.MessageID
-	}
+	send := func(text string) string { return mailFor(t, hub, text) }
 	follow := func(stream string, lines chan<- []string) <-chan error {
 		ended := make(chan error, 1)
 		go func() {
