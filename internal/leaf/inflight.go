@@ -234,19 +234,11 @@ func (f *inFlight) mustRestream() bool {
 }
 
 // following sets what ends the followed pull in progress when a row must come again (nil:
-// none in progress), and how many held rows make acks urgent (0: never).
+// none in progress), and how many ready acks go aside at once (0: they wait the delay).
 func (f *inFlight) following(interrupt func(), urgentAt int) {
 	f.mu.Lock()
 	f.interrupt, f.urgentAt = interrupt, urgentAt
 	f.mu.Unlock()
-}
-
-// outstanding is how many rows the hub handed out that it has not taken the acks of: what a
-// followed pull's window counts.
-func (f *inFlight) outstanding() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.held)
 }
 
 // restarted reports (once) whether the next pull must start a new stream.
