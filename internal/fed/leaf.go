@@ -434,7 +434,7 @@ func (n *Node) Follow(ctx context.Context, peer, stream string, ack, reject []st
 	}
 	first := true
 	st := n.st.Load()
-	status, raw, err := n.followPull(ctx, peer, body, wait, func(line []byte) error {
+	status, raw, err := n.pullRequest(ctx, peer, body, wait, func(line []byte) error {
 		if n.st.Load() != st {
 			// Reloaded: the hub is dialled again with what the peers file says now. What
 			// the hub wrote after this line is not read: the stream starts over.

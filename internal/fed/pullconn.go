@@ -113,15 +113,11 @@ func (n *Node) postPull(ctx context.Context, peer string, body []byte) (int, []b
 // errLineTooLong is a followed answer's line past the bound of a pull's answer.
 var errLineTooLong = errors.New("fed: followed pull's line too long")
 
-// followPull is postPull for a followed pull (PullRequest.Follow): when the hub answers 200
-// with JSON lines, each line goes to line as it comes (the connection's read deadline is
-// idle from each one on); their end, the answer's, returns 0 and nil. Any other answer is
-// returned as postPull's. An error of line ends the answer there (the connection is dropped)
-// and is returned.
-func (n *Node) followPull(ctx context.Context, peer string, body []byte, idle time.Duration, line func([]byte) error) (int, []byte, error) {
-	return n.pullRequest(ctx, peer, body, idle, line)
-}
-
+// pullRequest is postPull, and with line set a followed pull's (PullRequest.Follow): when the
+// hub answers 200 with JSON lines, each line goes to line as it comes (the connection's read
+// deadline is idle from each one on); their end, the answer's, returns 0 and nil. Any other
+// answer is returned as postPull's. An error of line ends the answer there (the connection
+// is dropped) and is returned as it is.
 func (n *Node) pullRequest(ctx context.Context, peer string, body []byte, idle time.Duration, line func([]byte) error) (int, []byte, error) {
 	pc := n.pulls.get(peer)
 	pc.mu.Lock()
@@ -238,7 +234,7 @@ func (pc *pullConn) roundTrip(ctx context.Context, peer string, body []byte, lim
 
 // readLines reads a followed answer's lines from body until its end, each at most limit
 // bytes, giving each to line; the connection's read deadline is idle plus InboxAckTimeout
-// from each line on (the hub writes one at least every idle while it keeps the answer).
+// from each line on (a hub ends its answer after idle without a line).
 func readLines(c net.Conn, body io.Reader, limit int64, idle time.Duration, line func([]byte) error) error {
 	r := bufio.NewReaderSize(body, 64<<10)
 	for {
