@@ -1,9 +1,18 @@
 package leaf
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xmsg/xmsg/internal/bus"
+	inbox "github.com/xmsg/xmsg/internal/hub"
 )
 
 // TestFollowAcksUrgent: on a followed pull, acks ready for the hub go aside at once when
@@ -58,5 +67,110 @@ func TestFollowInterruptedToRestream(t *testing.T) {
 	f.stored([]string{"b"}, errors.New("commit failed"), false)
 	if interrupted != 1 {
 		t.Fatalf("interrupted %d times after the follow ended, want 1", interrupted)
+	}
+}
+
+// followHub is a fakeHub that follows: each Follow hands out, on its stream, the rows not
+// handed yet while fewer than max are out and not acked, as the hub's Mailboxes.Follow does,
+// until nothing came for wait or another stream took over.
+type followHub struct {
+	*fakeHub
+	follows int
+}
+
+func (h *followHub) Follow(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration, each func([]inbox.Row, bool) error) error {
+	h.mu.Lock()
+	h.follows++
+	h.settle(ack, reject)
+	if stream != h.stream {
+		h.stream, h.handed = stream, map[string]bool{}
+	}
+	h.mu.Unlock()
+	first, quiet := true, time.Now().Add(wait)
+	for {
+		h.mu.Lock()
+		if h.stream != stream {
+			h.mu.Unlock()
+			return nil
+		}
+		var out []inbox.Row
+		for _, r := range h.rows {
+			if len(out)+len(h.handed) < max && !h.handed[r.ID] {
+				out = append(out, *r)
+			}
+		}
+		for _, r := range out {
+			h.handed[r.ID] = true
+		}
+		h.mu.Unlock()
+		if len(out) > 0 || first {
+			if err := each(out, first); err != nil {
+				return err
+			}
+			first, quiet = false, time.Now().Add(wait)
+			continue
+		}
+		if time.Now().After(quiet) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// TestFollowRowsThatDidNotFitComeAgain: on a followed pull, rows the service's queue could
+// not take are neither held nor acked; the leaf starts a new stream once the service has
+// taken some, the hub hands them out again, and each row reaches the service once, in order,
+// every one acked to the hub after the service's ack. Mutant tried: re-following at once
+// (no wait for the service): the follows run into the thousands, red.
+func TestFollowRowsThatDidNotFitComeAgain(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	b := leafBus(t, bus.Bounds{QueueShare: 2})
+	hub := &followHub{fakeHub: &fakeHub{localAcked: map[string]bool{}}}
+	var want []string
+	for i := range 4 {
+		r := &inbox.Row{ID: uuid.Must(uuid.NewV7()).String(), Body: fmt.Sprint("m", i), To: "svc:bot"}
+		hub.rows = append(hub.rows, r)
+		want = append(want, r.ID)
+	}
+	p := &Puller{Bus: b, Hub: hub, Peer: "hub", Service: "bot", MaxBody: 65536, Log: log, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond,
+		Batch: 4, Wait: 200 * time.Millisecond, AckLinger: 5 * time.Millisecond}
+	ctx := run(t, p)
+	reg := &bus.Registration{Harness: "svc", SessionID: "svc:bot", Name: "bot"}
+	var got []string
+	for range want {
+		m, err := b.Poll(ctx, reg, 10*time.Second)
+		if err != nil || m == nil {
+			t.Fatalf("poll after %v = %+v %v", got, m, err)
+		}
+		got = append(got, m.ID)
+		// The service takes its time: a leaf that re-followed at once would spin meanwhile.
+		time.Sleep(50 * time.Millisecond)
+		hub.mu.Lock()
+		hub.localAcked[m.ID] = true
+		hub.mu.Unlock()
+		if err := b.Ack(context.Background(), reg, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("service got %v, want each row once, in order: %v", got, want)
+	}
+	for deadline := time.Now().Add(10 * time.Second); hub.acked() < len(want); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hub has %d acks, want %d", hub.acked(), len(want))
+		}
+	}
+	hub.mu.Lock()
+	follows, early := hub.follows, len(hub.early)
+	hub.mu.Unlock()
+	if early != 0 {
+		t.Fatalf("%d hub acks before the service's", early)
+	}
+	if follows > 100 {
+		t.Fatalf("%d follows for 4 rows: the leaf re-followed without waiting for the service", follows)
 	}
 }

@@ -363,7 +363,16 @@ func (p *Puller) follow(ctx context.Context, f *inFlight, stream *string, batch,
 		p.set("follow ended, mailbox quiet")
 		return true
 	case errors.Is(err, errRestream), fctx.Err() != nil:
-		return true // the next follow starts a new stream (f.restarted)
+		// The next follow starts a new stream (f.restarted). Rows that did not fit the
+		// queue fit only once the service has taken some: until then a new stream would hand
+		// them out again at once, and again.
+		if f.working() > 0 {
+			select {
+			case <-f.changed:
+			case <-ctx.Done():
+			}
+		}
+		return true
 	case errors.Is(err, hub.ErrRestream):
 		f.restart() // the answer was left unread: its rows come on a new stream
 		return true
