@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -340,18 +341,20 @@ func TestMonitorSinceHasNoSeam(t *testing.T) {
 	}
 	close(stop)
 	<-stopped
-	last := send("last")
-	count := map[string]int{}
-	for {
-		e := m.event(t)
-		id, _ := e["message_id"].(string)
-		count[id]++
-		if id == last {
-			break
-		}
-	}
+	send("last")
+	// Read until every message sent has been shown. Not only until the last one: a send's
+	// event is emitted once its answer is out, so the last send of the goroutine above may
+	// be announced after the one sent after it.
 	mu.Lock()
 	defer mu.Unlock()
+	count := map[string]int{}
+	for missing := len(ids); missing > 0; {
+		e := m.event(t)
+		id, _ := e["message_id"].(string)
+		if count[id]++; count[id] == 1 && slices.Contains(ids, id) {
+			missing--
+		}
+	}
 	for _, id := range ids {
 		if count[id] != 1 {
 			t.Errorf("message %s shown %d times", id, count[id])
