@@ -62,7 +62,8 @@ const (
 	// they are sent on their own (Hub.AckPulled): when each leaf gets a message every few
 	// tens of milliseconds (a hub with many leaves) the next pull mostly comes within it, so
 	// a message costs the hub one request; when the mail stops, the hub still learns of the
-	// last acks (and marks those messages delivered) within it.
+	// last acks (and marks those messages delivered) within it. On a followed pull no pull
+	// carries them: they go on their own after it, or at once when half the window is ready.
 	AckLinger = 200 * time.Millisecond
 	// RecordRide is how long the records of pulled rows wait for a commit made anyway before
 	// one is made for them (bus.Config.RecordRide): the service has the rows at once, and
@@ -73,7 +74,7 @@ const (
 	// for several, not one each (with 50 leaves, 200 ms took a third off their CPU per
 	// message against 50 ms, docs/performance.md §5). A busy leaf commits sooner: rows
 	// riding hold places of the service's queue, and a batch short of places has the
-	// commit made at once. A reply to such a row, or a read of it, has the commit made at
+	// commit made at once; on a followed pull, so does half the window riding. A reply to such a row, or a read of it, has the commit made at
 	// once too. What the ride costs: the hub marks those messages delivered up to that much
 	// later, and a crash within it delivers them again.
 	RecordRide = 200 * time.Millisecond
