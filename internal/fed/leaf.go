@@ -141,7 +141,7 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError(ledger.BadRequest, "wait must be a non-negative integer (seconds)"))
 		return
 	}
-	rows, err := s.n.Mailboxes().Batch(r.Context(), p.Name, "", wait, 1, 0)
+	rows, err := s.n.Mailboxes().Pull(r.Context(), p.Name, "", wait, 1, 0)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -150,7 +150,9 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, hub.RowOf(rows[0]))
+	// The row as writeJSON would write it (hub.EncodeRow), with its newline; a copy: the
+	// mailboxes share the row's bytes.
+	writeRaw(w, http.StatusOK, append(append(make([]byte, 0, len(rows[0].JSON)+1), rows[0].JSON...), '\n'))
 }
 
 // inboxAck is POST /fed/v2/inbox/{id}/ack.
@@ -186,7 +188,7 @@ type PullRequest struct {
 	MaxBytes int      `json:"max_bytes"` // 0 = MaxInboxBatchBytes
 	Wait     int      `json:"wait"`      // seconds, 0..60
 	// Stream, a UUID the leaf chose, names its pull stream: rows handed out on it are not
-	// handed out again on it until settled (hub.Mailboxes.Batch). Left out: every row not
+	// handed out again on it until settled (hub.Mailboxes.Pull). Left out: every row not
 	// settled is handed out, as a leaf that pulls only once its service acked the last batch
 	// wants.
 	Stream string `json:"stream,omitempty"`

@@ -181,26 +181,6 @@ func (m *Mailboxes) full(peer string) *bus.Error {
 	return &bus.Error{Code: ledger.ServiceUnavailable, Detail: fmt.Sprintf("mailbox of leaf '%s' is full (%s)", peer, strings.Join(bounds, " or "))}
 }
 
-// Batch returns the oldest mail of leaf peer without removing it: at most maxN rows and,
-// past the first, maxBytes of stored rows (<= 0: no bound), waiting up to wait (at most
-// MaxWait) for one; nil when none came. On streamName (not ""), rows handed out on it before
-// and not settled since are passed over, and those returned are counted as handed; a pull
-// on another stream, or on none, hands out every row not settled again. The leaf must start
-// a new stream whenever an answer may have been lost (a failed pull), and whenever it could
-// not take a row it was handed: those rows come again only on a new stream.
-func (m *Mailboxes) Batch(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int) ([]store.MailboxEntry, error) {
-	var rows []store.MailboxEntry
-	err := m.batch(ctx, peer, streamName, wait, maxN, maxBytes, followed{}, nil, func(id string, v []byte) error {
-		e, err := store.DecodeMailbox(v)
-		if err != nil {
-			return err
-		}
-		rows = append(rows, e)
-		return nil
-	})
-	return rows, err
-}
-
 // Wire is a row of a leaf's mailbox as a pull hands it out: its id, and its JSON, a Row's
 // encoding (EncodeRow), shared with the mailboxes' cache and never to be changed.
 type Wire struct {
@@ -208,8 +188,14 @@ type Wire struct {
 	JSON []byte
 }
 
-// Pull is Batch for the wire: the rows as the leaf gets them, encoded when their mail was put
-// (or, for a row the cache does not hold, now).
+// Pull returns the oldest mail of leaf peer without removing it, as the leaf gets it (each
+// row encoded when its mail was put, or, for a row the cache does not hold, now): at most
+// maxN rows and, past the first, maxBytes of stored rows (<= 0: no bound), waiting up to wait
+// (at most MaxWait) for one; nil when none came. On streamName (not ""), rows handed out on it before
+// and not settled since are passed over, and those returned are counted as handed; a pull
+// on another stream, or on none, hands out every row not settled again. The leaf must start
+// a new stream whenever an answer may have been lost (a failed pull), and whenever it could
+// not take a row it was handed: those rows come again only on a new stream.
 func (m *Mailboxes) Pull(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int) ([]Wire, error) {
 	return m.pull(ctx, peer, streamName, wait, maxN, maxBytes, followed{})
 }
@@ -253,17 +239,16 @@ type followed struct {
 
 func (m *Mailboxes) pull(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int, fw followed) ([]Wire, error) {
 	var rows []Wire
-	cached := func(id string, w []byte) error {
-		rows = append(rows, Wire{ID: id, JSON: w})
-		return nil
-	}
-	err := m.batch(ctx, peer, streamName, wait, maxN, maxBytes, fw, cached, func(id string, v []byte) error {
+	err := m.batch(ctx, peer, streamName, wait, maxN, maxBytes, fw, func(id string, w, v []byte) error {
+		if w != nil {
+			rows = append(rows, Wire{ID: id, JSON: w})
+			return nil
+		}
 		e, err := store.DecodeMailbox(v)
 		if err != nil {
 			return err
 		}
-		w, err := EncodeRow(RowOf(e))
-		if err != nil {
+		if w, err = EncodeRow(RowOf(e)); err != nil {
 			return err
 		}
 		rows = append(rows, Wire{ID: id, JSON: w})
@@ -273,12 +258,11 @@ func (m *Mailboxes) pull(ctx context.Context, peer, streamName string, wait time
 	return rows, err
 }
 
-// batch waits up to wait for mail of peer and takes its oldest rows as Batch says, each row
-// once: with cached (if not nil) when its wire row is in the cache, else with take, which
-// gets the stored row (valid during the call). Both are called in order, with m.mu held.
-// A followed stream (fw.window > 0) hands out at most fw.window rows not settled, and past its
-// first batch must still be peer's stream.
-func (m *Mailboxes) batch(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int, fw followed, cached func(id string, w []byte) error, take func(id string, v []byte) error) error {
+// batch waits up to wait for mail of peer and takes its oldest rows as Pull says, each row
+// once, in order, with m.mu held: take gets its wire row from the cache (w), or nil and the
+// stored row (v, valid during the call). A followed stream (fw.window > 0) hands out at most
+// fw.window rows not settled, and past its first batch must still be peer's stream.
+func (m *Mailboxes) batch(ctx context.Context, peer, streamName string, wait time.Duration, maxN, maxBytes int, fw followed, take func(id string, w, v []byte) error) error {
 	if maxBytes <= 0 {
 		maxBytes = math.MaxInt
 	}
@@ -313,13 +297,7 @@ func (m *Mailboxes) batch(ctx context.Context, peer, streamName string, wait tim
 					return false, nil
 				}
 				id := string(key)
-				var err error
-				if w, ok := wire[id]; ok && cached != nil {
-					err = cached(id, w)
-				} else {
-					err = take(id, v)
-				}
-				if err != nil {
+				if err := take(id, wire[id], v); err != nil {
 					return false, err
 				}
 				n++

@@ -75,7 +75,7 @@ func TestBound(t *testing.T) {
 	if _, err := put(t, m, "l2"); err != nil {
 		t.Fatalf("another leaf's mailbox refused: %v", err)
 	}
-	rows, err := m.Batch(context.Background(), "l1", "", 0, 1, 0)
+	rows, err := m.Pull(context.Background(), "l1", "", 0, 1, 0)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("batch = %v %v", rows, err)
 	}
@@ -151,7 +151,7 @@ func TestSettlingNotHandedOut(t *testing.T) {
 	if n, err := m.Ack("l1", []string{first}); n != 0 || err != nil {
 		t.Fatalf("second ack while settling = %d %v, want 0", n, err)
 	}
-	rows, err := m.Batch(context.Background(), "l1", "", 0, 10, 0)
+	rows, err := m.Pull(context.Background(), "l1", "", 0, 10, 0)
 	if err != nil || len(rows) != 1 || rows[0].ID != second {
 		t.Fatalf("batch while the ack waits for its commit = %+v %v; want only %s", rows, err, second)
 	}
@@ -168,9 +168,9 @@ func TestSettlingNotHandedOut(t *testing.T) {
 // deadline).
 func TestBatchWakes(t *testing.T) {
 	m := open(t, 0)
-	got := make(chan []store.MailboxEntry, 1)
+	got := make(chan []Wire, 1)
 	go func() {
-		rows, err := m.Batch(context.Background(), "l1", "", time.Minute, 10, 0)
+		rows, err := m.Pull(context.Background(), "l1", "", time.Minute, 10, 0)
 		if err != nil {
 			panic(fmt.Sprint("batch: ", err))
 		}
@@ -246,7 +246,7 @@ func TestStreamHandsEachRowOnce(t *testing.T) {
 	}
 	got := func(peer, s string, n int) []string {
 		t.Helper()
-		rows, err := m.Batch(context.Background(), peer, s, 0, n, 0)
+		rows, err := m.Pull(context.Background(), peer, s, 0, n, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,13 +297,13 @@ func TestStreamBound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if rows, err := m.Batch(context.Background(), "l1", "a", 0, pruneHanded+10, 0); err != nil || len(rows) != pruneHanded+10 {
+	if rows, err := m.Pull(context.Background(), "l1", "a", 0, pruneHanded+10, 0); err != nil || len(rows) != pruneHanded+10 {
 		t.Fatalf("batch = %d %v", len(rows), err)
 	}
 	// Retention takes every row without a settle.
 	if err := m.store.Update(func(tx *store.Tx) error {
 		var ids []string
-		rows, err := tx.MailboxBatch("l1", 1<<20, 1<<30, nil)
+		rows, err := mail(tx, "l1")
 		for _, r := range rows {
 			ids = append(ids, r.ID)
 		}
@@ -319,7 +319,7 @@ func TestStreamBound(t *testing.T) {
 	if _, err := put(t, m, "l1"); err != nil {
 		t.Fatal(err)
 	}
-	if rows, err := m.Batch(context.Background(), "l1", "a", 0, 10, 0); err != nil || len(rows) != 1 {
+	if rows, err := m.Pull(context.Background(), "l1", "a", 0, 10, 0); err != nil || len(rows) != 1 {
 		t.Fatalf("batch after the purge = %d %v, want the new row", len(rows), err)
 	}
 	m.mu.Lock()

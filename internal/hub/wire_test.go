@@ -12,6 +12,17 @@ import (
 	"github.com/xmsg/xmsg/internal/store"
 )
 
+// mail is every row of peer's mailbox, oldest first.
+func mail(tx *store.Tx, peer string) ([]store.MailboxEntry, error) {
+	var rows []store.MailboxEntry
+	err := tx.MailboxScan(peer, func(_, v []byte) (bool, error) {
+		e, err := store.DecodeMailbox(v)
+		rows = append(rows, e)
+		return err == nil, err
+	})
+	return rows, err
+}
+
 // encoderRow is what an Encoder with HTML escaping off writes for r, without its newline:
 // the bytes EncodeRow must write.
 func encoderRow(r Row) ([]byte, error) {
@@ -67,7 +78,7 @@ func wireOf(t *testing.T, m *Mailboxes, peer string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	m.store.View(func(tx *store.Tx) error {
-		rows, err := tx.MailboxBatch(peer, 1<<20, 1<<30, nil)
+		rows, err := mail(tx, peer)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +176,7 @@ func TestWireBound(t *testing.T) {
 		}
 	}
 	if err := m.store.Update(func(tx *store.Tx) error {
-		rows, err := tx.MailboxBatch("l1", 10, 1<<30, nil)
+		rows, err := mail(tx, "l1")
 		for _, r := range rows {
 			if _, err := records.Taken(tx, "l1", r.ID, ledger.Expired); err != nil {
 				return err

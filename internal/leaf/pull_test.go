@@ -80,7 +80,7 @@ func (h *fakeHub) AckInbox(ctx context.Context, peer, id string) error {
 }
 
 // Pull is the batched route: a failed pull acks nothing (the acks are sent again); rows
-// handed out on a stream are not handed out again on it until acked (hub.Mailboxes.Batch).
+// handed out on a stream are not handed out again on it until acked (hub.Mailboxes.Pull).
 func (h *fakeHub) Pull(ctx context.Context, peer, stream string, ack, reject []string, max, maxBytes int, wait time.Duration) ([]inbox.Row, error) {
 	h.mu.Lock()
 	if h.noPull {

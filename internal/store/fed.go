@@ -109,32 +109,6 @@ func (t *Tx) MailboxSize(peer string) (n, bytes int) {
 	return n, bytes
 }
 
-// MailboxBatch returns peer's oldest mail: at most maxN rows, and beyond the first row no
-// more than maxBytes of encoded rows (the first is always returned, whatever its size),
-// passing over the ids skip names (nil: none).
-func (t *Tx) MailboxBatch(peer string, maxN, maxBytes int, skip func(id string) bool) ([]MailboxEntry, error) {
-	var out []MailboxEntry
-	size := 0
-	err := t.MailboxScan(peer, func(id, v []byte) (bool, error) {
-		if len(out) >= maxN {
-			return false, nil
-		}
-		if skip != nil && skip(string(id)) {
-			return true, nil
-		}
-		if size += len(v); len(out) > 0 && size > maxBytes {
-			return false, nil
-		}
-		e, err := DecodeMailbox(v)
-		if err != nil {
-			return false, err
-		}
-		out = append(out, e)
-		return true, nil
-	})
-	return out, err
-}
-
 // MailboxScan calls each with the id and the encoded row of peer's mail, oldest first, until
 // it returns false or an error (which MailboxScan returns). id and v are the database's own
 // memory: valid during the call only, and never to be changed (DecodeMailbox copies what it
