@@ -38,6 +38,20 @@ func put(t *testing.T, m *Mailboxes, peer string) (string, error) {
 		store.Outbound{ID: id, Peer: peer, TargetRef: "svc:bot", Outcome: ledger.Queued, CreatedAt: now}, nil)
 }
 
+// putN queues n messages for peer and returns their ids, in order.
+func putN(t *testing.T, m *Mailboxes, peer string, n int) []string {
+	t.Helper()
+	var ids []string
+	for range n {
+		id, err := put(t, m, peer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 func outcome(t *testing.T, m *Mailboxes, id string) (string, string) {
 	t.Helper()
 	var msg store.Message
@@ -232,14 +246,7 @@ func TestServiceName(t *testing.T) {
 // a new stream keeping the old one's ids: the restart gets nothing, red.
 func TestStreamHandsEachRowOnce(t *testing.T) {
 	m := open(t, 0)
-	var ids []string
-	for range 3 {
-		id, err := put(t, m, "l1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
+	ids := putN(t, m, "l1", 3)
 	other, err := put(t, m, "l2")
 	if err != nil {
 		t.Fatal(err)

@@ -123,14 +123,7 @@ func wireLen(m *Mailboxes, peer string) (rows, bytes int) {
 // dropping the wire rows: red; EncodeRow escaping HTML: TestEncodeRowIsEncoder red.
 func TestPullIsTheStoredRow(t *testing.T) {
 	m := open(t, 0)
-	var ids []string
-	for range 3 {
-		id, err := put(t, m, "l1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
+	ids := putN(t, m, "l1", 3)
 	if n, _ := wireLen(m, "l1"); n != 3 {
 		t.Fatalf("%d wire rows kept for 3 puts, want 3", n)
 	}
@@ -170,11 +163,7 @@ func TestPullIsTheStoredRow(t *testing.T) {
 // is reached. Mutant tried: pruneWire doing nothing: the stale rows stay, red.
 func TestWireBound(t *testing.T) {
 	m := open(t, 3)
-	for range 3 {
-		if _, err := put(t, m, "l1"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putN(t, m, "l1", 3)
 	if err := m.store.Update(func(tx *store.Tx) error {
 		rows, err := mail(tx, "l1")
 		for _, r := range rows {

@@ -66,11 +66,7 @@ func TestPollAckIsScoped(t *testing.T) {
 // service's next registration.
 func TestPollAckFromHeir(t *testing.T) {
 	e := newEnv(t, daemontest.Options{})
-	bot, reg := e.Service("", "bot")
-	id := anonSend(t, e, "svc:bot", "secret")
-	if d := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); d["messageId"] != id {
-		t.Fatalf("poll: got %v, want %s", d, id)
-	}
+	bot, reg, id := handedOne(t, e, "secret")
 	heir := bot.Handoff(reg)
 	heir.Send(reg, map[string]any{"action": "poll", "waitSecs": 0, "ack": id})
 	if line, eof := heir.Recv(reg); !eof {
@@ -89,11 +85,7 @@ func TestPollAckFromHeir(t *testing.T) {
 // line is written before the wait, not held until a message or the wait's end.
 func TestPollAckAuditBeforeWait(t *testing.T) {
 	e := newEnv(t, daemontest.Options{})
-	bot, reg := e.Service("", "bot")
-	id := anonSend(t, e, "svc:bot", "one")
-	if d := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); d["messageId"] != id {
-		t.Fatalf("poll: got %v, want %s", d, id)
-	}
+	bot, reg, id := handedOne(t, e, "one")
 	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60, "ack": id})
 	// The poll waits 60 s for a message that only comes once the line is seen.
 	daemontest.WaitFor(t, "the ack's audit line while the poll waits", func() bool {
@@ -109,11 +101,7 @@ func TestPollAckAuditBeforeWait(t *testing.T) {
 // bad_request that acts on nothing; the loop goes on.
 func TestPollAckRefusals(t *testing.T) {
 	e := newEnv(t, daemontest.Options{})
-	bot, reg := e.Service("", "bot")
-	id := anonSend(t, e, "svc:bot", "one")
-	if d := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); d["messageId"] != id {
-		t.Fatalf("poll: got %v, want %s", d, id)
-	}
+	bot, reg, id := handedOne(t, e, "one")
 	for _, tc := range []struct{ frame, want string }{
 		{`{"action":"poll","waitSecs":0,"ack":5}`, `{"status":"error","error":"bad_request","detail":"invalid json: field 'ack' must be a string"}`},
 		{`{"action":"poll","waitSecs":0,"ack":""}`, `{"status":"error","error":"bad_request","detail":"invalid json: field 'ack' must not be empty"}`},
@@ -154,11 +142,7 @@ func TestPollAckNotStored(t *testing.T) {
 // standing for the answer's after a wait too: red.
 func TestPollAckWaitChecksAgain(t *testing.T) {
 	e := newEnv(t, daemontest.Options{})
-	bot, reg := e.Service("", "bot")
-	id := anonSend(t, e, "svc:bot", "one")
-	if d := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); d["messageId"] != id {
-		t.Fatalf("poll: got %v, want %s", d, id)
-	}
+	bot, reg, id := handedOne(t, e, "one")
 	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60, "ack": id})
 	// The ack is done (its line written before the wait) while the process lived.
 	daemontest.WaitFor(t, "the ack's audit line while the poll waits", func() bool {
@@ -169,4 +153,16 @@ func TestPollAckWaitChecksAgain(t *testing.T) {
 	if line, eof := heir.Recv(reg); !eof {
 		t.Fatalf("heir of a registration that died during its poll's wait got %q, want the connection closed", line)
 	}
+}
+
+// handedOne registers svc:bot, sends it text and polls it once: the service holds that
+// message, not acked yet.
+func handedOne(t *testing.T, e *daemontest.Env, text string) (*daemontest.Puppet, int, string) {
+	t.Helper()
+	bot, reg := e.Service("", "bot")
+	id := anonSend(t, e, "svc:bot", text)
+	if d := bot.Call(reg, map[string]any{"action": "poll", "waitSecs": 0}); d["messageId"] != id {
+		t.Fatalf("poll: got %v, want %s", d, id)
+	}
+	return bot, reg, id
 }
