@@ -426,9 +426,7 @@ func (b *Bus) resolveRegistered(pinned harness.Harness, bare string, isPID bool,
 		if r.agy != nil || (name != "" && r.Harness != name) {
 			return false
 		}
-		// Session ids carry their harness ("svc:x", "pi:<uuid>"); compare without it.
-		id := strings.TrimPrefix(r.SessionID, r.Harness+":")
-		return strings.EqualFold(id, bare) || strings.EqualFold(r.Name, bare) || (isPID && r.PID == pid)
+		return strings.EqualFold(r.bareID(), bare) || strings.EqualFold(r.Name, bare) || (isPID && r.PID == pid)
 	})
 	for _, services := range []bool{false, true} {
 		var hits []*Registration

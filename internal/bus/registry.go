@@ -65,6 +65,17 @@ func (b *Bus) install(r *Registration) {
 	b.regs[r.SessionID] = r
 }
 
+// bareID is r's session id without its harness ("svc:x" is "x", "pi:<uuid>" is the uuid), as
+// a ref names it. It is strings.TrimPrefix(r.SessionID, r.Harness+":") without building the
+// prefix: a send's resolution calls it for every registration.
+func (r *Registration) bareID() string {
+	id, h := r.SessionID, r.Harness
+	if len(id) > len(h) && id[len(h)] == ':' && id[:len(h)] == h {
+		return id[len(h)+1:]
+	}
+	return id
+}
+
 // Caller returns the attested identity of a registration.
 func (r *Registration) Caller() Caller {
 	return Caller{Harness: r.Harness, SessionID: r.SessionID, Name: r.Name}

@@ -147,3 +147,16 @@ func TestSessionIDBelongsToTheProcess(t *testing.T) {
 		t.Fatal("registration without a boot id succeeded")
 	}
 }
+
+// bareID is TrimPrefix(SessionID, Harness+":") without building the prefix.
+func TestBareIDIsTrimPrefix(t *testing.T) {
+	for _, c := range []struct{ harness, id string }{
+		{"svc", "svc:x"}, {"pi", "pi:0b7e"}, {"svc", "svcx"}, {"svc", "svc:"}, {"svc", "sv"},
+		{"svc", "pi:svc:x"}, {"", ":x"}, {"", "x"}, {"codex", "codex:svc:y"}, {"svc", "SVC:x"},
+	} {
+		r := &Registration{Harness: c.harness, SessionID: c.id}
+		if got, want := r.bareID(), strings.TrimPrefix(c.id, c.harness+":"); got != want {
+			t.Errorf("bareID(%q, %q) = %q, want %q", c.harness, c.id, got, want)
+		}
+	}
+}
