@@ -354,6 +354,12 @@ func TestMigrationChild(t *testing.T) {
 // TestBoltPanicRefused: the last resort behind Check. A file whose keys are out of order (the
 // input FuzzCheck found) makes bolt.Open panic; openBolt reports it as damage instead.
 func TestBoltPanicRefused(t *testing.T) {
+	if raceDetector {
+		// bbolt's freepages checks the pages on a goroutine of its own and, on the panic this
+		// test provokes, rolls back the transaction that goroutine is still reading: a race in
+		// bbolt, after the panic (why openBolt's caller stops, and why Check runs first).
+		t.Skip("the panic races inside bbolt (freepages' checker goroutine); run without -race")
+	}
 	raw, err := os.ReadFile("testdata/fuzz/FuzzCheck/e751477725f02b69")
 	if err != nil {
 		t.Fatal(err)
