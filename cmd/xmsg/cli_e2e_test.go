@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/xmsg/xmsg/internal/daemontest"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/mcp"
 	"github.com/xmsg/xmsg/internal/version"
@@ -201,7 +202,8 @@ func nextLine(t *testing.T, lines <-chan string) string {
 // (another listen, bob, is asked too and refused by the bus as not the recipient); `xmsg
 // replies ID` shows the reply numbered from 1 with the replier's name. Mutants tried: the
 // relay not forwarding (red: reply fails), reply stopping at the first not_recipient (red
-// when bob's socket sorts first), replies numbering by seq (red: "#2" on a second message).
+// when bob's socket sorts first), replies numbering by seq (red: "#2" on a second message),
+// the ack the next poll carries left off (red: the first message never acked).
 func TestListenSendReply(t *testing.T) {
 	d := newDaemon(t)
 	// The recipient is the listen whose reply socket sorts last, so that reply asks the other
@@ -233,6 +235,10 @@ func TestListenSendReply(t *testing.T) {
 	out, _, _ = cliRun(t, d.env, "", "send", name, "second")
 	id2 := strings.TrimSpace(out)
 	nextLine(t, alice)
+	// The first was acked on the poll that brought the second (the daemon announced pollAck).
+	daemontest.WaitFor(t, "the first message's ack", func() bool {
+		return strings.Contains(d.stderr.String(), "request=ack message_id="+id)
+	})
 	cliRun(t, d.env, "", "reply", id2, "again")
 	if out, _, _ := cliRun(t, d.env, "", "replies", id2); !strings.HasPrefix(out, "#1 "+name) {
 		t.Errorf("replies to the second message: %q, want #1", out)

@@ -126,7 +126,10 @@ func (l *listener) run(ctx context.Context, cwd string) error {
 	if bytes.HasPrefix(line, []byte("HTTP/")) {
 		return exitError{exitFailure, fmt.Errorf("%s is not a register.sock: this is http.sock, not register.sock (pass --register-sock with the register.sock path, or leave it unset)", l.reg)}
 	}
-	var ans struct{ Status, SessionID, Error, Detail string }
+	var ans struct {
+		Status, SessionID, Error, Detail string
+		PollAck                          bool // the daemon takes an ack on the next poll
+	}
 	if err := json.Unmarshal(line, &ans); err != nil {
 		return exitError{exitFailure, fmt.Errorf("%s answered something that is not register.sock's: %q", l.reg, truncate(string(line), 80))}
 	}
@@ -149,9 +152,16 @@ func (l *listener) run(ctx context.Context, cwd string) error {
 	}
 	fmt.Fprintf(l.s.err, "xmsg: listening as %s (%s); send with: xmsg send %s TEXT; reply with: %s\n",
 		quoteIfOdd(l.name), l.id, quoteIfOdd(l.name), how)
+	// acked is the message shown last, to be acked on the next poll where the daemon takes an
+	// ack there (a frame and its answer fewer per message), else by an ack frame at once.
+	acked := ""
 	for n := 0; l.count == 0 || n < l.count; {
-		poll, _ := json.Marshal(map[string]any{"action": "poll", "waitSecs": listenPoll})
-		if _, err := c.Write(append(poll, '\n')); err != nil {
+		poll := map[string]any{"action": "poll", "waitSecs": listenPoll}
+		if acked != "" {
+			poll["ack"] = acked
+		}
+		frame, _ := json.Marshal(poll)
+		if _, err := c.Write(append(frame, '\n')); err != nil {
 			return l.ended(ctx, err)
 		}
 		line, err := r.ReadBytes('\n')
@@ -162,6 +172,14 @@ func (l *listener) run(ctx context.Context, cwd string) error {
 		if err := json.Unmarshal(line, &d); err != nil {
 			return exitError{exitFailure, fmt.Errorf("bad frame from the bus: %v", err)}
 		}
+		if acked != "" && d.Status == "error" {
+			// The ack was not stored, and the poll not carried out: the message comes again
+			// (at least once), as after an ack frame's error.
+			fmt.Fprintf(l.s.err, "xmsg: the bus did not take the ack of %s (%s: %s); it will come again\n", acked, d.Error, d.Detail)
+			acked = ""
+			continue
+		}
+		acked = ""
 		switch {
 		case d.Action == "timeout":
 			continue
@@ -174,16 +192,26 @@ func (l *listener) run(ctx context.Context, cwd string) error {
 		if l.replyCmd != "" {
 			l.answer(ctx, d)
 		}
-		ack, _ := json.Marshal(map[string]string{"action": "ack", "messageId": d.MessageID})
-		if _, err := c.Write(append(ack, '\n')); err != nil {
-			return l.ended(ctx, err)
-		}
-		if _, err := r.ReadBytes('\n'); err != nil {
-			return l.ended(ctx, err)
-		}
 		n++
+		if ans.PollAck && (l.count == 0 || n < l.count) {
+			acked = d.MessageID
+			continue
+		}
+		if err := l.ack(c, r, d.MessageID); err != nil {
+			return l.ended(ctx, err)
+		}
 	}
 	return nil
+}
+
+// ack acks id with an ack frame and reads its answer.
+func (l *listener) ack(c net.Conn, r *bufio.Reader, id string) error {
+	ack, _ := json.Marshal(map[string]string{"action": "ack", "messageId": id})
+	if _, err := c.Write(append(ack, '\n')); err != nil {
+		return err
+	}
+	_, err := r.ReadBytes('\n')
+	return err
 }
 
 // ended is the end of the register connection: an interrupt is a clean end; anything else is

@@ -286,7 +286,9 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	}
 	defer s.cfg.Bus.Unregister(reg)
 	s.cfg.Log.Info("registered", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID, "peer_pid", reg.PID)
-	if !s.srv.Write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID})) {
+	// pollAck says that this daemon carries out an ack on a poll (frame): a client that sees
+	// it may send its acks that way; one that does not sends ack frames.
+	if !s.srv.Write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID, PollAck: true})) {
 		return
 	}
 	s.loop(c, r, reg)
@@ -613,6 +615,7 @@ type (
 	registeredResp struct {
 		Status    string `json:"status"`
 		SessionID string `json:"sessionId"`
+		PollAck   bool   `json:"pollAck,omitempty"`
 	}
 	timeoutResp struct {
 		Action string `json:"action"`
