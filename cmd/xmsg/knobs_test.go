@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"syscall"
 	"time"
@@ -22,7 +23,40 @@ func init() {
 		d, _ := time.ParseDuration(os.Getenv("XMSG_TEST_RECORD_RIDE"))
 		return d // < 0: none, a commit at once
 	}
-	testCPUProfile = cpuProfile
+	testCPUProfile = func() func() {
+		stopTrace, stopProfile := execTrace(), cpuProfile()
+		if stopTrace == nil {
+			return stopProfile
+		}
+		return func() {
+			if stopProfile != nil {
+				stopProfile()
+			}
+			stopTrace()
+		}
+	}
+}
+
+// execTrace records the daemon's execution trace where XMSG_TEST_TRACE=PREFIX says
+// (PREFIX.PID), over the whole run: where a goroutine waited to run, not only where the CPU
+// went (go tool trace -pprof=sched). Opened here, before the sandbox.
+func execTrace() func() {
+	prefix := os.Getenv("XMSG_TEST_TRACE")
+	if prefix == "" {
+		return nil
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%d.trace", prefix, os.Getpid()))
+	if err != nil {
+		return nil
+	}
+	if trace.Start(f) != nil {
+		f.Close()
+		return nil
+	}
+	return func() {
+		trace.Stop()
+		f.Close()
+	}
 }
 
 // cpuProfile profiles the daemon where XMSG_TEST_CPUPROFILE=PREFIX says: PREFIX.PID. With

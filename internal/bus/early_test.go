@@ -98,10 +98,10 @@ func within(t *testing.T, committed <-chan error) error {
 // TestAcceptBatchRecordsRide: pulled rows reach the service before their records are
 // committed, and the records ride a commit made for something else; an ack in that window
 // holds (its delete rides the same commit, after the row's write), the rows' announcement
-// (newly) comes once they are stored, WaitAcked waits for a row only in memory, and rows
+// (newly) comes once they are stored, OnAcked waits for a row only in memory, and rows
 // pulled again are known, not queued twice. Mutants tried: a commit made for the rows at once
 // (two commits: red); the ack's delete taking the row's key before its write sets it (the
-// acked row left in the store: red); WaitAcked asking the store alone (the row in memory
+// acked row left in the store: red); OnAcked asking the store alone (the row in memory
 // reads acked: red).
 func TestAcceptBatchRecordsRide(t *testing.T) {
 	b, target, reg := leafBus(t, time.Hour)
@@ -127,13 +127,11 @@ func TestAcceptBatchRecordsRide(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The second row is queued, though only in memory: the pull loop waits for its ack.
-	stopped, cancel := context.WithCancel(ctx)
-	cancel()
-	if err := b.WaitAcked(stopped, "svc:bot", ins[1].ID); err == nil {
-		t.Fatal("WaitAcked of a row queued before its commit returned at once")
+	if ackedNow(t, b, ins[1].ID) {
+		t.Fatal("OnAcked of a row queued before its commit called at once")
 	}
-	if err := b.WaitAcked(stopped, "svc:bot", ins[0].ID); err != nil {
-		t.Fatalf("WaitAcked of the acked row = %v", err)
+	if !ackedNow(t, b, ins[0].ID) {
+		t.Fatal("OnAcked of the acked row not called at once")
 	}
 	if announced.Load() != 0 {
 		t.Fatal("rows announced before their commit")
@@ -278,7 +276,7 @@ func TestAcceptBatchReadForcesCommit(t *testing.T) {
 
 // TestAcceptBatchFailedCommit: when the commit that carries the records fails, committed says
 // so, and the rows leave the queue in memory (the store lacks them): nothing is delivered
-// from it any more, WaitAcked does not wait for them, and the same rows pulled again are
+// from it any more, OnAcked does not wait for them, and the same rows pulled again are
 // queued again, the earlier ack of one of them counting for nothing. Mutant tried: the rows
 // left in memory after the failure (polled again: red).
 func TestAcceptBatchFailedCommit(t *testing.T) {
@@ -305,8 +303,8 @@ func TestAcceptBatchFailedCommit(t *testing.T) {
 	if m, err := b.Poll(ctx, reg, 0); err != nil || m != nil {
 		t.Fatalf("poll after the failed commit = %+v, %v; want nothing", m, err)
 	}
-	if err := b.WaitAcked(ctx, "svc:bot", ins[1].ID); err != nil {
-		t.Fatalf("WaitAcked of a row the store lacks = %v", err)
+	if !ackedNow(t, b, ins[1].ID) {
+		t.Fatal("OnAcked of a row the store lacks not called at once")
 	}
 	b.q.mu.Lock()
 	left := len(b.q.early) + len(b.q.inFlight)
@@ -390,5 +388,107 @@ func TestAcceptBatchBounds(t *testing.T) {
 	b.cfg.Store.View(func(tx *store.Tx) (err error) { stored, err = tx.QueueShare("svc:bot", "fed:hub"); return err })
 	if stored != share {
 		t.Errorf("%d rows of the hub's share stored, want %d", stored, share)
+	}
+}
+
+// ackedNow reports whether OnAcked calls back at once for svc:bot's row id: the row no longer
+// waits in its queue (acked, or gone).
+func ackedNow(t *testing.T, b *Bus, id string) bool {
+	t.Helper()
+	called := false
+	cancel, err := b.OnAcked("svc:bot", id, func() { called = true })
+	if err != nil {
+		t.Fatalf("OnAcked(%s) = %v", id, err)
+	}
+	cancel()
+	return called
+}
+
+// TestOnAckedCallsBack: OnAcked calls back once the service acks the row (not before, and
+// once though the ack's commit signals again), on the ack's goroutine; a cancelled one is
+// never called. Mutant tried: Ack not firing for a leaf's row (red: called only by the
+// commit).
+func TestOnAckedCallsBack(t *testing.T) {
+	b, target, reg := leafBus(t, time.Hour)
+	ctx := context.Background()
+	ins := pulledRows("one", "two")
+	if _, _, err := b.AcceptBatch(target, ins, BatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var first, second atomic.Int32
+	if _, err := b.OnAcked("svc:bot", ins[0].ID, func() { first.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	cancel, err := b.OnAcked("svc:bot", ins[1].ID, func() { second.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if first.Load() != 0 || second.Load() != 0 {
+		t.Fatal("called back before any ack")
+	}
+	for _, in := range ins {
+		m, err := b.Poll(ctx, reg, 0)
+		if err != nil || m == nil || m.ID != in.ID {
+			t.Fatalf("poll = %+v, %v; want %s", m, err, in.ID)
+		}
+		if err := b.Ack(ctx, reg, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if first.Load() != 1 {
+		t.Fatalf("called back %d times on the ack, want once", first.Load())
+	}
+	b.cfg.Store.Update(func(*store.Tx) error { return nil }) // the acks' deletes commit
+	if first.Load() != 1 || second.Load() != 0 {
+		t.Fatalf("after the acks' commit: called %d and %d times, want once and never (cancelled)", first.Load(), second.Load())
+	}
+}
+
+// TestAcceptBatchTellsCommitted: with BatchOptions.Committed the commit's result comes to the
+// callback, once, when the commit that carries the rows is done (nothing is returned to wait
+// on), and at once for rows whose commit is done already. Mutant tried: the callback called
+// when the rows are queued, before their commit (red).
+func TestAcceptBatchTellsCommitted(t *testing.T) {
+	b, target, _ := leafBus(t, time.Hour)
+	ins := pulledRows("one", "two")
+	type told struct {
+		n   int
+		err error
+	}
+	got := make(chan told, 4)
+	tell := func(n int, err error) { got <- told{n, err} }
+	n, committed, err := b.AcceptBatch(target, ins, BatchOptions{Committed: tell})
+	if err != nil || n != 2 || committed != nil {
+		t.Fatalf("AcceptBatch = %d, %v, %v; want 2, no channel, nil", n, committed, err)
+	}
+	select {
+	case c := <-got:
+		t.Fatalf("told %+v while the records ride", c)
+	default:
+	}
+	b.cfg.Store.Update(func(*store.Tx) error { return nil })
+	select {
+	case c := <-got:
+		if c.n != 2 || c.err != nil {
+			t.Fatalf("told %+v, want 2 rows committed", c)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the commit was never told")
+	}
+	// The same rows again: known, their commit done: told before AcceptBatch returns.
+	if n, _, err := b.AcceptBatch(target, ins, BatchOptions{Committed: tell}); err != nil || n != 2 {
+		t.Fatalf("AcceptBatch again = %d, %v", n, err)
+	}
+	select {
+	case c := <-got:
+		if c.n != 2 || c.err != nil {
+			t.Fatalf("told %+v for rows stored already, want 2, nil", c)
+		}
+	default:
+		t.Fatal("rows stored already were not told at once")
+	}
+	if len(got) != 0 {
+		t.Fatalf("told %d more times", len(got))
 	}
 }

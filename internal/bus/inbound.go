@@ -111,6 +111,11 @@ type BatchOptions struct {
 	// Soon commits at once too, but returns before it is done (committed says when): for a
 	// caller that goes on taking rows meanwhile, whose acks should not wait for a ride.
 	Soon bool
+	// Committed, when set, is told n (AcceptBatch's) and what committed would receive, on
+	// the goroutine that learns it (the one that settles the commit, or the caller's, before
+	// AcceptBatch returns, when it is known at once), and committed is nil: a caller that
+	// takes many small batches waits for none of them with a goroutine of its own.
+	Committed func(n int, err error)
 }
 
 // AcceptBatch is Accept for rows that came together for one queued session t (a leaf's
@@ -271,7 +276,7 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, o BatchOptions) (n int, commi
 		if n == 0 && full != nil {
 			return 0, nil, full
 		}
-		return n, b.afterAll(nil, deps), nil
+		return n, o.tell(n, b.afterAll(nil, deps)), nil
 	}
 	testErr := b.q.testRecordErr
 	ride := b.cfg.Store.Defer(func(tx *store.Tx) error {
@@ -337,7 +342,11 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, o BatchOptions) (n int, commi
 	}
 	if rideFor <= 0 && !o.Soon {
 		err := settle()
-		return n, b.afterAll(&err, deps), nil
+		return n, o.tell(n, b.afterAll(&err, deps)), nil
+	}
+	if o.Committed != nil {
+		go func() { o.Committed(n, firstErr(settle(), deps)) }()
+		return n, nil, nil
 	}
 	out := make(chan error, 1)
 	go func() {
@@ -346,6 +355,22 @@ func (b *Bus) AcceptBatch(t Target, ins []Inbound, o BatchOptions) (n int, commi
 		close(out)
 	}()
 	return n, out, nil
+}
+
+// tell hands n and the result committed will receive to o.Committed, where that is set (at once
+// when it is there already, else from a goroutine that waits for it), and returns nil; else
+// committed itself.
+func (o BatchOptions) tell(n int, committed <-chan error) <-chan error {
+	if o.Committed == nil {
+		return committed
+	}
+	select {
+	case err := <-committed:
+		o.Committed(n, err)
+	default:
+		go func() { o.Committed(n, <-committed) }()
+	}
+	return nil
 }
 
 // afterAll is a channel that receives the first error of own (nil: none) and of the

@@ -464,7 +464,7 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 				}
 			}
 			b.q.mu.Unlock()
-			b.acks.Fire(m.ID) // no longer queued: WaitAcked may go on
+			b.acks.Fire(m.ID) // no longer queued: OnAcked
 		}
 	})
 	if err == nil && q == nil && ctx.Err() != nil {
@@ -593,7 +593,7 @@ func (b *Bus) Ack(ctx context.Context, r *Registration, messageID string) error 
 	}
 	q.mu.Unlock()
 	if !failing && b.cfg.Leaf != nil {
-		// A leaf's puller waits for this ack to ack the hub (WaitAcked), not for its commit:
+		// A leaf's puller waits for this ack to ack the hub (OnAcked), not for its commit:
 		// the row stays in this store until the delete commits, so a crash before that
 		// delivers it again from here, as for any ack (at-least-once), and loses nothing.
 		b.acks.Fire(messageID)
@@ -703,7 +703,7 @@ func (b *Bus) acksCommitted(ops []ackOp, err error) {
 	}
 	q.failing = false
 	for _, o := range ops {
-		b.acks.Fire(o.id) // committed: WaitAcked (a leaf's forwarded ack) may go on
+		b.acks.Fire(o.id) // committed: OnAcked (a leaf's forwarded ack)
 		if a := q.acked[o.session]; a != nil && a[o.id].early == o.early {
 			// (An early row whose record failed may be queued and acked again under its id
 			// meanwhile: that later ack is not this one.)
@@ -823,44 +823,38 @@ func (b *Bus) Counts() (Counts, error) {
 	return c, err
 }
 
-// WaitAcked blocks until messageID no longer waits in sessionID's queue (its service acked
-// it, or retention dropped it), or ctx ends. An ack counts once it is answered, before its
-// delete is committed (Ack): until then the row is still in the store, and a crash
-// delivers it again from there, so the hub may be acked at once.
-func (b *Bus) WaitAcked(ctx context.Context, sessionID, messageID string) error {
-	for {
-		ch, cancel := b.acks.Subscribe(messageID)
-		b.q.mu.Lock()
-		_, acked := b.q.acked[sessionID][messageID]
-		// A row queued in memory before its commit is queued, though the store lacks it.
-		queued := b.q.earlyIndex(sessionID, messageID) >= 0
-		b.q.mu.Unlock()
-		if acked {
-			cancel()
-			return nil
-		}
-		var err error
-		if !queued {
-			err = b.cfg.Store.View(func(tx *store.Tx) (err error) {
-				queued, err = tx.Queued(sessionID, messageID)
-				return err
-			})
-		}
-		if err != nil || !queued {
-			cancel()
+// OnAcked has f called once messageID no longer waits in sessionID's queue (its
+// service acked it, or retention dropped it; an ack counts once it is answered, before its
+// delete is committed, for the row stays in the store until then and a crash delivers it
+// again from there): at once, on the caller's goroutine, when that is so already; else on the
+// goroutine whose ack (or drop past the TTL) ends the wait, under the bus's locks, so f must
+// be quick and must not call the bus. No goroutine waits meanwhile: a leaf holds up to a
+// window of rows, and a goroutine, a timer and a wake-up each cost its one P more than the
+// row's ack itself. Unless cancel comes first, f is called once. The purge of expired rows
+// signals nothing: a caller that holds a row for long asks again now and then (another
+// OnAcked, called at once for a row that is gone).
+func (b *Bus) OnAcked(sessionID, messageID string, f func()) (cancel func(), err error) {
+	var once sync.Once
+	call := func() { once.Do(f) }
+	cancel = b.acks.Notify(messageID, call)
+	// After subscribing: an ack from now on calls f, one before it is seen here.
+	b.q.mu.Lock()
+	_, acked := b.q.acked[sessionID][messageID]
+	// A row queued in memory before its commit is queued, though the store lacks it.
+	queued := b.q.earlyIndex(sessionID, messageID) >= 0
+	b.q.mu.Unlock()
+	if !acked && !queued {
+		err = b.cfg.Store.View(func(tx *store.Tx) (err error) {
+			queued, err = tx.Queued(sessionID, messageID)
 			return err
-		}
-		// Retention removes rows without an ack signal: look again now and then.
-		t := time.NewTimer(time.Minute)
-		select {
-		case <-ch:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			cancel()
-			return ctx.Err()
-		}
-		t.Stop()
-		cancel()
+		})
 	}
+	if err != nil || acked || !queued {
+		cancel()
+		if err == nil {
+			call()
+		}
+		return func() {}, err
+	}
+	return cancel, nil
 }

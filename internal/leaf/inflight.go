@@ -1,14 +1,15 @@
 package leaf
 
 import (
+	"context"
 	"sync"
 	"time"
 )
 
 // inFlight is what a pull loop holds between its hub and its service: the rows handed to the
 // service and not yet acked to the hub, how many of them the service still works on, and
-// the acks and rejects ready for the hub. The pull loop, the waiters of the service's acks
-// and the aside timer share it.
+// the acks and rejects ready for the hub. The pull loop, the bus's callbacks of the service's
+// acks and of the records' commits, the sweep and the aside timer share it.
 type inFlight struct {
 	mu          sync.Mutex
 	held        map[string]rowState // in the service's queue, or acked there, until the hub took the ack
@@ -32,6 +33,15 @@ type inFlight struct {
 	// interrupt, when set, ends the followed pull in progress: a row let go must come again
 	// on a new stream, which a followed pull would not start before its answer ends.
 	interrupt func()
+	// awaiting is the held rows whose service's ack is awaited by a call of the bus's (await):
+	// each one's cancel (nil until the bus returned it). No goroutine waits for them.
+	awaiting map[string]awaited
+}
+
+// awaited is a row whose service's ack the bus tells (Bus.OnAcked).
+type awaited struct {
+	session string
+	cancel  func() // nil until OnAcked returned
 }
 
 // rowState is what is known of a held row: a row is ready to be acked to the hub once both
@@ -45,7 +55,7 @@ const (
 )
 
 func newInFlight() *inFlight {
-	return &inFlight{held: map[string]rowState{}, changed: make(chan struct{}, 1)}
+	return &inFlight{held: map[string]rowState{}, awaiting: map[string]awaited{}, changed: make(chan struct{}, 1)}
 }
 
 // armAside arms the aside timer if acks wait and none is armed. Call with f.mu held.
@@ -145,6 +155,142 @@ func (f *inFlight) hold(ids []string) {
 		f.held[id] = 0
 	}
 	f.work += len(ids)
+}
+
+// unhold forgets ids held a moment ago that the service's queue did not take after all:
+// they are neither acked nor settled, and come again on a new stream.
+func (f *inFlight) unhold(ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		delete(f.held, id)
+	}
+	f.work -= len(ids)
+}
+
+// ackWatch is the bus's side of await (bus.Bus.OnAcked).
+type ackWatch interface {
+	OnAcked(sessionID, messageID string, f func()) (cancel func(), err error)
+}
+
+// waitAcked waits until the service acked id (or it left the queue otherwise), or ctx ends:
+// for a loop that waits itself (in lockstep). It asks again each minute, as the purge of
+// expired rows signals nothing.
+func waitAcked(ctx context.Context, b ackWatch, session, id string) error {
+	for {
+		acked := make(chan struct{})
+		cancel, err := b.OnAcked(session, id, func() { close(acked) })
+		if err != nil {
+			return err
+		}
+		t := time.NewTimer(time.Minute)
+		select {
+		case <-acked:
+			t.Stop()
+			return nil
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
+			t.Stop()
+			cancel()
+			return ctx.Err()
+		}
+	}
+}
+
+// await has the bus tell f when the service acked id (served), without a goroutine of its
+// own: the bus calls back on the ack's goroutine. Waiting for it failed (an error of the
+// bus's) lets it go, as served with that error.
+func (f *inFlight) await(b ackWatch, session, id string) {
+	f.mu.Lock()
+	f.awaiting[id] = awaited{session: session}
+	f.mu.Unlock()
+	cancel, err := b.OnAcked(session, id, func() { f.ackedAwaited(id, nil) })
+	if err != nil {
+		f.ackedAwaited(id, err)
+		return
+	}
+	f.mu.Lock()
+	a, ok := f.awaiting[id]
+	if ok {
+		a.cancel = cancel
+		f.awaiting[id] = a
+	}
+	f.mu.Unlock()
+	if !ok {
+		cancel() // served meanwhile (the sweep, or the loop's end): nothing to wait for
+	}
+}
+
+// ackedAwaited is served for an awaited row, once: the bus's callback (under the bus's
+// locks: it takes f.mu only), the sweep, or the loop's end.
+func (f *inFlight) ackedAwaited(id string, err error) {
+	f.mu.Lock()
+	if _, ok := f.awaiting[id]; !ok {
+		f.mu.Unlock()
+		return
+	}
+	delete(f.awaiting, id)
+	f.mu.Unlock()
+	f.served(id, err, false)
+}
+
+// sweepAwaited looks again at the awaited rows: the purge of expired rows drops them from
+// the queue without the ack's signal, and those are served as if acked (waitAcked too asks
+// again each minute). Cancels and the bus are called outside f.mu: the bus calls back into f
+// under its own locks.
+func (f *inFlight) sweepAwaited(b ackWatch) {
+	f.mu.Lock()
+	rows := make(map[string]awaited, len(f.awaiting))
+	for id, a := range f.awaiting {
+		rows[id] = a
+	}
+	f.mu.Unlock()
+	for id, a := range rows {
+		// Asked again: called at once for a row that is gone (served), else a second
+		// registration, dropped at once (the first stands).
+		cancel, err := b.OnAcked(a.session, id, func() { f.ackedAwaited(id, nil) })
+		if err != nil {
+			f.ackedAwaited(id, err)
+		} else {
+			cancel()
+		}
+		f.mu.Lock()
+		_, still := f.awaiting[id]
+		f.mu.Unlock()
+		if !still && a.cancel != nil {
+			a.cancel()
+		}
+	}
+}
+
+// endAwaiting cancels every await, each row served with err (the loop's end: its context's).
+func (f *inFlight) endAwaiting(err error) {
+	f.mu.Lock()
+	rows := f.awaiting
+	f.awaiting = map[string]awaited{}
+	f.mu.Unlock()
+	for id, a := range rows {
+		if a.cancel != nil {
+			a.cancel()
+		}
+		f.served(id, err, false)
+	}
+}
+
+// watchAwaiting sweeps the awaited rows every interval until ctx ends, then ends them all.
+func (f *inFlight) watchAwaiting(ctx context.Context, b ackWatch, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			f.sweepAwaited(b)
+		case <-ctx.Done():
+			f.endAwaiting(ctx.Err())
+			return
+		}
+	}
 }
 
 // served records the service's ack of id (err nil) or that waiting for it failed. The pull

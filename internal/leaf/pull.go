@@ -84,7 +84,7 @@ const (
 // queue, and waiting for the service's ack. *bus.Bus is one.
 type Bus interface {
 	AcceptBatch(t bus.Target, ins []bus.Inbound, o bus.BatchOptions) (n int, committed <-chan error, err error)
-	WaitAcked(ctx context.Context, sessionID, messageID string) error
+	ackWatch
 }
 
 var _ Bus = (*bus.Bus)(nil)
@@ -206,6 +206,13 @@ func (p *Puller) Run(ctx context.Context) {
 	f := newInFlight()
 	var waiters sync.WaitGroup
 	defer waiters.Wait()
+	// The purge of expired rows drops a row without an ack's signal: the rows whose ack is
+	// awaited are looked at again now and then, and all let go when the loop ends.
+	waiters.Add(1)
+	go func() {
+		defer waiters.Done()
+		f.watchAwaiting(ctx, p.Bus, time.Minute)
+	}()
 	var aside atomic.Bool
 	aside.Store(true)
 	f.aside, f.asideDelay = func() { p.ackAside(ctx, f, &aside) }, limits.Or(p.AckLinger, AckLinger)
@@ -396,7 +403,9 @@ func (p *Puller) follow(ctx context.Context, f *inFlight, stream *string, batch,
 // Inline (in lockstep) it waits for the service's acks itself before it returns, and for the
 // commit only when it is done by then, or when store says so (a hub without streams would
 // hand the rows out again before they are acked: their commit is made at once, no ride);
-// otherwise a waiter on waiters does. A row that can never be delivered is logged and
+// otherwise the bus tells f of each (Bus.OnAcked, BatchOptions.Committed) on the goroutine
+// that learns it, and nothing waits: a goroutine, a timer and a wake-up per row were more of
+// a leaf's one P than the row's own work. A row that can never be delivered is logged and
 // rejected on the hub, which then reads it not_found. Rows that did not fit the queue are
 // neither held nor settled: f starts a new stream so that the hub hands them out again.
 func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, waiters *sync.WaitGroup, inline, store, soon bool) error {
@@ -417,55 +426,56 @@ func (p *Puller) takeBatch(ctx context.Context, f *inFlight, rows []hub.Row, wai
 		return nil
 	}
 	session := p.service()
-	n, committed, err := p.Bus.AcceptBatch(session, pulled, bus.BatchOptions{Newly: p.audited(session), Now: store, Soon: soon})
+	all := make([]string, len(pulled))
+	for i := range pulled {
+		all[i] = pulled[i].ID
+	}
+	// Held before the bus has them: the service may ack them, and the bus tell their commit
+	// (o.Committed), before AcceptBatch returns.
+	f.hold(all)
+	o := bus.BatchOptions{Newly: p.audited(session), Now: store, Soon: soon}
+	if !inline {
+		// The commit is learned when it is done, whatever the service has acked by then.
+		o.Committed = func(n int, err error) { f.stored(all[:n], err, false) }
+	}
+	n, committed, err := p.Bus.AcceptBatch(session, pulled, o)
 	if err != nil {
+		f.unhold(all)
 		f.restart()
 		return err
 	}
 	if n < len(pulled) {
+		f.unhold(all[n:])
 		f.restart()
 	}
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = pulled[i].ID
-	}
-	f.hold(ids)
+	ids := all[:n]
 	p.set("delivered %d rows to %s; %d wait for the service's ack", n, session.SessionID, f.working())
 	// A row is acked to the hub once the service acked it and its records are stored here.
-	wait := func(inline bool) {
+	if !inline {
 		for _, id := range ids {
-			// Not acked to the hub on an error: the row comes again on a new stream.
-			f.served(id, p.Bus.WaitAcked(ctx, session.SessionID, id), inline)
+			f.await(p.Bus, session.SessionID, id)
 		}
+		return nil
 	}
-	// The commit is learned when it is done, whatever the service has acked by then.
-	storedAside := func() {
+	for _, id := range ids {
+		// Not acked to the hub on an error: the row comes again on a new stream.
+		f.served(id, waitAcked(ctx, p.Bus, session.SessionID, id), true)
+	}
+	if store {
+		f.stored(ids, <-committed, true)
+		return nil
+	}
+	select {
+	case err := <-committed:
+		f.stored(ids, err, true)
+	default:
+		// It rides on: its acks wait for it, the next pull need not.
 		waiters.Add(1)
 		go func() {
 			defer waiters.Done()
 			f.stored(ids, <-committed, false)
 		}()
 	}
-	if inline {
-		wait(true)
-		if store {
-			f.stored(ids, <-committed, true)
-			return nil
-		}
-		select {
-		case err := <-committed:
-			f.stored(ids, err, true)
-		default:
-			storedAside() // it rides on: its acks wait for it, the next pull need not
-		}
-		return nil
-	}
-	storedAside()
-	waiters.Add(1)
-	go func() {
-		defer waiters.Done()
-		wait(false)
-	}()
 	return nil
 }
 
@@ -541,7 +551,7 @@ func (p *Puller) take(ctx context.Context, row *hub.Row, b *backoff) error {
 		return err
 	}
 	p.set("delivered %s to %s, waiting for its ack", row.ID, session.SessionID)
-	if err := p.Bus.WaitAcked(ctx, session.SessionID, row.ID); err != nil {
+	if err := waitAcked(ctx, p.Bus, session.SessionID, row.ID); err != nil {
 		return err
 	}
 	if err := <-committed; err != nil {

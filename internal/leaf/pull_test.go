@@ -377,13 +377,21 @@ func (c *commitBus) AcceptBatch(t bus.Target, ins []bus.Inbound, o bus.BatchOpti
 		}
 	}
 	c.hub.mu.Unlock()
+	if o.Committed != nil {
+		o.Committed(len(ins), res)
+		return len(ins), nil, nil
+	}
 	committed := make(chan error, 1)
 	committed <- res
 	close(committed)
 	return len(ins), committed, nil
 }
 
-func (c *commitBus) WaitAcked(ctx context.Context, sessionID, messageID string) error { return nil }
+// The service acks every row at once.
+func (c *commitBus) OnAcked(sessionID, messageID string, f func()) (func(), error) {
+	f()
+	return func() {}, nil
+}
 
 // TestPullerAcksTheHubAfterTheRecordsCommit: the hub is acked a row only once its records are
 // committed on the leaf (and its service acked it): after a failed commit the row is not acked
