@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -48,17 +49,16 @@ func benchFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 	fs.IntVar(&o.Size, "size", 200, "message text bytes")
 	leafPath := fs.Bool("leaf", false, "measure hub -> leaf -> service (two daemons of its own) instead")
 	fs.IntVar(&o.Leaves, "leaves", 1, "with --leaf: leaf daemons (each its own process and certificate); more than one adds the path through all of them")
-	fs.StringVar(&o.Only, "only", "", "with --leaf: run only the paths whose name contains this text")
+	fs.StringVar(&o.Only, "only", "", "run only the paths whose name contains this text (a growth figure only when both of its paths run)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	return func(pos []string) error {
 		if len(pos) > 0 {
 			return usageError{"bench takes no arguments"}
 		}
-		if !*leafPath && (o.Only != "" || o.Leaves != 1) {
-			// The local paths depend on one another (a growth figure compares two of them):
-			// a flag that cannot apply is refused rather than ignored.
-			return usageError{"--only and --leaves apply to --leaf only"}
+		if !*leafPath && o.Leaves != 1 {
+			// A flag that cannot apply is refused rather than ignored.
+			return usageError{"--leaves applies to --leaf only"}
 		}
 		return runBench(o, *leafPath, *asJSON, *quiet, s.out, s.err)
 	}
@@ -84,6 +84,10 @@ func runBench(o bench.Options, leafPath, asJSON, quiet bool, stdout, stderr io.W
 	res, err := run(o)
 	if err != nil {
 		return err
+	}
+	if o.Only != "" && len(res.Runs) > 0 && len(res.Runs[0].Figures) == 0 {
+		// Not a result with no rows: the names to match are the paths column of a run without it.
+		return usageError{fmt.Sprintf("--only %q matches no path of this bench (see the path column of a run without --only)", o.Only)}
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)

@@ -85,6 +85,55 @@ func TestBenchSmoke(t *testing.T) {
 	}
 }
 
+// TestBenchOnly: --only runs the paths whose name holds its text, and a growth figure only
+// when both of its paths ran; one that matches no path is a usage error, not an empty result.
+// Mutants tried: the filter ignored (red: every path); a growth figure with one of its paths
+// missing (red: the bench fails on a ratio over 0).
+func TestBenchOnly(t *testing.T) {
+	for _, c := range []struct {
+		only   string
+		paths  []string
+		growth int
+	}{
+		{"registered", []string{"1 client -> svc (http), 1 registered", "1 client -> svc (http), 2 registered"}, 1},
+		{"2 registered", []string{"1 client -> svc (http), 2 registered"}, 0},
+		{"agent.sock", []string{"1 client -> claude (agent.sock)"}, 0},
+	} {
+		out, err := xmsgCmd(nil, "bench", "--only", c.only, "--count", "10", "--clients", "2", "--services", "2", "--stale", "20", "--runs", "1", "--json", "--quiet").Output()
+		if err != nil {
+			t.Fatalf("bench --only %q: %v", c.only, err)
+		}
+		var res struct {
+			Runs []struct {
+				Figures []struct{ Path string } `json:"figures"`
+				Growth  []struct{ Name string } `json:"growth"`
+			} `json:"runs"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil || len(res.Runs) != 1 {
+			t.Fatalf("bench --only %q: %v\n%s", c.only, err, out)
+		}
+		var got []string
+		for _, f := range res.Runs[0].Figures {
+			got = append(got, f.Path)
+		}
+		if strings.Join(got, "|") != strings.Join(c.paths, "|") || len(res.Runs[0].Growth) != c.growth {
+			t.Errorf("bench --only %q: paths %q, %d growth figures; want %q, %d", c.only, got, len(res.Runs[0].Growth), c.paths, c.growth)
+		}
+	}
+	cmd := xmsgCmd(nil, "bench", "--only", "no such path", "--count", "10", "--clients", "2", "--services", "2", "--stale", "20", "--runs", "1", "--quiet")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	code := 0
+	if err := cmd.Run(); err != nil {
+		if ee, ok := err.(interface{ ExitCode() int }); ok {
+			code = ee.ExitCode()
+		}
+	}
+	if code != 2 || !strings.Contains(stderr.String(), `--only "no such path" matches no path`) {
+		t.Errorf("bench --only matching nothing: exit %d, %q; want 2 and the reason", code, stderr.String())
+	}
+}
+
 // TestBenchInterruptLeavesNothing stops a running `xmsg bench` with SIGTERM: its daemon and
 // its child sessions end with it, and its temporary directory is removed (an interrupted
 // bench used to leave its daemon running).

@@ -122,7 +122,7 @@ COMP_WORDS=(xmsg help rep); COMP_CWORD=2; _xmsg; echo "${COMPREPLY[*]}"
 	}
 	// Usage errors: exit 2, one line naming the fix.
 	for _, args := range [][]string{{"send", "--bogus"}, {"help", "nosuch"}, {"nosuch"}, {"completion", "fish"}, {"list", "extra"},
-		{"bench", "--only", "x"}, {"bench", "--leaves", "3"}} {
+		{"bench", "--leaves", "3"}} {
 		err := run(args, strings.NewReader(""), io.Discard, io.Discard)
 		var ue usageError
 		if !errors.As(err, &ue) || strings.Contains(ue.msg, "\n") || ue.msg == "" {

@@ -52,8 +52,8 @@ type Options struct {
 	Runs     int
 	Size     int // message text bytes
 	Leaves   int // the leaf path's leaf daemons (RunLeaf; 0 or 1: one)
-	// Only, when set, runs only the leaf paths whose name holds it (RunLeaf): a profile of
-	// the daemons then covers that path alone.
+	// Only, when set, runs only the paths whose name holds it (a growth figure only when both
+	// its paths run): a profile of the daemons then covers those paths alone.
 	Only string
 
 	Progress io.Writer // a progress line ("" = none)
@@ -481,7 +481,8 @@ func (e *env) run() (*Run, error) {
 		}
 		return err
 	}
-	var small, large Figure
+	// want: the path named name is run (Options.Only); a growth figure needs both of its paths.
+	want := func(name string) bool { return e.o.Only == "" || strings.Contains(name, e.o.Only) }
 	if e.target != nil {
 		stale := min(10, e.o.Stale)
 		if e.own() {
@@ -489,44 +490,61 @@ func (e *env) run() (*Run, error) {
 				return nil, err
 			}
 		}
-		if small, err = e.latency("1 client -> claude (http)", "/v1/sessions/"+e.target.id+"/messages"); err != nil {
-			return nil, err
+		var small Figure
+		if name := "1 client -> claude (http)"; want(name) {
+			if small, err = e.latency(name, "/v1/sessions/"+e.target.id+"/messages"); err != nil {
+				return nil, err
+			}
+			r.Figures = append(r.Figures, small)
 		}
-		r.Figures = append(r.Figures, small)
-		if err := add(e.agentLatency()); err != nil {
-			return nil, err
+		if want("1 client -> claude (agent.sock)") {
+			if err := add(e.agentLatency()); err != nil {
+				return nil, err
+			}
 		}
-		if err := add(e.concurrentClaude()); err != nil {
-			return nil, err
+		if want(fmt.Sprintf("%d clients -> claude (http)", e.o.Clients)) {
+			if err := add(e.concurrentClaude()); err != nil {
+				return nil, err
+			}
 		}
-		if e.own() && e.o.Stale > stale {
+		if name := fmt.Sprintf("1 client -> claude, %d stale files", e.o.Stale); e.own() && e.o.Stale > stale && want(name) {
 			if err := e.writeStale(stale, e.o.Stale); err != nil {
 				return nil, err
 			}
-			if large, err = e.latency(fmt.Sprintf("1 client -> claude, %d stale files", e.o.Stale), "/v1/sessions/"+e.target.id+"/messages"); err != nil {
+			large, err := e.latency(name, "/v1/sessions/"+e.target.id+"/messages")
+			if err != nil {
 				return nil, err
 			}
 			r.Figures = append(r.Figures, large)
-			r.Growth = append(r.Growth, growth(fmt.Sprintf("%d vs %d stale session files", e.o.Stale, stale), small, large))
+			if small.P50us > 0 {
+				r.Growth = append(r.Growth, growth(fmt.Sprintf("%d vs %d stale session files", e.o.Stale, stale), small, large))
+			}
 			if err := e.removeStale(stale, e.o.Stale); err != nil {
 				return nil, err
 			}
 		}
 	}
 	if len(e.svcs) > 0 {
-		if small, err = e.svcLatency("1 client -> svc (http), 1 registered"); err != nil {
-			return nil, err
-		}
-		r.Figures = append(r.Figures, small)
-		for _, n := range []int{min(8, e.o.Clients), e.o.Clients} {
-			if err := add(e.drain(n)); err != nil {
+		var small Figure
+		if name := "1 client -> svc (http), 1 registered"; want(name) {
+			if small, err = e.svcLatency(name); err != nil {
 				return nil, err
+			}
+			r.Figures = append(r.Figures, small)
+		}
+		for _, n := range []int{min(8, e.o.Clients), e.o.Clients} {
+			if want(fmt.Sprintf("1 consumer drains, %d senders", n)) {
+				if err := add(e.drain(n)); err != nil {
+					return nil, err
+				}
 			}
 			if n == e.o.Clients {
 				break
 			}
 		}
-		if e.own() && e.o.Services > 1 {
+		svcN := fmt.Sprintf("1 client -> svc (http), %d registered", e.o.Services)
+		many := fmt.Sprintf("%d clients -> %d services, %d consumers", e.o.Clients, e.o.Services, e.o.Services)
+		if e.own() && e.o.Services > 1 && (want(svcN) || want(many)) {
 			for i := len(e.svcs); i < e.o.Services; i++ {
 				c, err := e.spawn("svc", e.svcName(i), e.register)
 				if err != nil {
@@ -535,13 +553,20 @@ func (e *env) run() (*Run, error) {
 				c.id = "svc:" + e.svcName(i)
 				e.svcs = append(e.svcs, c)
 			}
-			if large, err = e.svcLatency(fmt.Sprintf("1 client -> svc (http), %d registered", e.o.Services)); err != nil {
-				return nil, err
+			if want(svcN) {
+				large, err := e.svcLatency(svcN)
+				if err != nil {
+					return nil, err
+				}
+				r.Figures = append(r.Figures, large)
+				if small.P50us > 0 {
+					r.Growth = append(r.Growth, growth(fmt.Sprintf("%d vs 1 registered services", e.o.Services), small, large))
+				}
 			}
-			r.Figures = append(r.Figures, large)
-			r.Growth = append(r.Growth, growth(fmt.Sprintf("%d vs 1 registered services", e.o.Services), small, large))
-			if err := add(e.manyServices()); err != nil {
-				return nil, err
+			if want(many) {
+				if err := add(e.manyServices()); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
