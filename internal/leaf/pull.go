@@ -256,7 +256,8 @@ func (p *Puller) Run(ctx context.Context) {
 				return
 			}
 			e := bus.AsError(err)
-			if e.Code == ledger.NotFound && strings.Contains(e.Detail, "no route") {
+			lack := lackOf(err)
+			if lack == lacksBatchRoute {
 				// A hub without the batched route: the protocol's own, one row at a time.
 				p.Log.Info("leaf: hub has no batched inbox; pulling one row at a time", "peer", p.Peer)
 				f.close()
@@ -271,7 +272,7 @@ func (p *Puller) Run(ctx context.Context) {
 				p.runOne(ctx, wait, &b)
 				return
 			}
-			if streams && e.Code == ledger.BadRequest && strings.Contains(e.Detail, "stream") {
+			if streams && lack == lacksStreams {
 				// A hub that does not know streams (unknown field): the same route, each
 				// batch pulled once the service acked the last.
 				p.Log.Info("leaf: hub has no pull streams; pulling each batch once the service acked the last", "peer", p.Peer)
@@ -308,6 +309,32 @@ func (p *Puller) Run(ctx context.Context) {
 			b.wait(ctx)
 		}
 	}
+}
+
+// hubLack is what an earlier hub's refusal of a pull says it lacks. Such a hub answers as its
+// version always will, a 404 for a route it does not have and a 400 naming a field it does
+// not know, so its answer is read here, once, and the pull loop goes on as that hub can.
+type hubLack int
+
+const (
+	lacksNothing    hubLack = iota // a refusal of this pull, not of the protocol
+	lacksBatchRoute                // no POST /fed/v2/inbox: one row at a time (GET, ack)
+	lacksStreams                   // no "stream": each batch once the service acked the last
+	lacksFollow                    // no "follow": batched pulls
+)
+
+// lackOf reads err (a hub's answer to a pull) as what the hub lacks.
+func lackOf(err error) hubLack {
+	e := bus.AsError(err)
+	switch {
+	case e.Code == ledger.NotFound && strings.Contains(e.Detail, "no route"):
+		return lacksBatchRoute
+	case e.Code == ledger.BadRequest && strings.Contains(e.Detail, "follow"):
+		return lacksFollow
+	case e.Code == ledger.BadRequest && strings.Contains(e.Detail, "stream"):
+		return lacksStreams
+	}
+	return lacksNothing
 }
 
 // errRestream ends a followed pull whose stream must start over (a row let go, or one that did
@@ -386,8 +413,7 @@ func (p *Puller) follow(ctx context.Context, f *inFlight, stream *string, batch,
 		return true
 	}
 	e := bus.AsError(err)
-	if !taken && ((e.Code == ledger.BadRequest && (strings.Contains(e.Detail, "follow") || strings.Contains(e.Detail, "stream"))) ||
-		(e.Code == ledger.NotFound && strings.Contains(e.Detail, "no route"))) {
+	if !taken && lackOf(err) != lacksNothing {
 		return false
 	}
 	p.set("pull failed: %s", e.Code.String())

@@ -434,3 +434,23 @@ func TestPullerAcksTheHubAfterTheRecordsCommit(t *testing.T) {
 		})
 	}
 }
+
+// TestLackOf: an earlier hub's refusals, as its versions answer them, read as what it lacks;
+// anything else is a refusal of the pull itself.
+func TestLackOf(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want hubLack
+	}{
+		{&bus.Error{Code: ledger.NotFound, Detail: "peer hub: no route POST /fed/v2/inbox"}, lacksBatchRoute},
+		{&bus.Error{Code: ledger.BadRequest, Detail: `pull request: json: unknown field "stream"`}, lacksStreams},
+		{&bus.Error{Code: ledger.BadRequest, Detail: `pull request: json: unknown field "follow"`}, lacksFollow},
+		{&bus.Error{Code: ledger.NotFound, Detail: "no such message"}, lacksNothing},
+		{&bus.Error{Code: ledger.BadRequest, Detail: "max must be at least 1"}, lacksNothing},
+		{&bus.Error{Code: ledger.ServiceUnavailable, Detail: "no route to host"}, lacksNothing},
+	} {
+		if got := lackOf(c.err); got != c.want {
+			t.Errorf("lackOf(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
