@@ -100,6 +100,7 @@ type Bus struct {
 	h       *harness.Registry
 	mu      sync.Mutex
 	regs    map[string]*Registration
+	regIdx  regIndex // regs by what a ref names (resolveRegistered)
 	replies wake.Set // keyed by message id
 	queues  wake.Set // keyed by session id
 	acks    wake.Set // keyed by message id: a queued message was acknowledged
@@ -422,12 +423,16 @@ func (b *Bus) resolveRegistered(pinned harness.Harness, bare string, isPID bool,
 	if pinned != nil {
 		name = pinned.Name()
 	}
-	regs := b.matchingRegistrations(func(r *Registration) bool {
-		if r.agy != nil || (name != "" && r.Harness != name) {
-			return false
+	b.mu.Lock()
+	named := b.regIdx.named(bare, isPID, pid)
+	b.mu.Unlock()
+	regs := named[:0]
+	for _, r := range named {
+		if r.agy == nil && (name == "" || r.Harness == name) {
+			regs = append(regs, r)
 		}
-		return strings.EqualFold(r.bareID(), bare) || strings.EqualFold(r.Name, bare) || (isPID && r.PID == pid)
-	})
+	}
+	b.sortRegistrations(regs)
 	for _, services := range []bool{false, true} {
 		var hits []*Registration
 		for _, r := range regs {

@@ -96,7 +96,7 @@ func (b *Bus) locksGone(dir, name string) {
 		if r.Lock == "" || filepath.Dir(r.Lock) != dir || (name != "" && filepath.Base(r.Lock) != name) {
 			continue
 		}
-		delete(b.regs, id)
+		b.dropReg(id)
 		close(r.replaced)
 		b.cfg.Log.Info("lease ended: lock gone", "session_id", id)
 	}

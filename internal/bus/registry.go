@@ -62,7 +62,18 @@ func (b *Bus) install(r *Registration) {
 	if old := b.regs[r.SessionID]; old != nil && old != r {
 		close(old.replaced)
 	}
+	b.dropReg(r.SessionID)
 	b.regs[r.SessionID] = r
+	b.regIdx.add(r)
+}
+
+// dropReg removes the registration of id, if any, from b.regs and its index. Call with b.mu
+// held.
+func (b *Bus) dropReg(id string) {
+	if r := b.regs[id]; r != nil {
+		b.regIdx.remove(r)
+		delete(b.regs, id)
+	}
 }
 
 // bareID is r's session id without its harness ("svc:x" is "x", "pi:<uuid>" is the uuid), as
@@ -224,7 +235,7 @@ func (b *Bus) gone(r *Registration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.regs[r.SessionID] == r {
-		delete(b.regs, r.SessionID)
+		b.dropReg(r.SessionID)
 	}
 }
 
@@ -262,37 +273,30 @@ func (b *Bus) regAlive(r *Registration) bool {
 // then sessions (pi, opencode, hermes, codex), then services. Liveness is the caller's to
 // check, for the registrations it uses.
 func (b *Bus) registrations() []*Registration {
-	return b.matchingRegistrations(nil)
-}
-
-// matchingRegistrations is registrations, keeping only those match accepts (all with a nil
-// match): a send resolves one name among all registrations, and filtering before the copy
-// and sort keeps that from costing a sort of every registration per send.
-func (b *Bus) matchingRegistrations(match func(*Registration) bool) []*Registration {
 	b.mu.Lock()
-	var out []*Registration
-	if match == nil {
-		out = make([]*Registration, 0, len(b.regs))
-	}
+	out := make([]*Registration, 0, len(b.regs))
 	for _, r := range b.regs {
-		if match == nil || match(r) {
-			out = append(out, r)
-		}
+		out = append(out, r)
 	}
 	b.mu.Unlock()
+	b.sortRegistrations(out)
+	return out
+}
+
+// sortRegistrations puts rs in listing order: by their harness's rank, then by session id.
+func (b *Bus) sortRegistrations(rs []*Registration) {
 	rank := func(r *Registration) int {
 		if h := b.h.Named(r.Harness); h != nil {
 			return h.Rank()
 		}
 		return 1
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if rank(out[i]) != rank(out[j]) {
-			return rank(out[i]) < rank(out[j])
+	sort.Slice(rs, func(i, j int) bool {
+		if rank(rs[i]) != rank(rs[j]) {
+			return rank(rs[i]) < rank(rs[j])
 		}
-		return out[i].SessionID < out[j].SessionID
+		return rs[i].SessionID < rs[j].SessionID
 	})
-	return out
 }
 
 // processSessionID returns the durable id of the session process (harness, pid, start),
@@ -393,7 +397,7 @@ func (b *Bus) Unregister(r *Registration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.regs[r.SessionID] == r {
-		delete(b.regs, r.SessionID)
+		b.dropReg(r.SessionID)
 	}
 }
 

@@ -127,7 +127,7 @@ func TestSessionIDBelongsToTheProcess(t *testing.T) {
 	}
 	id200 := register(b, 200)
 	b.mu.Lock()
-	b.regs = map[string]*Registration{} // its connection ended; the process lives on
+	b.regs, b.regIdx = map[string]*Registration{}, regIndex{} // its connection ended; the process lives on
 	b.mu.Unlock()
 	if tg, err := b.Resolve(id200); err != nil || tg.SessionID != id200 || !tg.Offline {
 		t.Fatalf("Resolve(id of a live, unregistered process) = %+v, %v; want it addressable (queued)", tg, err)
