@@ -27,6 +27,9 @@ func (x *regIndex) add(r *Registration) {
 }
 
 func (x *regIndex) remove(r *Registration) {
+	if x.byKey == nil {
+		return // nothing was added
+	}
 	id, name := foldKey(r.bareID()), foldKey(r.Name)
 	x.byKey[id] = without(x.byKey[id], r)
 	if len(x.byKey[id]) == 0 {

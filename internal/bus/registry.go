@@ -77,8 +77,7 @@ func (b *Bus) dropReg(id string) {
 }
 
 // bareID is r's session id without its harness ("svc:x" is "x", "pi:<uuid>" is the uuid), as
-// a ref names it. It is strings.TrimPrefix(r.SessionID, r.Harness+":") without building the
-// prefix: a send's resolution calls it for every registration.
+// a ref names it (regIndex keys r by it): strings.TrimPrefix(r.SessionID, r.Harness+":").
 func (r *Registration) bareID() string {
 	id, h := r.SessionID, r.Harness
 	if len(id) > len(h) && id[len(h)] == ':' && id[:len(h)] == h {
