@@ -85,12 +85,8 @@ func TestPollAckFromHeir(t *testing.T) {
 // line is written before the wait, not held until a message or the wait's end.
 func TestPollAckAuditBeforeWait(t *testing.T) {
 	e := newEnv(t, daemontest.Options{})
-	bot, reg, id := handedOne(t, e, "one")
-	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60, "ack": id})
 	// The poll waits 60 s for a message that only comes once the line is seen.
-	daemontest.WaitFor(t, "the ack's audit line while the poll waits", func() bool {
-		return strings.Contains(e.Logs.String(), "request=ack message_id="+id)
-	})
+	bot, reg := ackedWaiting(t, e)
 	next := anonSend(t, e, "svc:bot", "two")
 	if d := bot.RecvJSON(reg); d["messageId"] != next {
 		t.Fatalf("the waiting poll: got %v, want %s", d, next)
@@ -142,17 +138,25 @@ func TestPollAckNotStored(t *testing.T) {
 // standing for the answer's after a wait too: red.
 func TestPollAckWaitChecksAgain(t *testing.T) {
 	e := newEnv(t, daemontest.Options{})
-	bot, reg, id := handedOne(t, e, "one")
-	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60, "ack": id})
 	// The ack is done (its line written before the wait) while the process lived.
-	daemontest.WaitFor(t, "the ack's audit line while the poll waits", func() bool {
-		return strings.Contains(e.Logs.String(), "request=ack message_id="+id)
-	})
+	bot, reg := ackedWaiting(t, e)
 	heir := bot.Handoff(reg)
 	anonSend(t, e, "svc:bot", "secret")
 	if line, eof := heir.Recv(reg); !eof {
 		t.Fatalf("heir of a registration that died during its poll's wait got %q, want the connection closed", line)
 	}
+}
+
+// ackedWaiting is handedOne's message acked by a poll that then waits (60 s): it returns
+// once the ack's audit line is written, with the poll still waiting.
+func ackedWaiting(t *testing.T, e *daemontest.Env) (*daemontest.Puppet, int) {
+	t.Helper()
+	bot, reg, id := handedOne(t, e, "one")
+	bot.Send(reg, map[string]any{"action": "poll", "waitSecs": 60, "ack": id})
+	daemontest.WaitFor(t, "the ack's audit line while the poll waits", func() bool {
+		return strings.Contains(e.Logs.String(), "request=ack message_id="+id)
+	})
+	return bot, reg
 }
 
 // handedOne registers svc:bot, sends it text and polls it once: the service holds that
