@@ -482,6 +482,14 @@ func (r *Registration) NotifyQueued(f func()) (cancel func()) {
 	return r.bus.queues.Notify(r.SessionID, f)
 }
 
+// NotifyQueuedThen is NotifyQueued whose f may hand back work for the queuing goroutine to
+// do once the queue's wake-up lock is released (wake.Set.NotifyThen): register.sock's waiting
+// poll answered by the goroutine that queued its message, with no goroutine woken for it.
+// The queuing goroutine does it before its own answer, holding no lock of the bus.
+func (r *Registration) NotifyQueuedThen(f func() func()) (cancel func()) {
+	return r.bus.queues.NotifyThen(r.SessionID, f)
+}
+
 // head returns the oldest unacknowledged message of session and its key, or nil. A message
 // not kept in memory is read from the store, outside q.mu.
 func (b *Bus) head(session string) (*queuedMsg, []byte, error) {

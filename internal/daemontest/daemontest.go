@@ -191,6 +191,7 @@ func overlayAgent(c *agentsock.Config, o agentsock.Config) {
 	set(&c.PendingTimeout, o.PendingTimeout)
 	set(&c.IdleTimeout, o.IdleTimeout)
 	set(&c.WriteTimeout, o.WriteTimeout)
+	set(&c.WriteTimeout, o.WriteTimeout)
 }
 
 // overlayRegister sets the non-zero fields of o in c.
@@ -203,6 +204,7 @@ func overlayRegister(c *registersock.Config, o registersock.Config) {
 	set(&c.MaxPerPID, o.MaxPerPID)
 	set(&c.MaxUIDOnly, o.MaxUIDOnly)
 	set(&c.IdleTimeout, o.IdleTimeout)
+	set(&c.WriteTimeout, o.WriteTimeout)
 }
 
 func set[T comparable](dst *T, v T) {

@@ -566,12 +566,14 @@ var ErrAhead = errors.New("lineserver: too much sent ahead")
 // that to the end of its wait (ArmReadUntil), and moves it into the past to end the wait
 // sooner (what it waits for has come; a takeover; Shutdown). What it reads is kept, in order,
 // for Next: nothing is lost, and nothing is answered before its turn. It returns nil at the
-// deadline; ErrAhead when the peer has sent more than maxLines frames or maxBytes bytes ahead
-// of the one being answered, counting what Next has buffered but not returned (blank lines
-// count as bytes, not frames); otherwise the read's error (io.EOF: the peer hung up). Outside
-// ReadAhead nothing is read that Next would not read next: a peer that sends ahead is held
-// back by its socket's buffer.
-func (r *Reader) ReadAhead(maxLines, maxBytes int) error {
+// deadline, and when until (if not nil) reports true: until is told, before each read and
+// after each read that brought bytes, how many frames are waiting ahead (a wait answered by
+// another goroutine ends once the next frame is in). It returns ErrAhead when the peer has
+// sent more than maxLines frames or maxBytes bytes ahead of the one being answered, counting
+// what Next has buffered but not returned (blank lines count as bytes, not frames);
+// otherwise the read's error (io.EOF: the peer hung up). Outside ReadAhead nothing is read
+// that Next would not read next: a peer that sends ahead is held back by its socket's buffer.
+func (r *Reader) ReadAhead(maxLines, maxBytes int, until func(lines int) bool) error {
 	var a aheadCount
 	if n := r.r.Buffered(); n > 0 {
 		b, _ := r.r.Peek(n)
@@ -580,6 +582,9 @@ func (r *Reader) ReadAhead(maxLines, maxBytes int) error {
 	a.add(r.src.held)
 	var buf [4 << 10]byte
 	for !a.over(maxLines, maxBytes) {
+		if until != nil && until(a.lines) {
+			return nil
+		}
 		n, err := r.c.Read(buf[:])
 		r.src.held = append(r.src.held, buf[:n]...)
 		a.add(buf[:n])

@@ -31,7 +31,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/xmsg/xmsg/internal/agy"
@@ -53,7 +53,7 @@ const (
 	DefaultMaxFirstFrame     = limits.RegisterMaxFirstFrame
 	DefaultMaxFrame          = limits.RegisterMaxFrame
 	// DefaultMaxConns caps connections served at once. Each costs goroutines (a registered
-	// one two: the frame loop and its takeover watch, and a third while a poll waits) and a
+	// one two: the frame loop, which also waits a poll's wait, and its takeover watch) and a
 	// read buffer, so a flood from one uid must not grow them without bound; 64 leaves room
 	// for every service and session a user runs.
 	DefaultMaxConns = limits.RegisterMaxConns
@@ -87,6 +87,7 @@ type Config struct {
 	NoEvict           bool // a full pending pool refuses the newest instead of evicting (lineserver)
 	MaxUIDOnly        int  // uid-only registrations (pi, opencode, hermes, cli) at once
 	IdleTimeout       time.Duration
+	WriteTimeout      time.Duration // an answer the client does not read is abandoned after this
 	// Custody holds the secrets a registered service may ask for (credential.go); nil: none.
 	Custody *custody.Holder
 }
@@ -125,6 +126,9 @@ func New(cfg Config) *Server {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = writeTimeout
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -132,7 +136,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel}
 	s.srv = lineserver.New(lineserver.Config{Socket: "register", Proc: cfg.Proc, Log: cfg.Log,
 		MaxConns: cfg.MaxConns, MaxPending: cfg.MaxPending, MaxPerPID: cfg.MaxPerPID, PendingTimeout: cfg.FirstFrameTimeout, NoEvict: cfg.NoEvict, AttestedName: "registrations",
-		WriteTimeout: writeTimeout, Handle: s.serveConn})
+		WriteTimeout: cfg.WriteTimeout, Handle: s.serveConn})
 	return s
 }
 
@@ -346,7 +350,7 @@ func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 	}
 	// The loop checks the registration itself (Bus.Alive, Bus.Current) in its turn.
 	r.Max, r.What, r.Alive, r.Blank = s.cfg.MaxFrame, "frame", nil, false
-	l := &conn{c: c, r: r, reg: reg, ctx: ctx, actor: reg.Caller().Actor()}
+	l := &conn{c: c, r: r, reg: reg, ctx: ctx, actor: reg.Caller().Actor(), raw: rawOf(c)}
 	for {
 		if ctx.Err() != nil {
 			return
@@ -385,6 +389,10 @@ type conn struct {
 	reg   *bus.Registration
 	ctx   context.Context // ends with the connection, a takeover, or Shutdown
 	actor string
+	// raw writes a waiting poll's answer from the goroutine that queued its message
+	// (handover.go); nil: the loop answers every poll.
+	raw  syscall.RawConn
+	wait waiting
 }
 
 // alive reports whether the registered process is still the one that registered, and its
@@ -402,52 +410,109 @@ func (s *Server) alive(l *conn, request string) bool {
 // waitPoll is a poll that found nothing queued: it waits up to wait for a message, reading
 // the connection meanwhile (lineserver.Reader.ReadAhead), so that a hang-up (or a client too
 // far ahead) ends the wait at once. The wait is the loop's read itself, its deadline the end
-// of the wait: what queues a message for reg moves the deadline into the past
-// (Registration.NotifyQueued), as do a takeover and Shutdown, so no goroutine is started or
-// woken for the wait but the loop's own. ok false: the connection ends (a client too far
-// ahead is told so first).
-func (s *Server) waitPoll(l *conn, wait time.Duration) (p *bus.Queued, err error, ok bool) {
+// of the wait, so no goroutine is started for it. The goroutine that queues a message for reg
+// answers the poll itself (handOver) while the loop reads on; the loop takes up the next
+// frame once it is in (answered: the poll needs no answer from the loop). A takeover and
+// Shutdown move the deadline into the past, as does a handover that leaves something to the
+// loop. ok false: the connection ends (a client too far ahead is told so first).
+func (s *Server) waitPoll(l *conn, wait time.Duration) (p *bus.Queued, answered bool, err error, ok bool) {
 	end := time.Now().Add(wait)
+	w := &l.wait
 	for {
-		var queued atomic.Bool
-		stop := l.reg.NotifyQueued(func() {
-			queued.Store(true)
-			l.c.SetReadDeadline(time.Unix(1, 0)) // wakes ReadAhead
-		})
-		// After subscribing: a message queued from now on is seen here or wakes the read.
+		w.open()
+		stop := s.notify(l, w)
+		// After subscribing: a message queued from now on is seen here or claims the poll.
 		p, err = s.cfg.Bus.Poll(l.ctx, l.reg, 0)
 		if p != nil || err != nil {
 			stop()
-			return p, err, s.srv.ArmRead(l.c, s.cfg.IdleTimeout)
-		}
-		// Each of the deadline's movers sets its mark (queued, ctx) before the deadline, and
-		// the marks are read after this arms it: a wakeup that came first is seen here, and
-		// one that comes later moves the deadline armed here.
-		if !s.srv.ArmReadUntil(l.c, end) {
+			if w.close() {
+				return p, false, err, s.srv.ArmRead(l.c, s.cfg.IdleTimeout)
+			}
+			// A message queued meanwhile claimed the poll: the handover's answer stands, and
+			// this one is dropped (the same message, or an older one that stays queued).
+			p, err = nil, nil
+		} else {
+			// Each of the deadline's movers sets its mark (the wait's state, ctx) before the
+			// deadline, and the marks are read after this arms it: a wakeup that came first
+			// is seen here, and one that comes later moves the deadline armed here.
+			if !s.srv.ArmReadUntil(l.c, end) {
+				stop()
+				w.close()
+				return nil, false, nil, false
+			}
+			var rerr error
+			if w.state.Load() == pollWaiting && !w.woken.Load() && l.ctx.Err() == nil {
+				rerr = l.r.ReadAhead(maxPipelined, s.cfg.MaxFrame+maxPipelined, w.answeredAhead)
+			}
 			stop()
-			return nil, nil, false
+			if errors.Is(rerr, lineserver.ErrAhead) {
+				w.close()
+				s.refuse(l.actor, "frame", "too many frames pipelined")
+				s.srv.Write(l.c, errorLine(ledger.BadRequest, fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
+				return nil, false, nil, false
+			}
+			if w.close() {
+				switch {
+				case rerr != nil, l.ctx.Err() != nil:
+					return nil, false, nil, false // hung up, taken over, or shutting down: the poll ends unanswered
+				case !time.Now().Before(end):
+					// Timed out. The idle time counts from the poll's end (IdleTimeout beyond
+					// its wait, as when the poll was taken).
+					return nil, false, nil, s.srv.ArmRead(l.c, s.cfg.IdleTimeout)
+				}
+				continue // woken for a message (without a handover): look again
+			}
+			if rerr != nil {
+				return nil, false, nil, false // hung up: what was handed over comes again
+			}
 		}
-		var rerr error
-		if !queued.Load() && l.ctx.Err() == nil {
-			rerr = l.r.ReadAhead(maxPipelined, s.cfg.MaxFrame+maxPipelined)
+		// A handover ended the wait.
+		switch w.state.Load() {
+		case pollAnswered:
+			return nil, true, nil, s.settled(l, w)
+		case pollGone:
+			return nil, false, nil, false
 		}
-		stop()
+		// Returned: nothing was answered; look again, unless the connection is ending.
 		switch {
-		case errors.Is(rerr, lineserver.ErrAhead):
-			s.refuse(l.actor, "frame", "too many frames pipelined")
-			s.srv.Write(l.c, errorLine(ledger.BadRequest, fmt.Sprintf("more than %d frames sent ahead of their answers", maxPipelined)))
-			return nil, nil, false
-		case rerr != nil, l.ctx.Err() != nil:
-			return nil, nil, false // hung up, taken over, or shutting down: the poll ends unanswered
-		case queued.Load():
-			continue // look again (it may have been taken meanwhile, or expired)
-		}
-		if !time.Now().Before(end) {
-			// Timed out. The idle time counts from the poll's end (IdleTimeout beyond its
-			// wait, as when the poll was taken).
-			return nil, nil, s.srv.ArmRead(l.c, s.cfg.IdleTimeout)
+		case l.ctx.Err() != nil:
+			return nil, false, nil, false
+		case !time.Now().Before(end):
+			return nil, false, nil, s.srv.ArmRead(l.c, s.cfg.IdleTimeout)
 		}
 	}
+}
+
+// notify subscribes l's waiting poll to its queue: the goroutine that queues a message
+// answers the poll (handOver), or, on a connection without a raw descriptor, wakes the
+// loop's read to answer it.
+func (s *Server) notify(l *conn, w *waiting) (stop func()) {
+	if l.raw != nil {
+		return l.reg.NotifyQueuedThen(func() func() {
+			if !w.claim() {
+				return nil
+			}
+			return func() { s.handOver(l, w) }
+		})
+	}
+	return l.reg.NotifyQueued(func() {
+		w.woken.Store(true)
+		l.c.SetReadDeadline(time.Unix(1, 0)) // wakes ReadAhead
+	})
+}
+
+// settled finishes a poll a handover answered: what it could not write is written now (the
+// loop may wait for the socket, as for any answer), and the idle deadline is armed from here.
+// False: the connection ends.
+func (s *Server) settled(l *conn, w *waiting) bool {
+	if w.state.Load() != pollAnswered {
+		return false
+	}
+	if len(w.rest) > 0 && !s.srv.Write(l.c, w.rest) {
+		return false
+	}
+	w.rest = nil
+	return s.srv.ArmRead(l.c, s.cfg.IdleTimeout)
 }
 
 // frame answers one loop frame. ok is false when the connection must end without an answer
@@ -508,8 +573,12 @@ func (s *Server) frame(l *conn, line []byte) (resp []byte, audit func(), ok bool
 				audit()
 				audit = nil
 			}
-			if p, err, ok = s.waitPoll(l, wait); !ok {
+			var answered bool
+			if p, answered, err, ok = s.waitPoll(l, wait); !ok {
 				return nil, nil, false
+			}
+			if answered {
+				return nil, nil, true // by the goroutine that queued the message (handOver)
 			}
 		}
 		if err != nil {

@@ -19,7 +19,7 @@ type Set struct {
 type entry struct {
 	ch  chan struct{}
 	n   int
-	fns []*func() // Notify's, called by the next Fire
+	fns []*func() func() // Notify's and NotifyThen's, called by the next Fire
 }
 
 // entry is key's waiters, made when it has none (under s.mu).
@@ -56,6 +56,14 @@ func (s *Set) Subscribe(key string) (<-chan struct{}, func()) {
 // channel (one blocked in a read, which f interrupts). f runs under the Set's lock, on the
 // firing goroutine: it must be quick and must not use the Set.
 func (s *Set) Notify(key string, f func()) func() {
+	return s.NotifyThen(key, func() func() { f(); return nil })
+}
+
+// NotifyThen is Notify whose f may hand work back: what f returns (nil: nothing) runs on the
+// firing goroutine once the Set's lock is released, before Fire returns, so it may take
+// locks and make system calls (a waiting poll answered by the goroutine that queued its
+// message). Ending the subscription after f was called does not stop that work.
+func (s *Set) NotifyThen(key string, f func() func()) func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entry(key)
@@ -76,17 +84,23 @@ func (s *Set) Notify(key string, f func()) func() {
 	}
 }
 
-// Fire wakes every subscriber of key.
+// Fire wakes every subscriber of key, then does the work their NotifyThen handed back.
 func (s *Set) Fire(key string) {
+	var then []func()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if e := s.m[key]; e != nil {
 		close(e.ch)
 		delete(s.m, key)
 		for _, f := range e.fns {
-			(*f)()
+			if w := (*f)(); w != nil {
+				then = append(then, w)
+			}
 		}
 		e.fns = nil
+	}
+	s.mu.Unlock()
+	for _, w := range then {
+		w()
 	}
 }
 

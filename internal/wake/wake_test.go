@@ -71,3 +71,31 @@ func TestNotify(t *testing.T) {
 		t.Fatalf("keys left: %v", s.m)
 	}
 }
+
+// TestNotifyThen: the work a NotifyThen hands back runs on the firing goroutine, after the
+// Set's lock is released (it may use the Set) and before Fire returns; once, and only for
+// the key fired.
+func TestNotifyThen(t *testing.T) {
+	var s Set
+	var ran, other int
+	var inside bool
+	s.NotifyThen("k", func() func() {
+		return func() {
+			// Under the Set's lock this would deadlock.
+			stop := s.Notify("k", func() {})
+			stop()
+			inside = true
+			ran++
+		}
+	})
+	s.NotifyThen("j", func() func() { return func() { other++ } })
+	s.NotifyThen("k", func() func() { return nil })
+	s.Fire("k")
+	if !inside || ran != 1 || other != 0 {
+		t.Fatalf("after Fire: ran %d (done %v), other key %d; want 1, true, 0", ran, inside, other)
+	}
+	s.Fire("k")
+	if ran != 1 {
+		t.Fatalf("a second Fire ran the work again: %d", ran)
+	}
+}
