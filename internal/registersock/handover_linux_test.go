@@ -1,14 +1,19 @@
 package registersock_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/daemontest"
+	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/registersock"
 )
 
@@ -119,5 +124,109 @@ func TestHandoverAfterIdle(t *testing.T) {
 	msg := anonSend(t, e, id, "late")
 	if line, eof := c.Recv(); eof || !strings.Contains(line, msg) {
 		t.Fatalf("after an idle wait: got %q (eof %v), want the deliver of %s", line, eof, msg)
+	}
+}
+
+// TestHandoverUnderConcurrentSenders: eight senders queue 400 messages for one session whose
+// consumer acks each on its next waiting poll; every message arrives exactly once, and each
+// poll gets exactly one answer (a poll answered twice, by a handover and by the loop, would
+// show as an answer to a poll not yet sent: a message twice, or a timeout among them). Run
+// under the race detector, it also holds the handover's hand-off of the connection to the
+// loop free of races.
+func TestHandoverUnderConcurrentSenders(t *testing.T) {
+	const senders, each = 8, 50
+	e := newEnv(t, daemontest.Options{})
+	c := daemontest.Dial(t, e.RegPath)
+	got := c.Call(map[string]any{"harness": "pi", "sessionName": "busy"})
+	id, _ := got["sessionId"].(string)
+	if id == "" {
+		t.Fatal(got)
+	}
+	errs := make(chan error, senders)
+	for s := range senders {
+		go func() {
+			for i := range each {
+				text := fmt.Sprintf("s%d-%d", s, i)
+				for {
+					_, err := e.Bus.Send(context.Background(), bus.Send{To: envelope.ParseRef(id), Text: text, Bytes: len(text),
+						FromName: "xmsg@testhost · tester", Principal: "http:tester"})
+					if err == nil {
+						break
+					}
+					if bus.AsError(err).Code != ledger.ServiceUnavailable { // a full queue: again
+						errs <- err
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			errs <- nil
+		}()
+	}
+	seen := map[string]bool{}
+	ack := ""
+	for len(seen) < senders*each {
+		poll := map[string]any{"action": "poll", "waitSecs": 60}
+		if ack != "" {
+			poll["ack"] = ack
+		}
+		d := c.Call(poll)
+		if d["action"] != "deliver" {
+			t.Fatalf("after %d messages: got %v, want a deliver", len(seen), d)
+		}
+		text, _ := d["text"].(string)
+		if seen[text] {
+			t.Fatalf("%s delivered twice", text)
+		}
+		seen[text] = true
+		ack, _ = d["messageId"].(string)
+	}
+	for range senders {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Write([]byte(`{"action":"poll","waitSecs":0,"ack":"` + ack + `"}` + "\n"))
+	if line, _ := c.Recv(); line != `{"action":"timeout"}` {
+		t.Fatalf("after the last ack: got %q, want timeout", line)
+	}
+}
+
+// TestPollFoundAndClaimed: a message queued between a wait's subscription and its poll is
+// both found by the poll and claimed by its handover; the poll gets one answer, the
+// handover's. Mutant tried: the loop answering what its poll found regardless (the message
+// twice, red).
+func TestPollFoundAndClaimed(t *testing.T) {
+	e := newEnv(t, daemontest.Options{})
+	c := daemontest.Dial(t, e.RegPath)
+	got := c.Call(map[string]any{"harness": "pi", "sessionName": "both"})
+	id, _ := got["sessionId"].(string)
+	if id == "" {
+		t.Fatal(got)
+	}
+	sent := make(chan bus.Delivery, 1)
+	registersock.SetTestSubscribed(e.Register, func() {
+		registersock.SetTestSubscribed(e.Register, nil)
+		// On the loop's goroutine: the handover answers before the loop's poll runs.
+		d, serr := e.Bus.Send(context.Background(), bus.Send{To: envelope.ParseRef(id), Text: "both", Bytes: 4,
+			FromName: "xmsg@testhost · tester", Principal: "http:tester"})
+		if serr != nil {
+			d.MessageID = "send failed: " + serr.Error()
+		}
+		sent <- d
+	})
+	c.Write([]byte(`{"action":"poll","waitSecs":60}` + "\n"))
+	line, _ := c.Recv()
+	msg := (<-sent).MessageID
+	if !strings.Contains(line, `"action":"deliver"`) || !strings.Contains(line, msg) {
+		t.Fatalf("got %q, want the deliver of %s", line, msg)
+	}
+	c.Write([]byte(`{"action":"poll","waitSecs":0}` + "\n"))
+	if line, _ := c.Recv(); !strings.Contains(line, msg) {
+		t.Fatalf("the next poll (no ack): got %q, want %s again, answered once", line, msg)
+	}
+	c.Write([]byte(`{"action":"poll","waitSecs":0,"ack":"` + msg + `"}` + "\n"))
+	if line, _ := c.Recv(); line != `{"action":"timeout"}` {
+		t.Fatalf("after the ack: got %q, want timeout", line)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -104,6 +105,10 @@ type Server struct {
 
 	mu      sync.Mutex
 	uidOnly map[string]int // uid-only registrations now, by process (pid and start time)
+
+	// testSubscribed, when set (tests only), runs in a wait between its subscription and its
+	// poll: where a message queued then claims the poll that the poll also finds.
+	testSubscribed atomic.Pointer[func()]
 }
 
 // New returns a server; it serves once Serve is called.
@@ -421,6 +426,9 @@ func (s *Server) waitPoll(l *conn, wait time.Duration) (p *bus.Queued, answered 
 	for {
 		w.open()
 		stop := s.notify(l, w)
+		if f := s.testSubscribed.Load(); f != nil {
+			(*f)()
+		}
 		// After subscribing: a message queued from now on is seen here or claims the poll.
 		p, err = s.cfg.Bus.Poll(l.ctx, l.reg, 0)
 		if p != nil || err != nil {
