@@ -550,3 +550,41 @@ func TestFloodShareIsIdle(t *testing.T) {
 		t.Errorf("the oldest holder: got %q, want the eviction frame", got)
 	}
 }
+
+// TestReadAheadUntil: ReadAhead's until is told the frames waiting ahead, before each read
+// and after each read that brought bytes, and ends the read-ahead when it reports true; what
+// was read ahead is Next's, in order. Without it (or while it reports false) the read-ahead
+// ends at the read deadline.
+func TestReadAheadUntil(t *testing.T) {
+	s := lineserver.New(lineserver.Config{Socket: "test"})
+	srv, cli := net.Pipe()
+	defer srv.Close()
+	defer cli.Close()
+	r := s.NewReader(srv, 1024, "frame")
+	go func() {
+		cli.Write([]byte("one\n"))
+		cli.Write([]byte("two\nthr"))
+	}()
+	var seen []int
+	srv.SetReadDeadline(time.Now().Add(wait))
+	if err := r.ReadAhead(16, 1<<16, func(lines int) bool {
+		seen = append(seen, lines)
+		return lines >= 2
+	}); err != nil {
+		t.Fatalf("ReadAhead: %v", err)
+	}
+	if len(seen) == 0 || seen[0] != 0 || seen[len(seen)-1] != 2 {
+		t.Fatalf("until was told %v, want from 0 up to 2 frames", seen)
+	}
+	go cli.Write([]byte("ee\n"))
+	for _, want := range []string{"one", "two", "three"} {
+		line, _, err := r.Next()
+		if err != nil || string(line) != want {
+			t.Fatalf("Next: %q %v, want %q", line, err, want)
+		}
+	}
+	srv.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	if err := r.ReadAhead(16, 1<<16, func(int) bool { return false }); err != nil {
+		t.Fatalf("ReadAhead to its deadline: %v, want nil", err)
+	}
+}
