@@ -10,14 +10,18 @@ import (
 )
 
 // unread is how many of the bytes c wrote its peer has not read yet (SIOCOUTQ).
-func unread(t *testing.T, c *daemontest.Client) int {
+func unread(t *testing.T, c *daemontest.Client) int { return sockQueue(t, c, unix.SIOCOUTQ) }
+
+// sockQueue is one of c's socket queues in bytes: SIOCOUTQ (written, not read by the peer) or
+// SIOCINQ (come in, not read here).
+func sockQueue(t *testing.T, c *daemontest.Client, req uint) int {
 	t.Helper()
 	rc, err := c.C.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := -1
-	rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) })
+	rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), req) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,24 +17,14 @@ import (
 	"github.com/xmsg/xmsg/internal/registersock"
 )
 
-// readable is how many bytes wait in c's receive queue (SIOCINQ), read by nobody yet.
+// readable is how many bytes c has to read: come in (SIOCINQ) or buffered by its reader.
 func readable(t *testing.T, c *daemontest.Client) int {
 	t.Helper()
-	rc, err := c.C.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := -1
-	rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n + c.R.Buffered()
+	return sockQueue(t, c, unix.SIOCINQ) + c.R.Buffered()
 }
 
-// waitingSession registers a pi session on a fresh connection and leaves a 60-second poll
-// waiting on it, read by the daemon.
-func waitingSession(t *testing.T, e *daemontest.Env, name string) (*daemontest.Client, string) {
+// session registers a pi session named name on a fresh connection.
+func session(t *testing.T, e *daemontest.Env, name string) (*daemontest.Client, string) {
 	t.Helper()
 	c := daemontest.Dial(t, e.RegPath)
 	got := c.Call(map[string]any{"harness": "pi", "sessionName": name})
@@ -42,6 +32,14 @@ func waitingSession(t *testing.T, e *daemontest.Env, name string) (*daemontest.C
 	if got["status"] != "ok" || id == "" {
 		t.Fatal(got)
 	}
+	return c, id
+}
+
+// waitingSession registers a pi session on a fresh connection and leaves a 60-second poll
+// waiting on it, read by the daemon.
+func waitingSession(t *testing.T, e *daemontest.Env, name string) (*daemontest.Client, string) {
+	t.Helper()
+	c, id := session(t, e, name)
 	c.Write([]byte(`{"action":"poll","waitSecs":60}` + "\n"))
 	waiting(t, c)
 	return c, id
@@ -136,12 +134,7 @@ func TestHandoverAfterIdle(t *testing.T) {
 func TestHandoverUnderConcurrentSenders(t *testing.T) {
 	const senders, each = 8, 50
 	e := newEnv(t, daemontest.Options{})
-	c := daemontest.Dial(t, e.RegPath)
-	got := c.Call(map[string]any{"harness": "pi", "sessionName": "busy"})
-	id, _ := got["sessionId"].(string)
-	if id == "" {
-		t.Fatal(got)
-	}
+	c, id := session(t, e, "busy")
 	errs := make(chan error, senders)
 	for s := range senders {
 		go func() {
@@ -198,12 +191,7 @@ func TestHandoverUnderConcurrentSenders(t *testing.T) {
 // twice, red).
 func TestPollFoundAndClaimed(t *testing.T) {
 	e := newEnv(t, daemontest.Options{})
-	c := daemontest.Dial(t, e.RegPath)
-	got := c.Call(map[string]any{"harness": "pi", "sessionName": "both"})
-	id, _ := got["sessionId"].(string)
-	if id == "" {
-		t.Fatal(got)
-	}
+	c, id := session(t, e, "both")
 	sent := make(chan bus.Delivery, 1)
 	registersock.SetTestSubscribed(e.Register, func() {
 		registersock.SetTestSubscribed(e.Register, nil)
