@@ -473,19 +473,13 @@ func (b *Bus) Poll(ctx context.Context, r *Registration, wait time.Duration) (*Q
 	return q, err
 }
 
-// NotifyQueued has f called when something may have been queued for r's session (what wakes
-// a waiting Poll), unless the returned func comes first; f runs on the queuing goroutine and
-// must be quick. A Poll(ctx, r, 0) after NotifyQueued sees a message or f is called for it:
-// a waiter that is not a goroutine of its own (register.sock's loop, waiting in a read that f
-// interrupts) loses no wakeup.
-func (r *Registration) NotifyQueued(f func()) (cancel func()) {
-	return r.bus.queues.Notify(r.SessionID, f)
-}
-
-// NotifyQueuedThen is NotifyQueued whose f may hand back work for the queuing goroutine to
-// do once the queue's wake-up lock is released (wake.Set.NotifyThen): register.sock's waiting
-// poll answered by the goroutine that queued its message, with no goroutine woken for it.
-// The queuing goroutine does it before its own answer, holding no lock of the bus.
+// NotifyQueuedThen has f called when something may have been queued for r's session (what
+// wakes a waiting Poll), unless the returned func comes first; f runs on the queuing
+// goroutine under the queue's wake-up lock and must be quick. What f returns (nil: nothing)
+// that goroutine does once the lock is released, before its own answer, holding no lock of the
+// bus (wake.Set.NotifyThen): register.sock's waiting poll answered by the goroutine that queued
+// its message, no goroutine woken for it. A Poll(ctx, r, 0) after NotifyQueuedThen sees a
+// message or f is called for it: a waiter that is not a goroutine of its own loses no wakeup.
 func (r *Registration) NotifyQueuedThen(f func() func()) (cancel func()) {
 	return r.bus.queues.NotifyThen(r.SessionID, f)
 }

@@ -29,8 +29,6 @@ const (
 // waiting is one connection's poll while it waits, and what a handover leaves the loop.
 type waiting struct {
 	state atomic.Int32
-	// woken marks a wakeup without a handover (a connection without a raw descriptor).
-	woken atomic.Bool
 	// ahead is the number of frames the loop has read ahead of the poll (ReadAhead's until):
 	// a handover that answers the poll wakes the loop when there are any, since their
 	// sender may be waiting for their answers before it sends anything more.
@@ -45,7 +43,6 @@ type waiting struct {
 // open starts a wait.
 func (w *waiting) open() {
 	w.state.Store(pollWaiting)
-	w.woken.Store(false)
 	w.ahead.Store(0)
 	w.rest = nil
 }
@@ -67,7 +64,7 @@ func (w *waiting) close() bool {
 		return true
 	}
 	w.mu.Lock()
-	w.mu.Unlock() //nolint:staticcheck // waits for the handover to release it
+	w.mu.Unlock() // taken only to wait for the handover's end
 	return false
 }
 
@@ -124,8 +121,7 @@ func (s *Server) handOver(l *conn, w *waiting) {
 	outcome = pollAnswered
 }
 
-// rawOf is c's descriptor, for writes that must not wait; nil when it has none (the loop then
-// answers every poll itself).
+// rawOf is c's descriptor, for writes that must not wait; nil when it has none.
 func rawOf(c net.Conn) syscall.RawConn {
 	sc, ok := c.(syscall.Conn)
 	if !ok {

@@ -356,6 +356,12 @@ func (s *Server) loop(c net.Conn, r *lineserver.Reader, reg *bus.Registration) {
 	// The loop checks the registration itself (Bus.Alive, Bus.Current) in its turn.
 	r.Max, r.What, r.Alive, r.Blank = s.cfg.MaxFrame, "frame", nil, false
 	l := &conn{c: c, r: r, reg: reg, ctx: ctx, actor: reg.Caller().Actor(), raw: rawOf(c)}
+	if l.raw == nil {
+		// Every connection served is a gated Unix one, which has its descriptor: nothing
+		// could answer a waiting poll without one.
+		s.cfg.Log.Error("connection without a descriptor", "socket", "register", "actor", l.actor)
+		return
+	}
 	for {
 		if ctx.Err() != nil {
 			return
@@ -395,7 +401,7 @@ type conn struct {
 	ctx   context.Context // ends with the connection, a takeover, or Shutdown
 	actor string
 	// raw writes a waiting poll's answer from the goroutine that queued its message
-	// (handover.go); nil: the loop answers every poll.
+	// (handover.go).
 	raw  syscall.RawConn
 	wait waiting
 }
@@ -449,7 +455,7 @@ func (s *Server) waitPoll(l *conn, wait time.Duration) (p *bus.Queued, answered 
 				return nil, false, nil, false
 			}
 			var rerr error
-			if w.state.Load() == pollWaiting && !w.woken.Load() && l.ctx.Err() == nil {
+			if w.state.Load() == pollWaiting && l.ctx.Err() == nil {
 				rerr = l.r.ReadAhead(maxPipelined, s.cfg.MaxFrame+maxPipelined, w.answeredAhead)
 			}
 			stop()
@@ -468,7 +474,7 @@ func (s *Server) waitPoll(l *conn, wait time.Duration) (p *bus.Queued, answered 
 					// its wait, as when the poll was taken).
 					return nil, false, nil, s.srv.ArmRead(l.c, s.cfg.IdleTimeout)
 				}
-				continue // woken for a message (without a handover): look again
+				continue // woken early for nothing it knows of: look again
 			}
 			if rerr != nil {
 				return nil, false, nil, false // hung up: what was handed over comes again
@@ -492,20 +498,13 @@ func (s *Server) waitPoll(l *conn, wait time.Duration) (p *bus.Queued, answered 
 }
 
 // notify subscribes l's waiting poll to its queue: the goroutine that queues a message
-// answers the poll (handOver), or, on a connection without a raw descriptor, wakes the
-// loop's read to answer it.
+// answers the poll (handOver).
 func (s *Server) notify(l *conn, w *waiting) (stop func()) {
-	if l.raw != nil {
-		return l.reg.NotifyQueuedThen(func() func() {
-			if !w.claim() {
-				return nil
-			}
-			return func() { s.handOver(l, w) }
-		})
-	}
-	return l.reg.NotifyQueued(func() {
-		w.woken.Store(true)
-		l.c.SetReadDeadline(time.Unix(1, 0)) // wakes ReadAhead
+	return l.reg.NotifyQueuedThen(func() func() {
+		if !w.claim() {
+			return nil
+		}
+		return func() { s.handOver(l, w) }
 	})
 }
 
