@@ -31,7 +31,9 @@ on loopback, default limits), senders on the hub's http.sock, one service draini
 leaf's register socket, against the same service draining on the hub in the same run. With
 --leaves N (N > 1) it starts N leaf daemons and adds a path whose senders spread their messages
 over all of them, each leaf's service draining; its "daemon CPU/op" is the hub's and "leaf
-CPU/op" the leaves' together, per message, beside the hub's own service path.
+CPU/op" the leaves' together, per message, beside the hub's own service path. On one machine
+the leaves' commits share the hub's disk and slow its commits; --leaf-state DIR on another
+filesystem (a second disk, or tmpfs to leave the disk out) keeps the leaves' stores there.
 `
 
 func benchFlags(fs *flag.FlagSet, s stdio) func([]string) error {
@@ -49,6 +51,7 @@ func benchFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 	fs.IntVar(&o.Size, "size", 200, "message text bytes")
 	leafPath := fs.Bool("leaf", false, "measure hub -> leaf -> service (two daemons of its own) instead")
 	fs.IntVar(&o.Leaves, "leaves", 1, "with --leaf: leaf daemons (each its own process and certificate); more than one adds the path through all of them")
+	fs.StringVar(&o.LeafState, "leaf-state", "", "with --leaf: a directory for the leaves' stores (another filesystem: a disk of their own, as on other machines; default beside the hub's)")
 	fs.StringVar(&o.Only, "only", "", "run only the paths whose name contains this text (a growth figure only when both of its paths run)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	quiet := fs.Bool("quiet", false, "no progress line")
@@ -59,6 +62,14 @@ func benchFlags(fs *flag.FlagSet, s stdio) func([]string) error {
 		if !*leafPath && o.Leaves != 1 {
 			// A flag that cannot apply is refused rather than ignored.
 			return usageError{"--leaves applies to --leaf only"}
+		}
+		if o.LeafState != "" {
+			if !*leafPath {
+				return usageError{"--leaf-state applies to --leaf only"}
+			}
+			if st, err := os.Stat(o.LeafState); err != nil || !st.IsDir() {
+				return usageError{fmt.Sprintf("--leaf-state %q is not a directory", o.LeafState)}
+			}
 		}
 		return runBench(o, *leafPath, *asJSON, *quiet, s.out, s.err)
 	}

@@ -4,8 +4,11 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBenchLeafSmoke runs `xmsg bench --leaf` with tiny counts: a hub and a leaf daemon of
@@ -48,5 +51,55 @@ func TestBenchLeafSmoke(t *testing.T) {
 	}
 	if res.Runs[0].CommitP50 <= 0 {
 		t.Errorf("no baselines: %s", out)
+	}
+}
+
+// TestBenchLeafState: --leaf-state DIR puts the leaves' stores in DIR (seen there while the
+// bench runs), says so in the result, and leaves nothing behind; without --leaf, or with a
+// DIR that is not a directory, it is a usage error. Mutant tried: the leaves' stores left
+// beside the hub's (red: none seen in DIR).
+func TestBenchLeafState(t *testing.T) {
+	dir := t.TempDir()
+	cmd := xmsgCmd(nil, "bench", "--leaf", "--leaf-state", dir, "--count", "20", "--clients", "2", "--runs", "1", "--only", "drains", "--json")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	seen := false
+	var err error
+wait:
+	for {
+		if m, _ := filepath.Glob(filepath.Join(dir, "xmsg-bench-leaves*", "leaf.db")); len(m) > 0 {
+			seen = true
+		}
+		select {
+		case err = <-done:
+			break wait
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		t.Fatalf("bench --leaf --leaf-state: %v\n%s", err, stderr.String())
+	}
+	if !seen {
+		t.Error("no leaf store seen in --leaf-state's directory while the bench ran")
+	}
+	var res struct{ Daemon string }
+	if err := json.Unmarshal([]byte(stdout.String()), &res); err != nil || !strings.Contains(res.Daemon, "the leaves' stores in "+dir) {
+		t.Errorf("the result does not say where the leaves' stores were: %q (%v)", res.Daemon, err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("left behind in --leaf-state's directory: %v", left)
+	}
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, nil, 0o600)
+	for _, args := range [][]string{{"--leaf-state", dir}, {"--leaf", "--leaf-state", file}, {"--leaf", "--leaf-state", filepath.Join(dir, "none")}} {
+		out, err := xmsgCmd(nil, append([]string{"bench"}, args...)...).CombinedOutput()
+		if code := exitCode(err); code != 2 || !strings.Contains(string(out), "--leaf-state") {
+			t.Errorf("bench %v: exit %d, %q; want a usage error (2) about --leaf-state", args, code, out)
+		}
 	}
 }

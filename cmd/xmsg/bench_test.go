@@ -123,15 +123,22 @@ func TestBenchOnly(t *testing.T) {
 	cmd := xmsgCmd(nil, "bench", "--only", "no such path", "--count", "10", "--clients", "2", "--services", "2", "--stale", "20", "--runs", "1", "--quiet")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	code := 0
-	if err := cmd.Run(); err != nil {
-		if ee, ok := err.(interface{ ExitCode() int }); ok {
-			code = ee.ExitCode()
-		}
-	}
+	code := exitCode(cmd.Run())
 	if code != 2 || !strings.Contains(stderr.String(), `--only "no such path" matches no path`) {
 		t.Errorf("bench --only matching nothing: exit %d, %q; want 2 and the reason", code, stderr.String())
 	}
+}
+
+// exitCode is a command's exit status from its Run or Wait error: 0 for none, -1 for an error
+// that is not an exit.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	if ee, ok := err.(interface{ ExitCode() int }); ok {
+		return ee.ExitCode()
+	}
+	return -1
 }
 
 // TestBenchInterruptLeavesNothing stops a running `xmsg bench` with SIGTERM: its daemon and

@@ -52,6 +52,10 @@ type Options struct {
 	Runs     int
 	Size     int // message text bytes
 	Leaves   int // the leaf path's leaf daemons (RunLeaf; 0 or 1: one)
+	// LeafState is a directory for the leaves' stores (RunLeaf): "" beside the hub's, in the
+	// same temporary directory; another filesystem gives them a disk of their own, as leaves
+	// on other machines have, so that their commits do not slow the hub's.
+	LeafState string
 	// Only, when set, runs only the paths whose name holds it (a growth figure only when both
 	// its paths run): a profile of the daemons then covers those paths alone.
 	Only string

@@ -48,11 +48,18 @@ func RunLeaf(o Options) (*Result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	stores := dir
+	if o.LeafState != "" {
+		if stores, err = os.MkdirTemp(o.LeafState, "xmsg-bench-leaves"); err != nil {
+			return nil, fmt.Errorf("bench: the leaves' stores: %w", err)
+		}
+		defer os.RemoveAll(stores)
+	}
 	// e holds the echo child, the baselines and the progress line, as for RunBench.
 	e := &env{o: o, dir: dir, prog: newProgress(o.Progress), text: strings.Repeat("x", o.Size)}
 	defer e.prog.done()
 	defer e.stop()
-	l := &leafEnv{o: o, dir: dir, e: e}
+	l := &leafEnv{o: o, dir: dir, stores: stores, e: e}
 	defer l.stop()
 	if o.Interrupt != nil {
 		done := make(chan struct{})
@@ -79,6 +86,7 @@ type leafEnv struct {
 	o           Options
 	e           *env
 	dir         string
+	stores      string // where the leaves' stores are: dir, or under Options.LeafState
 	hub         *exec.Cmd
 	leaves      []*exec.Cmd // leaves[0] is "leaf", the one the one-leaf paths use
 	hubHTTP     string
@@ -260,7 +268,7 @@ func (l *leafEnv) setup() error {
 		// Port 0: the kernel's choice, so that fifty leaves starting at once cannot race for
 		// a port found free a moment before.
 		c, err := l.start(name, []string{"serve", "--leaf", "--leaf-principal", "svc:bench", "--listen", "127.0.0.1:0",
-			"--db-path", filepath.Join(leaf.dir, "xmsg.db"), "--leaf-register-sock", reg, "--peers-file", leafPeers,
+			"--db-path", filepath.Join(l.stores, name+".db"), "--leaf-register-sock", reg, "--peers-file", leafPeers,
 			"--fed-cert", leaf.cert, "--fed-key", leaf.key, "--fed-reload-interval-secs", "0", "--host-label", name}, leaf.rt)
 		if err != nil {
 			return err
@@ -322,7 +330,7 @@ func (l *leafEnv) run() (*Result, error) {
 	defer base.close()
 	e.base = base
 	res := &Result{Size: l.o.Size, CPUs: runtime.NumCPU(), DaemonPID: l.hub.Process.Pid,
-		Daemon: fmt.Sprintf("a hub and %d leaf daemon(s), own processes on temporary paths (daemon CPU: the hub's; leaf CPU: the leaves' together)", len(l.leaves))}
+		Daemon: fmt.Sprintf("a hub and %d leaf daemon(s), own processes on temporary paths%s (daemon CPU: the hub's; leaf CPU: the leaves' together)", len(l.leaves), l.storesNote())}
 	senders := l.senders()
 	type path struct {
 		name        string
@@ -371,6 +379,14 @@ func (l *leafEnv) run() (*Result, error) {
 		res.Runs = append(res.Runs, r)
 	}
 	return res, nil
+}
+
+// storesNote says where the leaves' stores are when not beside the hub's (for the header).
+func (l *leafEnv) storesNote() string {
+	if l.stores == l.dir {
+		return ""
+	}
+	return ", the leaves' stores in " + l.o.LeafState
 }
 
 // cpu is the user+system CPU time of the hub and of the leaves together, in µs (-1: unknown).
