@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,7 +106,14 @@ func (m *Mailboxes) Put(mail store.MailboxEntry, msg store.Message, out store.Ou
 		m.keepWire(mail.Peer, mail.ID, w)
 		m.mu.Unlock()
 	}
-	m.wake.Fire(mail.Peer)
+	if m.wake.Fire(mail.Peer) && m.store.Quiet() {
+		// The woken pull is next on this goroutine's P and would run only once this sender
+		// blocks (its answer, its audit line, its next read): tens of microseconds that
+		// another P's thread, on a busy machine, often does not take from it. A sender alone
+		// with the store lets it run now. With other writers about, the pull is seldom idle
+		// and a yield would be a switch for nothing (measured: docs/performance.md §5).
+		runtime.Gosched()
+	}
 	return nil
 }
 

@@ -143,6 +143,14 @@ type Store struct {
 // Closed reports whether Close was called: no write can be stored any more.
 func (s *Store) Closed() bool { return s.shut.Load() }
 
+// Quiet reports whether no write is committing or waiting for a commit: a writer that finds
+// the store quiet after its own commit was the only one of its moment.
+func (s *Store) Quiet() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.leading && len(s.pending) == 0
+}
+
 // Commits is the number of commits made so far (for benchmarks: commits per send).
 func (s *Store) Commits() uint64 { return s.commits.Load() }
 

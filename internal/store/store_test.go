@@ -527,3 +527,28 @@ func TestUnqueueID(t *testing.T) {
 		t.Fatal("m2's own ack left it queued")
 	}
 }
+
+// TestQuiet: the store is quiet only when no write commits and none waits for a commit.
+func TestQuiet(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "x.db"))
+	defer s.Close()
+	if !s.Quiet() {
+		t.Fatal("a new store is not quiet")
+	}
+	release, lead := holdCommit(s, func(tx *Tx) error { return tx.PutMessage(Message{ID: "lead"}) })
+	if s.Quiet() {
+		t.Fatal("quiet while a write commits")
+	}
+	queued := make(chan error, 1)
+	go func() { queued <- s.Update(func(tx *Tx) error { return tx.PutMessage(Message{ID: "queued"}) }) }()
+	waitQueued(s, 1)
+	release()
+	for _, c := range []<-chan error{lead, queued} {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !s.Quiet() {
+		t.Fatal("not quiet once every write is committed")
+	}
+}

@@ -84,11 +84,13 @@ func (s *Set) NotifyThen(key string, f func() func()) func() {
 	}
 }
 
-// Fire wakes every subscriber of key, then does the work their NotifyThen handed back.
-func (s *Set) Fire(key string) {
+// Fire wakes every subscriber of key, then does the work their NotifyThen handed back. It
+// reports whether key had a subscriber.
+func (s *Set) Fire(key string) bool {
 	var then []func()
 	s.mu.Lock()
-	if e := s.m[key]; e != nil {
+	e := s.m[key]
+	if e != nil {
 		close(e.ch)
 		delete(s.m, key)
 		for _, f := range e.fns {
@@ -102,6 +104,7 @@ func (s *Set) Fire(key string) {
 	for _, w := range then {
 		w()
 	}
+	return e != nil
 }
 
 // Until calls check, and again at each Fire of key, until it reports done, fails, wait

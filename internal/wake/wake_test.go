@@ -59,8 +59,12 @@ func TestNotify(t *testing.T) {
 	stopEnded := s.Notify("k", func() { ended++ })
 	stopOther := s.Notify("j", func() { other++ })
 	stopEnded()
-	s.Fire("k")
-	s.Fire("k")
+	if !s.Fire("k") {
+		t.Fatal("Fire of a key with subscribers reported none")
+	}
+	if s.Fire("k") {
+		t.Fatal("a second Fire reported the subscribers the first one woke")
+	}
 	stopA()
 	stopB()
 	if a != 1 || b != 1 || ended != 0 || other != 0 {
