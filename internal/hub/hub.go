@@ -59,7 +59,28 @@ type Mailboxes struct {
 	// are bounded in all (wireCap), its entries per peer by the mailbox's bound.
 	wire      map[string]map[string][]byte
 	wireBytes int
+	// fullAt holds, per peer, that a commit found its mailbox full, and when: mail for it is
+	// refused before any commit (as a full service queue is) until a settle of its rows
+	// (settles moves on) or fullFor passes. Without it every send to a full mailbox, an offline leaf's most often,
+	// costs a write transaction that scans the mailbox and fails, and its batch a second pass
+	// (or a commit of nothing, when it was alone).
+	fullAt map[string]fullMark
+	// settles counts, per peer, the settles that removed rows of its mailbox (under mu): a
+	// mark taken before a commit that found the mailbox full holds only while it is the same.
+	settles map[string]uint64
 }
+
+// fullMark is a commit's finding that a peer's mailbox is full: the peer's settle count
+// before that commit, and when it was found.
+type fullMark struct {
+	settles uint64
+	at      time.Time
+}
+
+// fullFor is how long a mailbox found full is taken to be so without a settle: rows a
+// retention purge removes (it says nothing to the mailboxes) make room at most this late.
+// (A variable for the tests.)
+var fullFor = time.Second
 
 // wireCap bounds the encoded rows the mailboxes keep in memory, all leaves together: past it
 // a row is read from the store when pulled, which is slower, never wrong.
@@ -94,8 +115,26 @@ func New(st *store.Store, log *slog.Logger, max, maxBytes int) *Mailboxes {
 // leaf's long-poll wakes. A full mailbox is refused like a full service queue: the leaf is
 // behind, the sender may retry.
 func (m *Mailboxes) Put(mail store.MailboxEntry, msg store.Message, out store.Outbound, idem *store.Idem) error {
+	m.mu.Lock()
+	mark := m.settles[mail.Peer]
+	if f, ok := m.fullAt[mail.Peer]; ok {
+		if f.settles == mark && time.Since(f.at) < fullFor {
+			m.mu.Unlock()
+			return m.full(mail.Peer)
+		}
+		delete(m.fullAt, mail.Peer)
+	}
+	m.mu.Unlock()
 	err := m.store.Update(func(tx *store.Tx) error { return records.Mailed(tx, mail, m.max, m.maxBytes, msg, out, idem) })
 	if errors.Is(err, store.ErrMailboxFull) {
+		// The mark is the one taken before the commit: a settle since (its deletes in a
+		// commit after this one) has moved on from it, and the next put goes to the store.
+		m.mu.Lock()
+		if m.fullAt == nil {
+			m.fullAt = map[string]fullMark{}
+		}
+		m.fullAt[mail.Peer] = fullMark{settles: mark, at: time.Now()}
+		m.mu.Unlock()
 		return m.full(mail.Peer)
 	}
 	if err != nil {
@@ -389,6 +428,13 @@ func (m *Mailboxes) settle(peer string, ids []string, kind ledger.Kind, request 
 					delete(h.ids, id)
 				}
 			}
+		}
+		if len(fresh) > 0 {
+			// Room, once the next commit carries the deletes: a put's own commit does.
+			if m.settles == nil {
+				m.settles = map[string]uint64{}
+			}
+			m.settles[peer]++
 		}
 		return nil
 	})

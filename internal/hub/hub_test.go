@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,6 +102,93 @@ func TestBound(t *testing.T) {
 	}
 	if m.Len("l1") != 3 || m.Len("l2") != 1 {
 		t.Fatalf("lengths %d, %d; want 3, 1", m.Len("l1"), m.Len("l2"))
+	}
+}
+
+// TestFullRefusedBeforeCommit: once a commit found a leaf's mailbox full, mail for it is
+// refused before any commit (a flood at an offline leaf's full mailbox costs the store
+// nothing: no write transaction, no batch run twice, no commit of nothing), with the same
+// error; another leaf's mail still commits; a settle of the leaf's rows makes room at once
+// (the put's own commit carries the delete); rows that go without a settle (a retention purge)
+// make room once fullFor passes. Mutant tried: Put without the fullAt check: red (a commit
+// per refused send).
+func TestFullRefusedBeforeCommit(t *testing.T) {
+	m := open(t, 2)
+	ids := putN(t, m, "l1", 2)
+	if _, err := put(t, m, "l1"); err == nil {
+		t.Fatal("a put past the bound was taken")
+	}
+	before := m.store.Commits()
+	for range 5 {
+		_, err := put(t, m, "l1")
+		if e := bus.AsError(err); e.Code != ledger.ServiceUnavailable || !strings.Contains(e.Detail, "leaf 'l1'") {
+			t.Fatalf("put to a full mailbox = %v, want service_unavailable naming leaf 'l1'", err)
+		}
+	}
+	if n := m.store.Commits() - before; n != 0 {
+		t.Fatalf("refusals of a mailbox known full made %d commits, want none", n)
+	}
+	if _, err := put(t, m, "l2"); err != nil {
+		t.Fatalf("another leaf's mailbox refused: %v", err)
+	}
+	if n, err := m.Ack("l1", ids[:1]); n != 1 || err != nil {
+		t.Fatalf("ack = %d %v", n, err)
+	}
+	if _, err := put(t, m, "l1"); err != nil {
+		t.Fatalf("put after an ack made room: %v", err)
+	}
+	if _, err := put(t, m, "l1"); err == nil {
+		t.Fatal("a put past the bound was taken after the ack")
+	}
+
+	// A row gone without a settle (as a purge removes it): refused until fullFor passes.
+	if err := m.store.Update(func(tx *store.Tx) error { _, err := tx.AckMailbox("l1", ids[1]); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := put(t, m, "l1"); err == nil {
+		t.Fatal("a mailbox found full a moment ago took mail without a settle, before fullFor")
+	}
+	defer func(d time.Duration) { fullFor = d }(fullFor)
+	fullFor = 0
+	if _, err := put(t, m, "l1"); err != nil {
+		t.Fatalf("put once fullFor passed, with room: %v", err)
+	}
+}
+
+// TestFullFoundBeforeASettle: a commit that found the mailbox full before a settle of its rows
+// (the settle came while that commit was still running) does not have the next put refused:
+// the settle's deletes ride that put's commit. Mutant tried: the mark taken after the
+// commit instead of before it: red (the put refused though the ack made room).
+func TestFullFoundBeforeASettle(t *testing.T) {
+	m := open(t, 1)
+	ids := putN(t, m, "l1", 1)
+	var armed atomic.Bool
+	inTx, release := make(chan struct{}), make(chan struct{})
+	m.store.SetRider(func() (func(*store.Tx) error, func(error)) {
+		if !armed.Load() {
+			return nil, nil
+		}
+		return func(*store.Tx) error {
+			if armed.CompareAndSwap(true, false) {
+				close(inTx)
+				<-release
+			}
+			return nil
+		}, func(error) {}
+	})
+	armed.Store(true)
+	refused := make(chan error, 1)
+	go func() { _, err := put(t, m, "l1"); refused <- err }()
+	<-inTx // the put's commit found the mailbox full and runs on without it
+	if n, err := m.Ack("l1", ids); n != 1 || err != nil {
+		t.Fatalf("ack = %d %v", n, err)
+	}
+	close(release)
+	if err := <-refused; err == nil {
+		t.Fatal("the put past the bound was taken")
+	}
+	if _, err := put(t, m, "l1"); err != nil {
+		t.Fatalf("put after an ack made room, the full mailbox found before it: %v", err)
 	}
 }
 
@@ -334,5 +422,49 @@ func TestStreamBound(t *testing.T) {
 	m.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("stream holds %d ids after its rows were removed, want 1 (the new row)", n)
+	}
+}
+
+// BenchmarkPutFullMailbox is a send to a leaf whose mailbox is full (1,000 rows, the default
+// bound): refused before any commit once a commit found it full, against the store's own
+// check each time (fullFor 0: a write transaction that scans the mailbox and fails, then a
+// commit of nothing).
+func BenchmarkPutFullMailbox(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		for_ time.Duration
+	}{{"known full", fullFor}, {"store checks each", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			defer func(d time.Duration) { fullFor = d }(fullFor)
+			fullFor = c.for_
+			st, err := store.Open(filepath.Join(b.TempDir(), "xmsg.db"), time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			m := New(st, slog.New(slog.DiscardHandler), 1000, -1)
+			err = st.Update(func(tx *store.Tx) error {
+				for range 1000 {
+					id := uuid.Must(uuid.NewV7()).String()
+					if err := tx.PutMailbox(store.MailboxEntry{ID: id, Peer: "l1", TargetRef: "svc:bot", Body: strings.Repeat("x", 200)}); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				id := uuid.Must(uuid.NewV7()).String()
+				err := m.Put(store.MailboxEntry{ID: id, Peer: "l1", TargetRef: "svc:bot", Body: "hi"},
+					store.Message{ID: id, SessionID: "svc:bot", Outcome: ledger.Queued, RecipientHarness: bus.RemoteHarness},
+					store.Outbound{ID: id, Peer: "l1", TargetRef: "svc:bot", Outcome: ledger.Queued}, nil)
+				if err == nil {
+					b.Fatal("a put to a full mailbox was taken")
+				}
+			}
+		})
 	}
 }
