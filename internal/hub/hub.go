@@ -61,9 +61,9 @@ type Mailboxes struct {
 	wireBytes int
 	// fullAt holds, per peer, that a commit found its mailbox full, and when: mail for it is
 	// refused before any commit (as a full service queue is) until a settle of its rows
-	// (settles moves on) or fullFor passes. Without it every send to a full mailbox, an offline leaf's most often,
-	// costs a write transaction that scans the mailbox and fails, and its batch a second pass
-	// (or a commit of nothing, when it was alone).
+	// (settles moves on) or fullFor passes. Without it every send to a full mailbox (an
+	// offline leaf's, most often) costs a write transaction that scans the mailbox and
+	// fails, and its batch a second pass (or, alone, a commit of nothing).
 	fullAt map[string]fullMark
 	// settles counts, per peer, the settles that removed rows of its mailbox (under mu): a
 	// mark taken before a commit that found the mailbox full holds only while it is the same.
