@@ -180,10 +180,13 @@ func TestFullFoundBeforeASettle(t *testing.T) {
 	refused := make(chan error, 1)
 	go func() { _, err := put(t, m, "l1"); refused <- err }()
 	<-inTx // the put's commit found the mailbox full and runs on without it
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	defer let() // a failure below must not leave the store's Close waiting for that commit
 	if n, err := m.Ack("l1", ids); n != 1 || err != nil {
 		t.Fatalf("ack = %d %v", n, err)
 	}
-	close(release)
+	let()
 	if err := <-refused; err == nil {
 		t.Fatal("the put past the bound was taken")
 	}

@@ -535,7 +535,10 @@ func TestQuiet(t *testing.T) {
 	if !s.Quiet() {
 		t.Fatal("a new store is not quiet")
 	}
-	release, lead := holdCommit(s, func(tx *Tx) error { return tx.PutMessage(Message{ID: "lead"}) })
+	hold, lead := holdCommit(s, func(tx *Tx) error { return tx.PutMessage(Message{ID: "lead"}) })
+	var once sync.Once
+	release := func() { once.Do(hold) }
+	defer release() // a failure below must not leave Close waiting for the held commit
 	if s.Quiet() {
 		t.Fatal("quiet while a write commits")
 	}
