@@ -71,10 +71,12 @@ type Mailboxes struct {
 }
 
 // fullMark is a commit's finding that a peer's mailbox is full: the peer's settle count
-// before that commit, and when it was found.
+// before that commit, when it was found, and, where only the bound on bytes refused the row,
+// that row's size (0: full in rows, no row fits): a row at least as big is refused too.
 type fullMark struct {
 	settles uint64
 	at      time.Time
+	size    int
 }
 
 // fullFor is how long a mailbox found full is taken to be so without a settle: rows a
@@ -117,23 +119,28 @@ func New(st *store.Store, log *slog.Logger, max, maxBytes int) *Mailboxes {
 func (m *Mailboxes) Put(mail store.MailboxEntry, msg store.Message, out store.Outbound, idem *store.Idem) error {
 	m.mu.Lock()
 	mark := m.settles[mail.Peer]
-	if f, ok := m.fullAt[mail.Peer]; ok {
-		if f.settles == mark && time.Since(f.at) < fullFor {
-			m.mu.Unlock()
-			return m.full(mail.Peer)
-		}
+	f, known := m.fullAt[mail.Peer]
+	if known && (f.settles != mark || time.Since(f.at) >= fullFor) {
 		delete(m.fullAt, mail.Peer)
+		known = false
 	}
 	m.mu.Unlock()
+	if known && (f.size == 0 || store.MailboxRowSize(mail) >= f.size) {
+		return m.full(mail.Peer)
+	}
 	err := m.store.Update(func(tx *store.Tx) error { return records.Mailed(tx, mail, m.max, m.maxBytes, msg, out, idem) })
 	if errors.Is(err, store.ErrMailboxFull) {
 		// The mark is the one taken before the commit: a settle since (its deletes in a
 		// commit after this one) has moved on from it, and the next put goes to the store.
+		f := fullMark{settles: mark, at: time.Now()}
+		if errors.Is(err, store.ErrMailboxBytes) {
+			f.size = store.MailboxRowSize(mail) // a smaller row may fit
+		}
 		m.mu.Lock()
 		if m.fullAt == nil {
 			m.fullAt = map[string]fullMark{}
 		}
-		m.fullAt[mail.Peer] = fullMark{settles: mark, at: time.Now()}
+		m.fullAt[mail.Peer] = f
 		m.mu.Unlock()
 		return m.full(mail.Peer)
 	}

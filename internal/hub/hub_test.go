@@ -155,6 +155,40 @@ func TestFullRefusedBeforeCommit(t *testing.T) {
 	}
 }
 
+// TestFullForBytes: a mailbox that refused a row for its bound on bytes still takes a smaller
+// row that fits, and refuses one at least as big before any commit. Mutant tried: every
+// refusal remembered as full in rows (size 0): red.
+func TestFullForBytes(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "xmsg.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m := New(st, slog.New(slog.DiscardHandler), -1, 4000)
+	putBody := func(body int) error {
+		id := uuid.Must(uuid.NewV7()).String()
+		return m.Put(store.MailboxEntry{ID: id, Peer: "l1", TargetRef: "svc:bot", Body: strings.Repeat("x", body)},
+			store.Message{ID: id, SessionID: "svc:bot", Outcome: ledger.Queued, RecipientHarness: bus.RemoteHarness},
+			store.Outbound{ID: id, Peer: "l1", TargetRef: "svc:bot", Outcome: ledger.Queued}, nil)
+	}
+	if err := putBody(2500); err != nil {
+		t.Fatal(err)
+	}
+	if err := putBody(2000); err == nil {
+		t.Fatal("a row past the bound on bytes was taken")
+	}
+	before := st.Commits()
+	if err := putBody(2100); err == nil {
+		t.Fatal("a bigger row past the bound on bytes was taken")
+	}
+	if n := st.Commits() - before; n != 0 {
+		t.Fatalf("a row at least as big as one refused for bytes made %d commits, want none", n)
+	}
+	if err := putBody(100); err != nil {
+		t.Fatalf("a small row that fits was refused after a big one: %v", err)
+	}
+}
+
 // TestFullFoundBeforeASettle: a commit that found the mailbox full before a settle of its rows
 // (the settle came while that commit was still running) does not have the next put refused:
 // the settle's deletes ride that put's commit. Mutant tried: the mark taken after the

@@ -78,6 +78,13 @@ func (t *Tx) PutMailbox(e MailboxEntry) error {
 // ErrMailboxFull is returned by PutMailboxMax when a leaf's mailbox already holds its bound.
 var ErrMailboxFull = errors.New("store: mailbox is full")
 
+// ErrMailboxBytes is the ErrMailboxFull of a row refused for the bound on bytes only: a
+// smaller row may still fit.
+var ErrMailboxBytes = fmt.Errorf("%w: no room for the row's bytes", ErrMailboxFull)
+
+// MailboxRowSize is the bytes e takes in its mailbox, as PutMailboxMax counts them.
+func MailboxRowSize(e MailboxEntry) int { return len(appendMailbox(nil, e)) }
+
 // PutMailboxMax stores mail for a leaf peer unless its mailbox already holds maxN messages or
 // the stored rows and this one would pass maxBytes (a bound <= 0 is no bound). The bytes
 // are what the rows take in the file (their encodings), so the bound is on what one leaf's
@@ -91,8 +98,11 @@ func (t *Tx) PutMailboxMax(e MailboxEntry, maxN, maxBytes int) error {
 	}
 	raw := appendMailbox(make([]byte, 0, 256+len(e.Body)*2+len(e.Envelope)*4/3+len(e.Origin)*4/3), e)
 	n, size := t.MailboxSize(e.Peer)
-	if (maxN > 0 && n >= maxN) || (maxBytes > 0 && size+len(raw) > maxBytes) {
+	if maxN > 0 && n >= maxN {
 		return ErrMailboxFull
+	}
+	if maxBytes > 0 && size+len(raw) > maxBytes {
+		return ErrMailboxBytes
 	}
 	return t.btx.Bucket(bucketMailbox).Put(mailboxKey(e.Peer, e.ID), raw)
 }
