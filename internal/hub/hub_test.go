@@ -469,11 +469,11 @@ func TestStreamBound(t *testing.T) {
 func BenchmarkPutFullMailbox(b *testing.B) {
 	for _, c := range []struct {
 		name string
-		for_ time.Duration
+		remember time.Duration
 	}{{"known full", fullFor}, {"store checks each", 0}} {
 		b.Run(c.name, func(b *testing.B) {
 			defer func(d time.Duration) { fullFor = d }(fullFor)
-			fullFor = c.for_
+			fullFor = c.remember
 			st, err := store.Open(filepath.Join(b.TempDir(), "xmsg.db"), time.Second)
 			if err != nil {
 				b.Fatal(err)
