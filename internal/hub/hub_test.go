@@ -468,7 +468,7 @@ func TestStreamBound(t *testing.T) {
 // commit of nothing).
 func BenchmarkPutFullMailbox(b *testing.B) {
 	for _, c := range []struct {
-		name string
+		name     string
 		remember time.Duration
 	}{{"known full", fullFor}, {"store checks each", 0}} {
 		b.Run(c.name, func(b *testing.B) {
