@@ -33,8 +33,13 @@ func open(t *testing.T, max int) *Mailboxes {
 func put(t *testing.T, m *Mailboxes, peer string) (string, error) {
 	t.Helper()
 	id := uuid.Must(uuid.NewV7()).String()
+	return id, putBody(m, peer, id, "hi "+id)
+}
+
+// putBody queues message id with body for peer.
+func putBody(m *Mailboxes, peer, id, body string) error {
 	now := time.Now().Unix()
-	return id, m.Put(store.MailboxEntry{ID: id, Peer: peer, TargetRef: "svc:bot", CreatedAt: now, Body: "hi " + id},
+	return m.Put(store.MailboxEntry{ID: id, Peer: peer, TargetRef: "svc:bot", CreatedAt: now, Body: body},
 		store.Message{ID: id, CreatedAt: now, SessionID: "svc:bot", Outcome: ledger.Queued, RecipientHarness: bus.RemoteHarness},
 		store.Outbound{ID: id, Peer: peer, TargetRef: "svc:bot", Outcome: ledger.Queued, CreatedAt: now}, nil)
 }
@@ -165,26 +170,21 @@ func TestFullForBytes(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	m := New(st, slog.New(slog.DiscardHandler), -1, 4000)
-	putBody := func(body int) error {
-		id := uuid.Must(uuid.NewV7()).String()
-		return m.Put(store.MailboxEntry{ID: id, Peer: "l1", TargetRef: "svc:bot", Body: strings.Repeat("x", body)},
-			store.Message{ID: id, SessionID: "svc:bot", Outcome: ledger.Queued, RecipientHarness: bus.RemoteHarness},
-			store.Outbound{ID: id, Peer: "l1", TargetRef: "svc:bot", Outcome: ledger.Queued}, nil)
-	}
-	if err := putBody(2500); err != nil {
+	sized := func(n int) error { return putBody(m, "l1", uuid.Must(uuid.NewV7()).String(), strings.Repeat("x", n)) }
+	if err := sized(2500); err != nil {
 		t.Fatal(err)
 	}
-	if err := putBody(2000); err == nil {
+	if err := sized(2000); err == nil {
 		t.Fatal("a row past the bound on bytes was taken")
 	}
 	before := st.Commits()
-	if err := putBody(2100); err == nil {
+	if err := sized(2100); err == nil {
 		t.Fatal("a bigger row past the bound on bytes was taken")
 	}
 	if n := st.Commits() - before; n != 0 {
 		t.Fatalf("a row at least as big as one refused for bytes made %d commits, want none", n)
 	}
-	if err := putBody(100); err != nil {
+	if err := sized(100); err != nil {
 		t.Fatalf("a small row that fits was refused after a big one: %v", err)
 	}
 }
@@ -494,11 +494,7 @@ func BenchmarkPutFullMailbox(b *testing.B) {
 			}
 			b.ResetTimer()
 			for range b.N {
-				id := uuid.Must(uuid.NewV7()).String()
-				err := m.Put(store.MailboxEntry{ID: id, Peer: "l1", TargetRef: "svc:bot", Body: "hi"},
-					store.Message{ID: id, SessionID: "svc:bot", Outcome: ledger.Queued, RecipientHarness: bus.RemoteHarness},
-					store.Outbound{ID: id, Peer: "l1", TargetRef: "svc:bot", Outcome: ledger.Queued}, nil)
-				if err == nil {
+				if err := putBody(m, "l1", uuid.Must(uuid.NewV7()).String(), "hi"); err == nil {
 					b.Fatal("a put to a full mailbox was taken")
 				}
 			}
