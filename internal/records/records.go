@@ -77,12 +77,8 @@ func Undelivered(tx *store.Tx, m store.Message, idem *store.Idem) error {
 // Settled records that message id, which reads was, now reads now; a message that reads
 // anything else (or none) is left as it is. It reports whether it changed the row.
 func Settled(tx *store.Tx, id string, was, now ledger.Outcome) (bool, error) {
-	m, found, err := tx.Message(id)
-	if err != nil || !found || m.Outcome != was {
-		return false, err
-	}
-	m.Outcome = now
-	return true, tx.PutMessage(m)
+	_, changed, err := tx.SetMessageOutcome(id, now, func(cur ledger.Outcome) bool { return cur == was })
+	return changed, err
 }
 
 // Taken records what leaf peer did with mail id: it is out of the mailbox, and the message
@@ -93,20 +89,11 @@ func Taken(tx *store.Tx, peer, id string, outcome ledger.Outcome) (bool, error) 
 	if err != nil || !ok {
 		return false, err
 	}
-	out, found, err := tx.Outbound(id)
-	if err != nil || !found || out.Peer != peer {
+	if mine, err := tx.SetOutboundOutcome(id, peer, outcome); err != nil || !mine {
 		return true, err
 	}
-	out.Outcome = outcome
-	if err := tx.PutOutbound(out); err != nil {
-		return true, err
-	}
-	m, found, err := tx.Message(id)
-	if err != nil || !found {
-		return true, err
-	}
-	m.Outcome = outcome
-	return true, tx.PutMessage(m)
+	_, _, err = tx.SetMessageOutcome(id, outcome, func(ledger.Outcome) bool { return true })
+	return true, err
 }
 
 // Reported applies what a message's recipient reported of it (change returns false to keep
