@@ -9,12 +9,12 @@ import (
 	"github.com/xmsg/xmsg/internal/jsonline"
 )
 
-// A message row, and a queued recipient's queue row, are encoded in every send's transaction,
-// while the commit's writer lock is held (and, in a group commit, once for each send of the
-// batch, one after the other), so they are written by hand: encoding/json's reflection was the
-// largest part of a send's work inside the transaction. The bytes are exactly json.Marshal's
-// (TestAppendMessageIsMarshal, TestAppendPendingIsMarshal and their fuzzers): a row reads the
-// same whichever wrote it.
+// A message row, and a queued recipient's queue row (a leaf's mailbox and outbound rows on a
+// hub), are encoded in every send's transaction, while the commit's writer lock is held (and,
+// in a group commit, once for each send of the batch, one after the other), so they are
+// written by hand: encoding/json's reflection was the largest part of a send's work inside the
+// transaction. The bytes are exactly json.Marshal's (TestAppend*IsMarshal and their fuzzers):
+// a row reads the same whichever wrote it.
 
 // appendMessage appends json.Marshal(m).
 func appendMessage(dst []byte, m Message) []byte {
@@ -111,6 +111,22 @@ func appendMailbox(dst []byte, e MailboxEntry) []byte {
 	dst = appendBytes(dst, e.Envelope)
 	dst = append(dst, `,"origin":`...)
 	dst = appendBytes(dst, e.Origin)
+	return append(dst, '}')
+}
+
+// appendOutbound appends json.Marshal(o): a leaf's mail writes one in the send's transaction
+// too, on the hub.
+func appendOutbound(dst []byte, o Outbound) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = jsonline.AppendString(dst, o.ID, true)
+	dst = append(dst, `,"peer":`...)
+	dst = jsonline.AppendString(dst, o.Peer, true)
+	dst = append(dst, `,"targetRef":`...)
+	dst = jsonline.AppendString(dst, o.TargetRef, true)
+	dst = append(dst, `,"outcome":`...)
+	dst = jsonline.AppendString(dst, o.Outcome.String(), true)
+	dst = append(dst, `,"createdAt":`...)
+	dst = strconv.AppendInt(dst, o.CreatedAt, 10)
 	return append(dst, '}')
 }
 

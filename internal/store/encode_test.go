@@ -118,3 +118,35 @@ func FuzzAppendMailbox(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendOutboundIsMarshal(t *testing.T) {
+	odd := "a\"b\\c\b\f\n\r\t\x00\x1f<>&\u2028\u2029\xff\xfeé😀"
+	for _, o := range []Outbound{
+		{},
+		{ID: "id", Peer: "leaf", TargetRef: "svc:x", Outcome: ledger.Queued, CreatedAt: 7},
+		{ID: odd, Peer: odd, TargetRef: odd, Outcome: ledger.Outcome(200), CreatedAt: -1 << 60},
+	} {
+		want, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendOutbound(nil, o); !bytes.Equal(got, want) {
+			t.Errorf("appendOutbound = %s, want %s", got, want)
+		}
+	}
+}
+
+func FuzzAppendOutbound(f *testing.F) {
+	f.Add("id", "leaf", "svc:x", uint8(2), int64(1))
+	f.Add("\xff", "\u2028", "<&>", uint8(255), int64(-1))
+	f.Fuzz(func(t *testing.T, id, peer, ref string, outcome uint8, at int64) {
+		o := Outbound{ID: id, Peer: peer, TargetRef: ref, Outcome: ledger.Outcome(outcome), CreatedAt: at}
+		want, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendOutbound(nil, o); !bytes.Equal(got, want) {
+			t.Errorf("appendOutbound = %q, want %q", got, want)
+		}
+	})
+}

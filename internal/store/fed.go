@@ -51,7 +51,7 @@ func (t *Tx) Outbound(id string) (Outbound, bool, error) {
 
 // PutOutbound inserts or replaces an outbound row.
 func (t *Tx) PutOutbound(o Outbound) error {
-	return put(t.btx.Bucket(bucketOutbound), []byte(o.ID), o)
+	return t.btx.Bucket(bucketOutbound).Put([]byte(o.ID), appendOutbound(make([]byte, 0, 128+len(o.TargetRef)), o))
 }
 
 // DeleteOutbound removes an outbound row.

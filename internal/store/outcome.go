@@ -94,7 +94,7 @@ func (t *Tx) SetOutboundOutcome(id, peer string, now ledger.Outcome) (bool, erro
 			return false, err
 		}
 		out.Outcome = now
-		return true, put(b, []byte(id), out)
+		return true, b.Put([]byte(id), appendOutbound(make([]byte, 0, len(row)), out))
 	}
 	if string(row[pi:pj]) != peer {
 		return false, nil
