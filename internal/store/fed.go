@@ -72,7 +72,22 @@ func (t *Tx) PutMailbox(e MailboxEntry) error {
 		// A NUL inside a name would let one peer's prefix reach into another's keys.
 		return fmt.Errorf("store: mailbox entry without a valid peer name")
 	}
-	return t.btx.Bucket(bucketMailbox).Put(mailboxKey(e.Peer, e.ID), appendMailbox(nil, e))
+	return t.putMailbox(e.Peer, mailboxKey(e.Peer, e.ID), appendMailbox(nil, e))
+}
+
+// putMailbox writes a mailbox row and counts it.
+func (t *Tx) putMailbox(peer string, key, raw []byte) error {
+	b := t.btx.Bucket(bucketMailbox)
+	old := b.Get(key)
+	if err := b.Put(key, raw); err != nil {
+		return err
+	}
+	if old == nil {
+		t.mailboxChanged(peer, 1, len(raw))
+	} else {
+		t.mailboxChanged(peer, 0, len(raw)-len(old))
+	}
+	return nil
 }
 
 // ErrMailboxFull is returned by PutMailboxMax when a leaf's mailbox already holds its bound.
@@ -97,14 +112,14 @@ func (t *Tx) PutMailboxMax(e MailboxEntry, maxN, maxBytes int) error {
 		return fmt.Errorf("store: mailbox entry without a valid peer name")
 	}
 	raw := appendMailbox(make([]byte, 0, 256+len(e.Body)*2+len(e.Envelope)*4/3+len(e.Origin)*4/3), e)
-	n, size := t.MailboxSize(e.Peer)
-	if maxN > 0 && n >= maxN {
+	size := t.mailboxSize(e.Peer)
+	if maxN > 0 && size.n >= maxN {
 		return ErrMailboxFull
 	}
-	if maxBytes > 0 && size+len(raw) > maxBytes {
+	if maxBytes > 0 && size.bytes+len(raw) > maxBytes {
 		return ErrMailboxBytes
 	}
-	return t.btx.Bucket(bucketMailbox).Put(mailboxKey(e.Peer, e.ID), raw)
+	return t.putMailbox(e.Peer, mailboxKey(e.Peer, e.ID), raw)
 }
 
 // MailboxSize returns how many rows peer's mailbox holds and their encoded bytes. It reads
@@ -165,10 +180,16 @@ func (t *Tx) InMailbox(peer, id string) bool {
 func (t *Tx) AckMailbox(peer, id string) (bool, error) {
 	b := t.btx.Bucket(bucketMailbox)
 	k := mailboxKey(peer, id)
-	if b.Get(k) == nil {
+	old := b.Get(k)
+	if old == nil {
 		return false, nil
 	}
-	return true, b.Delete(k)
+	size := len(old) // taken before the delete: old is the page's memory
+	if err := b.Delete(k); err != nil {
+		return true, err
+	}
+	t.mailboxChanged(peer, -1, -size)
+	return true, nil
 }
 
 // purgeFed drops outbound rows and mailbox entries older than cutoff.
@@ -178,6 +199,9 @@ func purgeFed(t *Tx, cutoff int64) (int, error) {
 		return n, err
 	}
 	m, err := purgeAll(t.btx.Bucket(bucketMailbox), cutoff)
+	if m > 0 {
+		t.mailboxesPurged()
+	}
 	return n + m, err
 }
 

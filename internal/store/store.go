@@ -137,7 +137,8 @@ type Store struct {
 	closed  bool
 	shut    atomic.Bool // closed, readable without mu
 	commits atomic.Uint64
-	times   commitTimes // durations of the commits that succeeded (metrics)
+	times   commitTimes  // durations of the commits that succeeded (metrics)
+	boxes   mailboxSizes // the leaves' mailboxes' sizes as of the last commit
 }
 
 // Closed reports whether Close was called: no write can be stored any more.
@@ -439,8 +440,10 @@ func (s *Store) commit(batch []*op) {
 	failed := make([]bool, len(batch))
 	for {
 		start := time.Now()
+		var boxes *boxTx
 		err := s.db.Update(func(btx *bolt.Tx) error {
-			tx := &Tx{btx: btx}
+			tx := &Tx{btx: btx, boxes: s.boxes.begin()}
+			boxes = tx.boxes
 			for i, o := range batch {
 				if failed[i] {
 					continue
@@ -462,6 +465,7 @@ func (s *Store) commit(batch []*op) {
 			continue
 		}
 		if err == nil {
+			s.boxes.committed(boxes)
 			s.commits.Add(1)
 			s.times.observe(time.Since(start))
 		}
@@ -482,7 +486,10 @@ func (s *Store) commit(batch []*op) {
 }
 
 // Tx is a transaction with xmsg's typed operations.
-type Tx struct{ btx *bolt.Tx }
+type Tx struct {
+	btx   *bolt.Tx
+	boxes *boxTx // a write transaction's mailbox sizes (nil: count them)
+}
 
 func u64(n uint64) []byte {
 	var b [8]byte
