@@ -2,7 +2,6 @@ package leaf
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -633,7 +632,8 @@ func (p *Puller) check(row *hub.Row) (bus.Inbound, error) {
 	}
 	var wp principal.Principal
 	if len(row.Principal) > 0 {
-		if err := json.Unmarshal(row.Principal, &wp); err != nil {
+		var err error
+		if wp, err = principal.Decode(row.Principal); err != nil {
 			return bus.Inbound{}, fmt.Errorf("%w: principal: %v", errUndeliverable, err)
 		}
 	}
