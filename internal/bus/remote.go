@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xmsg/xmsg/internal/envelope"
+	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/records"
@@ -93,9 +94,15 @@ type RemoteSession struct {
 
 // FedOrigin is the svc origin (docs/protocol.md §7.3) of mail that came from, or goes to,
 // host on behalf of principal (a badge: "claude:alice", "svc:matrix", "anon:bob").
+// It is json.Marshal of the map {kind, host, principal} (keys sorted), written by hand: a hub
+// writes one with each leaf message and a leaf with each row it pulls (TestFedOriginIsMarshal).
 func FedOrigin(host, principal string) json.RawMessage {
-	raw, _ := json.Marshal(map[string]string{"kind": "fed", "host": host, "principal": principal})
-	return raw
+	raw := make([]byte, 0, 40+len(host)+len(principal))
+	raw = append(raw, `{"host":`...)
+	raw = jsonline.AppendString(raw, host, true)
+	raw = append(raw, `,"kind":"fed","principal":`...)
+	raw = jsonline.AppendString(raw, principal, true)
+	return append(raw, '}')
 }
 
 func unknownPeer(host string) *Error {
