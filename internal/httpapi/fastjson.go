@@ -18,24 +18,10 @@ import (
 // anything else (the caller then decodes with encoding/json, which also gives the error).
 // body is valid UTF-8 (checked before).
 func decodeSendFast(body []byte) (req SendRequest, ok bool) {
-	i := jsonline.SkipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return req, false
-	}
-	i = jsonline.SkipSpace(body, i+1)
-	if i < len(body) && body[i] == '}' {
-		return req, jsonline.SkipSpace(body, i+1) == len(body)
-	}
-	for {
-		var key, val string
-		if key, i, ok = jsonline.PlainStringAt(body, i); !ok {
-			return req, false
-		}
-		if i = jsonline.SkipSpace(body, i); i >= len(body) || body[i] != ':' {
-			return req, false
-		}
-		if val, i, ok = jsonline.PlainStringAt(body, jsonline.SkipSpace(body, i+1)); !ok {
-			return req, false
+	ok = jsonline.EachField(body, func(key string, at int) (int, bool) {
+		val, next, ok := jsonline.PlainStringAt(body, at)
+		if !ok {
+			return 0, false
 		}
 		switch key { // a repeated field: the last one counts, as in encoding/json
 		case "from":
@@ -47,20 +33,11 @@ func decodeSendFast(body []byte) (req SendRequest, ok bool) {
 		case "idempotencyKey":
 			req.IdempotencyKeyAlias = val
 		default:
-			return req, false
+			return 0, false
 		}
-		if i = jsonline.SkipSpace(body, i); i >= len(body) {
-			return req, false
-		}
-		switch body[i] {
-		case ',':
-			i = jsonline.SkipSpace(body, i+1)
-		case '}':
-			return req, jsonline.SkipSpace(body, i+1) == len(body)
-		default:
-			return req, false
-		}
-	}
+		return next, true
+	})
+	return req, ok
 }
 
 // encodeDelivery is jsonline.Encode(d): by hand when no string needs escaping.

@@ -270,6 +270,47 @@ func SkipSpace(b []byte, i int) int {
 	return i
 }
 
+// EachField reads b as one flat JSON object, white space around and inside it allowed, for the
+// hand decoders of the hottest frames: it calls field with each key (a plain string, see
+// PlainStringAt) and the index of its value, and field reads the value and returns the index
+// after it, or false to give the object up. EachField reports whether b was read whole so: the
+// caller leaves anything else to encoding/json. It does not check UTF-8.
+func EachField(b []byte, field func(key string, at int) (next int, ok bool)) bool {
+	i := SkipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	if i = SkipSpace(b, i+1); i < len(b) && b[i] == '}' {
+		return SkipSpace(b, i+1) == len(b)
+	}
+	for {
+		key, j, ok := PlainStringAt(b, i)
+		if !ok {
+			return false
+		}
+		if j = SkipSpace(b, j); j >= len(b) || b[j] != ':' {
+			return false
+		}
+		if j = SkipSpace(b, j+1); j >= len(b) {
+			return false
+		}
+		if j, ok = field(key, j); !ok {
+			return false
+		}
+		if j = SkipSpace(b, j); j >= len(b) {
+			return false
+		}
+		switch b[j] {
+		case ',':
+			i = SkipSpace(b, j+1)
+		case '}':
+			return SkipSpace(b, j+1) == len(b)
+		default:
+			return false
+		}
+	}
+}
+
 // PlainStringAt reads the JSON string that starts at b[i] if it needs no decoding (no escape,
 // no raw control character), returning it and the index after its closing quote; ok is false
 // for anything else, which the caller leaves to encoding/json. It does not check UTF-8: the

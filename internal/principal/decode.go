@@ -26,61 +26,36 @@ func quick(raw []byte) (p Principal, ok bool) {
 	if !utf8.Valid(raw) {
 		return Principal{}, false
 	}
-	i := jsonline.SkipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
-		return Principal{}, false
-	}
-	i = jsonline.SkipSpace(raw, i+1)
 	var seen uint8 // one bit a key: a repeated one goes to json.Unmarshal (the last wins there)
-	if i < len(raw) && raw[i] == '}' {
-		i++
-	} else {
-		for {
-			key, j, ok := jsonline.PlainStringAt(raw, i)
-			if !ok {
-				return Principal{}, false
-			}
-			if j = jsonline.SkipSpace(raw, j); j >= len(raw) || raw[j] != ':' {
-				return Principal{}, false
-			}
-			val, j, ok := jsonline.PlainStringAt(raw, jsonline.SkipSpace(raw, j+1))
-			if !ok {
-				return Principal{}, false
-			}
-			var bit uint8
-			// Exact names only: json.Unmarshal also matches a key of another case, and
-			// takes or skips a key it does not know; both are left to it.
-			switch key {
-			case "kind":
-				bit, p.Kind = 1, Kind(val)
-			case "harness":
-				bit, p.Harness = 2, val
-			case "session_id":
-				bit, p.SessionID = 4, val
-			case "name":
-				bit, p.Name = 8, val
-			case "from":
-				bit, p.From = 16, val
-			default:
-				return Principal{}, false
-			}
-			if seen&bit != 0 {
-				return Principal{}, false
-			}
-			seen |= bit
-			j = jsonline.SkipSpace(raw, j)
-			if j < len(raw) && raw[j] == ',' {
-				i = jsonline.SkipSpace(raw, j+1)
-				continue
-			}
-			if j < len(raw) && raw[j] == '}' {
-				i = j + 1
-				break
-			}
-			return Principal{}, false
+	ok = jsonline.EachField(raw, func(key string, at int) (int, bool) {
+		val, next, ok := jsonline.PlainStringAt(raw, at)
+		if !ok {
+			return 0, false
 		}
-	}
-	if jsonline.SkipSpace(raw, i) != len(raw) {
+		var bit uint8
+		// Exact names only: json.Unmarshal also matches a key of another case, and takes or
+		// skips a key it does not know; both are left to it.
+		switch key {
+		case "kind":
+			bit, p.Kind = 1, Kind(val)
+		case "harness":
+			bit, p.Harness = 2, val
+		case "session_id":
+			bit, p.SessionID = 4, val
+		case "name":
+			bit, p.Name = 8, val
+		case "from":
+			bit, p.From = 16, val
+		default:
+			return 0, false
+		}
+		if seen&bit != 0 {
+			return 0, false
+		}
+		seen |= bit
+		return next, true
+	})
+	if !ok {
 		return Principal{}, false
 	}
 	return p, true

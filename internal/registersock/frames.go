@@ -29,78 +29,51 @@ func quickLoop(line []byte) (req loopReq, ok bool) {
 		wait, wait2           = -1, -1
 		seen                  uint8 // fields seen, one bit each
 	)
-	i := jsonline.SkipSpace(line, 0)
-	if i >= len(line) || line[i] != '{' {
-		return loopReq{}, false
-	}
-	i = jsonline.SkipSpace(line, i+1)
-	if i < len(line) && line[i] == '}' {
-		i++
-	} else {
-		for {
-			key, j, ok := jsonline.PlainStringAt(line, i)
-			if !ok {
-				return loopReq{}, false
+	ok = jsonline.EachField(line, func(key string, j int) (int, bool) {
+		var (
+			str string
+			ok  bool
+		)
+		num, isNum := -1, false
+		if line[j] == '"' {
+			if str, j, ok = jsonline.PlainStringAt(line, j); !ok {
+				return 0, false
 			}
-			j = jsonline.SkipSpace(line, j)
-			if j >= len(line) || line[j] != ':' {
-				return loopReq{}, false
-			}
-			j = jsonline.SkipSpace(line, j+1)
-			if j >= len(line) {
-				return loopReq{}, false
-			}
-			var str string
-			num, isNum := -1, false
-			if line[j] == '"' {
-				if str, j, ok = jsonline.PlainStringAt(line, j); !ok {
-					return loopReq{}, false
-				}
-			} else if num, j, ok = plainUint(line, j); ok {
-				isNum = true
-			} else {
-				return loopReq{}, false
-			}
-			var bit uint8
-			switch key {
-			case "action":
-				bit, action = 1, str
-			case "messageId":
-				bit, id, hasID = 2, str, true
-			case "message_id":
-				bit, id2, hasID2 = 4, str, true
-			case "text":
-				bit, text = 8, str
-			case "waitSecs":
-				bit, wait = 16, num
-			case "wait_secs":
-				bit, wait2, hasW2 = 32, num, true
-			case "ack":
-				if str == "" && !isNum {
-					return loopReq{}, false // refused by decodeLoop (errEmptyAck)
-				}
-				bit, ack = 64, str
-			}
-			// Other fields are ignored, as decodeLoop ignores them (repeated or not).
-			if bit != 0 {
-				if seen&bit != 0 || (bit == 16 || bit == 32) != isNum {
-					return loopReq{}, false // a repeated field, or one of the wrong type
-				}
-				seen |= bit
-			}
-			j = jsonline.SkipSpace(line, j)
-			if j < len(line) && line[j] == ',' {
-				i = jsonline.SkipSpace(line, j+1)
-				continue
-			}
-			if j < len(line) && line[j] == '}' {
-				i = j + 1
-				break
-			}
-			return loopReq{}, false
+		} else if num, j, ok = plainUint(line, j); ok {
+			isNum = true
+		} else {
+			return 0, false
 		}
-	}
-	if jsonline.SkipSpace(line, i) != len(line) {
+		var bit uint8
+		switch key {
+		case "action":
+			bit, action = 1, str
+		case "messageId":
+			bit, id, hasID = 2, str, true
+		case "message_id":
+			bit, id2, hasID2 = 4, str, true
+		case "text":
+			bit, text = 8, str
+		case "waitSecs":
+			bit, wait = 16, num
+		case "wait_secs":
+			bit, wait2, hasW2 = 32, num, true
+		case "ack":
+			if str == "" && !isNum {
+				return 0, false // refused by decodeLoop (errEmptyAck)
+			}
+			bit, ack = 64, str
+		}
+		// Other fields are ignored, as decodeLoop ignores them (repeated or not).
+		if bit != 0 {
+			if seen&bit != 0 || (bit == 16 || bit == 32) != isNum {
+				return 0, false // a repeated field, or one of the wrong type
+			}
+			seen |= bit
+		}
+		return j, true
+	})
+	if !ok {
 		return loopReq{}, false
 	}
 	req = loopReq{Action: action, Text: text, WaitSecs: defaultWait, Ack: ack}
