@@ -184,11 +184,10 @@ func (t *Tx) AckMailbox(peer, id string) (bool, error) {
 	if old == nil {
 		return false, nil
 	}
-	size := len(old) // taken before the delete: old is the page's memory
 	if err := b.Delete(k); err != nil {
 		return true, err
 	}
-	t.mailboxChanged(peer, -1, -size)
+	t.mailboxChanged(peer, -1, -len(old))
 	return true, nil
 }
 

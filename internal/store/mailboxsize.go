@@ -27,7 +27,8 @@ type mailboxSizes struct {
 const maxKnownBoxes = 1 << 16
 
 // boxTx is a write transaction's view of the mailboxes' sizes: those it has learned or
-// changed (sizes), over what the store knew when it began.
+// changed (sizes), over what the store knew when it began (store; nil in a read transaction,
+// which counts).
 type boxTx struct {
 	store *mailboxSizes
 	sizes map[string]boxSize
@@ -35,8 +36,6 @@ type boxTx struct {
 	// transaction, and only sizes is kept at its commit.
 	purged bool
 }
-
-func (s *mailboxSizes) begin() *boxTx { return &boxTx{store: s} }
 
 // committed keeps what b learned and changed, b's transaction having been committed.
 func (s *mailboxSizes) committed(b *boxTx) {
@@ -77,7 +76,7 @@ func (b *boxTx) set(peer string, size boxSize) {
 // mailboxSize is MailboxSize from what the transaction knows, counted once where it knows
 // nothing of peer's mailbox.
 func (t *Tx) mailboxSize(peer string) boxSize {
-	if t.boxes == nil {
+	if t.boxes.store == nil {
 		n, bytes := t.MailboxSize(peer)
 		return boxSize{n, bytes}
 	}
@@ -93,7 +92,7 @@ func (t *Tx) mailboxSize(peer string) boxSize {
 // transaction knows nothing of stays unknown: counted later, the count sees the change in
 // the rows themselves.
 func (t *Tx) mailboxChanged(peer string, dn, dbytes int) {
-	if t.boxes == nil {
+	if t.boxes.store == nil {
 		return
 	}
 	size, ok := t.boxes.lookup(peer)
@@ -105,7 +104,5 @@ func (t *Tx) mailboxChanged(peer string, dn, dbytes int) {
 
 // mailboxesPurged forgets every size: rows went without being counted.
 func (t *Tx) mailboxesPurged() {
-	if t.boxes != nil {
-		t.boxes.sizes, t.boxes.purged = nil, true
-	}
+	t.boxes.sizes, t.boxes.purged = nil, true
 }

@@ -442,8 +442,8 @@ func (s *Store) commit(batch []*op) {
 		start := time.Now()
 		var boxes *boxTx
 		err := s.db.Update(func(btx *bolt.Tx) error {
-			tx := &Tx{btx: btx, boxes: s.boxes.begin()}
-			boxes = tx.boxes
+			tx := &Tx{btx: btx, boxes: boxTx{store: &s.boxes}}
+			boxes = &tx.boxes
 			for i, o := range batch {
 				if failed[i] {
 					continue
@@ -488,7 +488,7 @@ func (s *Store) commit(batch []*op) {
 // Tx is a transaction with xmsg's typed operations.
 type Tx struct {
 	btx   *bolt.Tx
-	boxes *boxTx // a write transaction's mailbox sizes (nil: count them)
+	boxes boxTx // a write transaction's mailbox sizes (none in a read: count them)
 }
 
 func u64(n uint64) []byte {
