@@ -22,9 +22,10 @@ type mailboxSizes struct {
 	known map[string]boxSize
 }
 
-// maxKnownBoxes bounds what is kept (a hub has one mailbox per configured leaf); past it the
-// sizes are forgotten and counted again as they are asked for.
-const maxKnownBoxes = 1 << 16
+// maxKnownBoxes bounds what is kept (a hub has one mailbox per configured leaf, and a peers
+// file holds some 100,000 of them); past it the sizes are forgotten and counted again as they
+// are asked for.
+const maxKnownBoxes = 1 << 18
 
 // boxTx is a write transaction's view of the mailboxes' sizes: those it has learned or
 // changed (sizes), over what the store knew when it began (store; nil in a read transaction,
