@@ -6,7 +6,6 @@ package bus
 
 import (
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/xmsg/xmsg/internal/harness"
 	"github.com/xmsg/xmsg/internal/harness/svc"
 	"github.com/xmsg/xmsg/internal/harness/uid"
+	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/lockwatch"
@@ -630,10 +630,21 @@ func (b *Bus) registeredLocked(procs []peercred.Stat) bool {
 // nowUnix is the bus clock in unix seconds, the unit of every stored time.
 func (b *Bus) nowUnix() int64 { return b.cfg.Now().Unix() }
 
+// fmtOrigin is the svc origin (docs/protocol.md §7.3) of a local sender: json.Marshal of the
+// map {kind} or {kind, harness, sessionId} (keys sorted), written by hand as FedOrigin is
+// (TestLocalOriginIsMarshal): one is written with every queued send.
 func fmtOrigin(kind string, c *Caller) json.RawMessage {
+	raw := make([]byte, 0, 64)
 	if c == nil {
-		return json.RawMessage(fmt.Sprintf(`{"kind":%q}`, kind))
+		raw = append(raw, `{"kind":`...)
+		raw = jsonline.AppendString(raw, kind, true)
+		return append(raw, '}')
 	}
-	raw, _ := json.Marshal(map[string]string{"kind": kind, "harness": c.Harness, "sessionId": c.SessionID})
-	return raw
+	raw = append(raw, `{"harness":`...)
+	raw = jsonline.AppendString(raw, c.Harness, true)
+	raw = append(raw, `,"kind":`...)
+	raw = jsonline.AppendString(raw, kind, true)
+	raw = append(raw, `,"sessionId":`...)
+	raw = jsonline.AppendString(raw, c.SessionID, true)
+	return append(raw, '}')
 }

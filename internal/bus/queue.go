@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
+	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/ledger"
 	"github.com/xmsg/xmsg/internal/limits"
 	"github.com/xmsg/xmsg/internal/store"
@@ -278,9 +281,11 @@ func shareOf(origin json.RawMessage) string {
 	if len(origin) == 0 {
 		return ""
 	}
-	var o struct{ Kind, Host, Harness, SessionID string }
-	if json.Unmarshal(origin, &o) != nil {
-		return ""
+	o, ok := quickOrigin(origin)
+	if !ok {
+		if o = (originFields{}); json.Unmarshal(origin, &o) != nil {
+			return ""
+		}
 	}
 	switch o.Kind {
 	case "fed":
@@ -291,6 +296,46 @@ func shareOf(origin json.RawMessage) string {
 		}
 	}
 	return ""
+}
+
+// originFields is what a share is read from.
+type originFields struct{ Kind, Host, Harness, SessionID string }
+
+// quickOrigin reads origin as json.Unmarshal would into originFields, in one pass, where it
+// is the shape this daemon writes (a flat object, plain string values, the fields under their
+// own spelling, other keys skipped; a repeated key's last value counts, as there): shareOf
+// runs in every queued send's transaction. ok is false for anything else, left to
+// json.Unmarshal (FuzzQuickOrigin holds them equal).
+func quickOrigin(origin []byte) (o originFields, ok bool) {
+	if !utf8.Valid(origin) {
+		return o, false
+	}
+	ok = jsonline.EachField(origin, func(key string, at int) (int, bool) {
+		val, next, ok := jsonline.PlainStringAt(origin, at)
+		if !ok {
+			return 0, false
+		}
+		switch key {
+		case "kind":
+			o.Kind = val
+		case "host":
+			o.Host = val
+		case "harness":
+			o.Harness = val
+		case "sessionId":
+			o.SessionID = val
+		default:
+			// json.Unmarshal matches a field's name whatever its case: such a key is
+			// its to read, any other it skips.
+			for _, name := range [...]string{"kind", "host", "harness", "sessionid"} {
+				if strings.EqualFold(key, name) {
+					return 0, false
+				}
+			}
+		}
+		return next, true
+	})
+	return o, ok
 }
 
 // shareFull is the refusal of a row whose origin holds its share of the queue: a full queue,

@@ -16,16 +16,16 @@ func TestDecodeIsUnmarshal(t *testing.T) {
 		{`{"kind":"service","name":"matrix"}`, true},
 		{` { "kind" : "anonymous" , "from" : "bob" } `, true},
 		{`{}`, true},
-		{`{"kind":"session","kind":"service"}`, false}, // the last wins
-		{`{"Kind":"service"}`, false},                  // matched whatever its case
-		{`{"kind":"service","extra":1}`, false},        // skipped
-		{`{"kind":"ser\u0076ice"}`, false},             // an escape
-		{`{"kind":null}`, false},                       // left as it was
-		{`{"kind":"service"`, false},                   // refused
-		{`{"kind":"service"} x`, false},                // refused
-		{`[]`, false},                                  // refused
-		{"{\"kind\":\"a\tb\"}", false},                 // a raw control character: refused
-		{"{\"from\":\"\xff\"}", false},                 // not UTF-8: read as U+FFFD
+		{`{"kind":"session","kind":"service"}`, true}, // the last wins
+		{`{"Kind":"service"}`, false},                 // matched whatever its case
+		{`{"kind":"service","extra":1}`, false},       // skipped
+		{`{"kind":"ser\u0076ice"}`, false},            // an escape
+		{`{"kind":null}`, false},                      // left as it was
+		{`{"kind":"service"`, false},                  // refused
+		{`{"kind":"service"} x`, false},               // refused
+		{`[]`, false},                                 // refused
+		{"{\"kind\":\"a\tb\"}", false},                // a raw control character: refused
+		{"{\"from\":\"\xff\"}", false},                // not UTF-8: read as U+FFFD
 		{`{"kind":"service","name":"é😀<>&"}`, true},
 		{`{"kind":1}`, false}, // refused
 	} {
