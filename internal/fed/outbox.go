@@ -2,7 +2,6 @@ package fed
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/xmsg/xmsg/internal/bus"
 	"github.com/xmsg/xmsg/internal/hub"
 	"github.com/xmsg/xmsg/internal/ledger"
+	"github.com/xmsg/xmsg/internal/principal"
 	"github.com/xmsg/xmsg/internal/records"
 	"github.com/xmsg/xmsg/internal/store"
 )
@@ -161,21 +161,31 @@ func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error)
 	}
 	now := n.rec.now().Unix()
 	msg := s.Message(id, n.cfg.Host, ledger.Queued, now)
-	env, err := json.Marshal(envelopeOf(s, msg))
-	if err != nil {
-		return bus.Delivery{}, err
-	}
-	// The origin's principal is the sender's badge as in a svc origin (docs/protocol.md §7.3:
-	// "claude:alice", "svc:matrix", "anon:bob"), the same a service sees for mail that came
-	// over federation.
-	mail := store.MailboxEntry{ID: id, Peer: s.Peer, TargetRef: s.TargetRef, CreatedAt: now, FromName: s.FromName, Bytes: s.Bytes,
-		Body: s.Text, Envelope: env, Origin: bus.FedOrigin(n.cfg.Host, s.Principal.Badge())}
+	mail, wire := mailOf(s, msg, n.cfg.Host, now)
 	d := bus.Delivery{SessionID: s.TargetRef, FromName: s.FromName, Bytes: s.Bytes, MessageID: id, Outcome: ledger.Queued}
 	out := store.Outbound{ID: id, Peer: s.Peer, TargetRef: s.TargetRef, Outcome: ledger.Queued, CreatedAt: now}
-	if err := n.rec.mail.Put(mail, msg, out, s.Idem(d, now)); err != nil {
+	if err := n.rec.mail.Put(mail, wire, msg, out, s.Idem(d, now)); err != nil {
 		return bus.Delivery{}, err
 	}
 	return d, nil
+}
+
+// mailOf is the mail that queues s, recorded as msg at now, for its leaf peer, with the
+// envelope it keeps, and its row as a pull hands it out: built from s, not read back from
+// that envelope as hub.RowOf reads mail from the store (TestMailRowIsRowOf holds the two
+// equal). The origin's principal is the sender's badge as in a svc origin (docs/protocol.md
+// §7.3: "claude:alice", "svc:matrix", "anon:bob"), the same a service sees for mail that came
+// over federation.
+func mailOf(s bus.RemoteSend, msg store.Message, host string, now int64) (mail store.MailboxEntry, wire []byte) {
+	e := envelopeOf(s, msg)
+	mail = store.MailboxEntry{ID: msg.ID, Peer: s.Peer, TargetRef: s.TargetRef, CreatedAt: now, FromName: s.FromName, Bytes: s.Bytes,
+		Body: s.Text, Envelope: appendEnvelope(make([]byte, 0, 256+len(s.Text)), e), Origin: bus.FedOrigin(host, s.Principal.Badge())}
+	wire, err := hub.EncodeRow(hub.Row{ID: mail.ID, Origin: mail.Origin, Body: mail.Body, To: mail.TargetRef,
+		Principal: principal.Append(nil, e.Principal), PushReplies: e.PushReplies, ThreadID: e.ThreadID, CreatedAt: now})
+	if err != nil {
+		return mail, nil // the hub's to build from the mail, as for mail read from the store
+	}
+	return mail, wire
 }
 
 // envelopeOf is the envelope (§8.3) of s, recorded as msg: what goes over the wire, or is

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"unicode/utf8"
 
+	"github.com/xmsg/xmsg/internal/jsonline"
 	"github.com/xmsg/xmsg/internal/principal"
 )
 
@@ -26,6 +28,28 @@ type Envelope struct {
 	PushReplies bool   `json:"push_replies"`
 	ThreadID    string `json:"thread_id"`
 	CreatedAt   int64  `json:"created_at"`
+}
+
+// appendEnvelope appends json.Marshal(e): a hub writes one with each leaf message, into the
+// mail it keeps (TestAppendEnvelopeIsMarshal).
+func appendEnvelope(dst []byte, e Envelope) []byte {
+	dst = append(dst, `{"v":`...)
+	dst = strconv.AppendInt(dst, int64(e.V), 10)
+	dst = append(dst, `,"id":`...)
+	dst = jsonline.AppendString(dst, e.ID, true)
+	dst = append(dst, `,"principal":`...)
+	dst = principal.Append(dst, e.Principal)
+	dst = append(dst, `,"to":{"ref":`...)
+	dst = jsonline.AppendString(dst, e.To.Ref, true)
+	dst = append(dst, `},"body":`...)
+	dst = jsonline.AppendString(dst, e.Body, true)
+	dst = append(dst, `,"push_replies":`...)
+	dst = strconv.AppendBool(dst, e.PushReplies)
+	dst = append(dst, `,"thread_id":`...)
+	dst = jsonline.AppendString(dst, e.ThreadID, true)
+	dst = append(dst, `,"created_at":`...)
+	dst = strconv.AppendInt(dst, e.CreatedAt, 10)
+	return append(dst, '}')
 }
 
 // WireReplier is the replier of a reply envelope.

@@ -114,9 +114,10 @@ func New(st *store.Store, log *slog.Logger, max, maxBytes int) *Mailboxes {
 
 // Put queues mail for its leaf peer: the message row, its outbound row (outcome queued), the
 // mail and the sender's idempotency record (idem, nil for none) commit together, and the
-// leaf's long-poll wakes. A full mailbox is refused like a full service queue: the leaf is
+// leaf's long-poll wakes. wire is the mail's row as a pull hands it out (EncodeRow; nil: made
+// here from the mail). A full mailbox is refused like a full service queue: the leaf is
 // behind, the sender may retry.
-func (m *Mailboxes) Put(mail store.MailboxEntry, msg store.Message, out store.Outbound, idem *store.Idem) error {
+func (m *Mailboxes) Put(mail store.MailboxEntry, wire []byte, msg store.Message, out store.Outbound, idem *store.Idem) error {
 	m.mu.Lock()
 	mark := m.settles[mail.Peer]
 	f, known := m.fullAt[mail.Peer]
@@ -147,9 +148,12 @@ func (m *Mailboxes) Put(mail store.MailboxEntry, msg store.Message, out store.Ou
 	if err != nil {
 		return err
 	}
-	if w, err := EncodeRow(RowOf(mail)); err == nil {
+	if wire == nil {
+		wire, _ = EncodeRow(RowOf(mail))
+	}
+	if wire != nil {
 		m.mu.Lock()
-		m.keepWire(mail.Peer, mail.ID, w)
+		m.keepWire(mail.Peer, mail.ID, wire)
 		m.mu.Unlock()
 	}
 	if m.wake.Fire(mail.Peer) && m.store.Quiet() {

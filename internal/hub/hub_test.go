@@ -39,7 +39,7 @@ func put(t *testing.T, m *Mailboxes, peer string) (string, error) {
 // putBody queues message id with body for peer.
 func putBody(m *Mailboxes, peer, id, body string) error {
 	now := time.Now().Unix()
-	return m.Put(store.MailboxEntry{ID: id, Peer: peer, TargetRef: "svc:bot", CreatedAt: now, Body: body},
+	return m.Put(store.MailboxEntry{ID: id, Peer: peer, TargetRef: "svc:bot", CreatedAt: now, Body: body}, nil,
 		store.Message{ID: id, CreatedAt: now, SessionID: "svc:bot", Outcome: ledger.Queued, RecipientHarness: bus.RemoteHarness},
 		store.Outbound{ID: id, Peer: peer, TargetRef: "svc:bot", Outcome: ledger.Queued, CreatedAt: now}, nil)
 }

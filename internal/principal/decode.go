@@ -54,3 +54,17 @@ func quick(raw []byte) (p Principal, ok bool) {
 	}
 	return p, true
 }
+
+// Append appends json.Marshal(p): a hub writes a principal into each leaf message's envelope
+// and its pull row (TestAppendIsMarshal).
+func Append(dst []byte, p Principal) []byte {
+	dst = append(dst, `{"kind":`...)
+	dst = jsonline.AppendString(dst, string(p.Kind), true)
+	for _, f := range [...]struct{ key, val string }{{`,"harness":`, p.Harness}, {`,"session_id":`, p.SessionID}, {`,"name":`, p.Name}, {`,"from":`, p.From}} {
+		if f.val != "" {
+			dst = append(dst, f.key...)
+			dst = jsonline.AppendString(dst, f.val, true)
+		}
+	}
+	return append(dst, '}')
+}

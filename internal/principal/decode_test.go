@@ -62,3 +62,26 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendIsMarshal(t *testing.T) {
+	odd := "a\"b\\c\b\f\n\r\t\x00\x1f<>&\u2028\u2029\xff\xfeé😀"
+	for _, p := range []Principal{{}, {Kind: Session, Harness: "claude", SessionID: "s", Name: "alice"}, {Kind: Service, Name: "m"},
+		{Kind: Anonymous, From: "bob"}, {Kind: Kind(odd), Harness: odd, SessionID: odd, Name: odd, From: odd}} {
+		want, _ := json.Marshal(p)
+		if got := Append(nil, p); string(got) != string(want) {
+			t.Errorf("Append(%+v) = %s, want %s", p, got, want)
+		}
+	}
+}
+
+func FuzzAppend(f *testing.F) {
+	f.Add("session", "claude", "s", "alice", "")
+	f.Add("\xff<", "", "\u2028", "", "&")
+	f.Fuzz(func(t *testing.T, kind, harness, session, name, from string) {
+		p := Principal{Kind: Kind(kind), Harness: harness, SessionID: session, Name: name, From: from}
+		want, _ := json.Marshal(p)
+		if got := Append(nil, p); string(got) != string(want) {
+			t.Errorf("Append(%+v) = %s, want %s", p, got, want)
+		}
+	})
+}
