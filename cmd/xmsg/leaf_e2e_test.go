@@ -803,6 +803,35 @@ func TestLeafNode(t *testing.T) {
 		}
 	})
 
+	// The hub's metrics count a leaf's mail until its service acks it: the gauge is read from
+	// the counts the hub's commits keep (store.MailboxLens), so it must follow the rows.
+	t.Run("mailbox depth", func(t *testing.T) {
+		depth := func() string {
+			_, body := s.hubCLI.http("GET", "/metrics", "")
+			for _, line := range strings.Split(fmt.Sprint(body["raw"]), "\n") {
+				if v, ok := strings.CutPrefix(line, `xmsg_leaf_mailbox_depth{peer="leaf1"} `); ok {
+					return v
+				}
+			}
+			return "none"
+		}
+		// The round trips' last ack reaches the hub with the leaf's next acks (within the
+		// records' ride).
+		daemontest.WaitFor(t, "the depth at 0 before the sends", func() bool { return depth() == "0" })
+		ids := []string{s.hubSend("depth 1"), s.hubSend("depth 2")}
+		if d := depth(); d != "2" {
+			t.Fatalf("depth with two messages the bot has not taken: %s, want 2", d)
+		}
+		for range ids {
+			id, _ := s.botPoll(30)
+			if id == "" {
+				t.Fatalf("the bot got nothing\nleaf: %s", s.leaf.stderr)
+			}
+			s.botAck(id)
+		}
+		daemontest.WaitFor(t, "the depth back to 0 once the bot acked both", func() bool { return depth() == "0" })
+	})
+
 	t.Run("isolation", func(t *testing.T) {
 		// Mail for leaf1 that the bot does not take yet: it stays in leaf1's mailbox.
 		id := s.hubSend("pending for leaf1")

@@ -256,8 +256,11 @@ func (t *tier) Metrics(w io.Writer) {
 	}
 	if mail := t.d.fed.mailboxes(); mail != nil {
 		m.family("xmsg_leaf_mailbox_depth", "gauge", "Messages waiting in each leaf's mailbox on this hub.")
-		for _, p := range t.d.fed.leafPeers() {
-			m.sample("xmsg_leaf_mailbox_depth", float64(mail.Len(p)), "peer", p)
+		peers := t.d.fed.leafPeers()
+		if lens, err := mail.Lens(peers); err == nil {
+			for i, p := range peers {
+				m.sample("xmsg_leaf_mailbox_depth", float64(lens[i]), "peer", p)
+			}
 		}
 	}
 }

@@ -525,6 +525,9 @@ func (m *Mailboxes) Len(peer string) int {
 	return n
 }
 
+// Lens counts the mail waiting for each of peers (store.MailboxLens: a gauge's reading).
+func (m *Mailboxes) Lens(peers []string) ([]int, error) { return m.store.MailboxLens(peers) }
+
 // Row is one row of a leaf's mailbox as GET /fed/v2/inbox answers it: the §8.3 fields
 // (id, origin, body, to) and, from the kept envelope, what the leaf needs to record the
 // message with the sender as its copy's return address (principal, push_replies,

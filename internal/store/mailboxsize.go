@@ -107,3 +107,30 @@ func (t *Tx) mailboxChanged(peer string, dn, dbytes int) {
 func (t *Tx) mailboxesPurged() {
 	t.boxes.sizes, t.boxes.purged = nil, true
 }
+
+// MailboxLens counts the mail waiting for each of peers as of the last commit: from what the
+// store knows of a mailbox, else by a pass over it, all in one read transaction. It is a
+// gauge's reading (metrics): a scrape of a hub with thousands of leaves makes neither a
+// transaction nor, for a mailbox a write has counted, a pass per leaf.
+func (s *Store) MailboxLens(peers []string) ([]int, error) {
+	lens := make([]int, len(peers))
+	var unknown []int
+	s.boxes.mu.Lock()
+	for i, peer := range peers {
+		if size, ok := s.boxes.known[peer]; ok {
+			lens[i] = size.n
+		} else {
+			unknown = append(unknown, i)
+		}
+	}
+	s.boxes.mu.Unlock()
+	if len(unknown) == 0 {
+		return lens, nil
+	}
+	return lens, s.View(func(tx *Tx) error {
+		for _, i := range unknown {
+			lens[i] = tx.MailboxLen(peers[i])
+		}
+		return nil
+	})
+}

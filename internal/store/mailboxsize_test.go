@@ -111,6 +111,26 @@ func TestMailboxSizesFollowTheRows(t *testing.T) {
 			t.Fatalf("step %d (%s): %v", step, what, err)
 		}
 		checkBoxes(t, st, fmt.Sprintf("step %d (%s)", step, what))
+		checkLens(t, st, append(peers, "none"), fmt.Sprintf("step %d (%s)", step, what))
+	}
+}
+
+// checkLens fails t where MailboxLens, the metrics' reading, differs from a count of the rows.
+func checkLens(t *testing.T, st *Store, peers []string, step string) {
+	t.Helper()
+	lens, err := st.MailboxLens(peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.View(func(tx *Tx) error {
+		for i, peer := range peers {
+			if n := tx.MailboxLen(peer); lens[i] != n {
+				t.Errorf("%s: MailboxLens says %d for %s, its rows are %d", step, lens[i], peer, n)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
