@@ -174,7 +174,7 @@ func TestProcReaders(t *testing.T) {
 // recordWrites are the store's writes of a message's records (design.md §1: only
 // records calls them). Queue entries and process sessions are not records.
 var recordWrites = []string{"PutMessage", "DeleteMessage", "AddReply", "PutReply", "PutIdem", "DeleteIdem",
-	"PutOutbound", "DeleteOutbound", "PutMailbox", "PutMailboxMax", "AckMailbox"}
+	"PutOutbound", "DeleteOutbound", "PutMailbox", "PutMailboxMax", "AckMailbox", "SetMessageOutcome", "SetOutboundOutcome"}
 
 // TestRecordWriters: only records (and store itself) calls the store's record writes.
 // Each name must still be a method of the store's transaction, so a rename cannot empty the
