@@ -25,7 +25,7 @@ type mailboxSizes struct {
 // maxKnownBoxes bounds what is kept (a hub has one mailbox per configured leaf, and a peers
 // file holds some 100,000 of them); past it the sizes are forgotten and counted again as they
 // are asked for.
-const maxKnownBoxes = 1 << 18
+var maxKnownBoxes = 1 << 18
 
 // boxTx is a write transaction's view of the mailboxes' sizes: those it has learned or
 // changed (sizes), over what the store knew when it began (store; nil in a read transaction,
@@ -47,6 +47,9 @@ func (s *mailboxSizes) committed(b *boxTx) {
 	defer s.mu.Unlock()
 	if b.purged || s.known == nil || len(s.known)+len(b.sizes) > maxKnownBoxes {
 		s.known = make(map[string]boxSize, len(b.sizes))
+	}
+	if len(b.sizes) > maxKnownBoxes {
+		return // more than is kept: counted again as they are asked for
 	}
 	for peer, size := range b.sizes {
 		s.known[peer] = size

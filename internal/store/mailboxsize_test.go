@@ -134,6 +134,25 @@ func checkLens(t *testing.T, st *Store, peers []string, step string) {
 	}
 }
 
+// What the store keeps is bounded: past maxKnownBoxes mailboxes it forgets them and counts
+// again, and the counts stay the rows'.
+func TestMailboxSizesBounded(t *testing.T) {
+	defer func(was int) { maxKnownBoxes = was }(maxKnownBoxes)
+	maxKnownBoxes = 3
+	st := open(t, filepath.Join(t.TempDir(), "x.db"))
+	for i := range 40 {
+		peer := fmt.Sprintf("leaf-%d", i%7)
+		e := MailboxEntry{ID: fmt.Sprintf("m%d", i), Peer: peer, Body: strings.Repeat("x", i)}
+		if err := st.Update(func(tx *Tx) error { return tx.PutMailboxMax(e, 100, 0) }); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(st.boxes.known); n > maxKnownBoxes {
+			t.Fatalf("the store keeps %d mailboxes' sizes, past its bound of %d", n, maxKnownBoxes)
+		}
+		checkBoxes(t, st, fmt.Sprintf("put %d", i))
+	}
+}
+
 // A put to a mailbox near a bound of thousands of rows, each in a commit of its own: the
 // size known from the last commit against a pass over the mailbox (TMPDIR on tmpfs leaves
 // the disk out of it).
