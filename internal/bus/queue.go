@@ -310,11 +310,7 @@ func quickOrigin(origin []byte) (o originFields, ok bool) {
 	if !utf8.Valid(origin) {
 		return o, false
 	}
-	ok = jsonline.EachField(origin, func(key string, at int) (int, bool) {
-		val, next, ok := jsonline.PlainStringAt(origin, at)
-		if !ok {
-			return 0, false
-		}
+	ok = jsonline.EachString(origin, func(key, val string) bool {
 		switch key {
 		case "kind":
 			o.Kind = val
@@ -329,11 +325,11 @@ func quickOrigin(origin []byte) (o originFields, ok bool) {
 			// its to read, any other it skips.
 			for _, name := range [...]string{"kind", "host", "harness", "sessionid"} {
 				if strings.EqualFold(key, name) {
-					return 0, false
+					return false
 				}
 			}
 		}
-		return next, true
+		return true
 	})
 	return o, ok
 }

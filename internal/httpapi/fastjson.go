@@ -18,11 +18,7 @@ import (
 // anything else (the caller then decodes with encoding/json, which also gives the error).
 // body is valid UTF-8 (checked before).
 func decodeSendFast(body []byte) (req SendRequest, ok bool) {
-	ok = jsonline.EachField(body, func(key string, at int) (int, bool) {
-		val, next, ok := jsonline.PlainStringAt(body, at)
-		if !ok {
-			return 0, false
-		}
+	ok = jsonline.EachString(body, func(key, val string) bool {
 		switch key { // a repeated field: the last one counts, as in encoding/json
 		case "from":
 			req.From = val
@@ -33,9 +29,9 @@ func decodeSendFast(body []byte) (req SendRequest, ok bool) {
 		case "idempotencyKey":
 			req.IdempotencyKeyAlias = val
 		default:
-			return 0, false
+			return false
 		}
-		return next, true
+		return true
 	})
 	return req, ok
 }

@@ -311,6 +311,18 @@ func EachField(b []byte, field func(key string, at int) (next int, ok bool)) boo
 	}
 }
 
+// EachString is EachField for an object whose values are all plain strings (PlainStringAt):
+// field is called with each key and its value, and returns false to give the object up.
+func EachString(b []byte, field func(key, val string) bool) bool {
+	return EachField(b, func(key string, at int) (int, bool) {
+		val, next, ok := PlainStringAt(b, at)
+		if !ok || !field(key, val) {
+			return 0, false
+		}
+		return next, true
+	})
+}
+
 // PlainStringAt reads the JSON string that starts at b[i] if it needs no decoding (no escape,
 // no raw control character), returning it and the index after its closing quote; ok is false
 // for anything else, which the caller leaves to encoding/json. It does not check UTF-8: the

@@ -26,11 +26,7 @@ func quick(raw []byte) (p Principal, ok bool) {
 	if !utf8.Valid(raw) {
 		return Principal{}, false
 	}
-	ok = jsonline.EachField(raw, func(key string, at int) (int, bool) {
-		val, next, ok := jsonline.PlainStringAt(raw, at)
-		if !ok {
-			return 0, false
-		}
+	ok = jsonline.EachString(raw, func(key, val string) bool {
 		// Exact names only: json.Unmarshal also matches a key of another case, and takes or
 		// skips a key it does not know; both are left to it.
 		switch key {
@@ -45,9 +41,9 @@ func quick(raw []byte) (p Principal, ok bool) {
 		case "from":
 			p.From = val
 		default:
-			return 0, false
+			return false
 		}
-		return next, true
+		return true
 	})
 	if !ok {
 		return Principal{}, false
