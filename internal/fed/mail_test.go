@@ -21,7 +21,7 @@ func TestAppendEnvelopeIsMarshal(t *testing.T) {
 		Body: oddText, ThreadID: oddText, CreatedAt: -1 << 60}} {
 		e.To.Ref = "svc:bot"
 		want, _ := json.Marshal(e)
-		if got := appendEnvelope(nil, e); !bytes.Equal(got, want) {
+		if got := appendEnvelope(nil, e, principal.Append(nil, e.Principal)); !bytes.Equal(got, want) {
 			t.Errorf("appendEnvelope = %s, want %s", got, want)
 		}
 	}
@@ -35,7 +35,7 @@ func FuzzAppendEnvelope(f *testing.F) {
 			Body: body, PushReplies: push, ThreadID: thread, CreatedAt: at}
 		e.To.Ref = ref
 		want, _ := json.Marshal(e)
-		if got := appendEnvelope(nil, e); !bytes.Equal(got, want) {
+		if got := appendEnvelope(nil, e, principal.Append(nil, e.Principal)); !bytes.Equal(got, want) {
 			t.Errorf("appendEnvelope = %q, want %q", got, want)
 		}
 	})

@@ -178,10 +178,11 @@ func (n *Node) queue(p *Peer, s bus.RemoteSend, id string) (bus.Delivery, error)
 // over federation.
 func mailOf(s bus.RemoteSend, msg store.Message, host string, now int64) (mail store.MailboxEntry, wire []byte) {
 	e := envelopeOf(s, msg)
+	p := principal.Append(nil, e.Principal)
 	mail = store.MailboxEntry{ID: msg.ID, Peer: s.Peer, TargetRef: s.TargetRef, CreatedAt: now, FromName: s.FromName, Bytes: s.Bytes,
-		Body: s.Text, Envelope: appendEnvelope(make([]byte, 0, 256+len(s.Text)), e), Origin: bus.FedOrigin(host, s.Principal.Badge())}
+		Body: s.Text, Envelope: appendEnvelope(make([]byte, 0, 256+len(s.Text)), e, p), Origin: bus.FedOrigin(host, s.Principal.Badge())}
 	wire, err := hub.EncodeRow(hub.Row{ID: mail.ID, Origin: mail.Origin, Body: mail.Body, To: mail.TargetRef,
-		Principal: principal.Append(nil, e.Principal), PushReplies: e.PushReplies, ThreadID: e.ThreadID, CreatedAt: now})
+		Principal: p, PushReplies: e.PushReplies, ThreadID: e.ThreadID, CreatedAt: now})
 	if err != nil {
 		return mail, nil // the hub's to build from the mail, as for mail read from the store
 	}

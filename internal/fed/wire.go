@@ -30,15 +30,16 @@ type Envelope struct {
 	CreatedAt   int64  `json:"created_at"`
 }
 
-// appendEnvelope appends json.Marshal(e): a hub writes one with each leaf message, into the
-// mail it keeps (TestAppendEnvelopeIsMarshal).
-func appendEnvelope(dst []byte, e Envelope) []byte {
+// appendEnvelope appends json.Marshal(e), given its principal as principal.Append writes it
+// (the caller keeps that for the mail's pull row): a hub writes one with each leaf message,
+// into the mail it keeps (TestAppendEnvelopeIsMarshal).
+func appendEnvelope(dst []byte, e Envelope, principalJSON []byte) []byte {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, int64(e.V), 10)
 	dst = append(dst, `,"id":`...)
 	dst = jsonline.AppendString(dst, e.ID, true)
 	dst = append(dst, `,"principal":`...)
-	dst = principal.Append(dst, e.Principal)
+	dst = append(dst, principalJSON...)
 	dst = append(dst, `,"to":{"ref":`...)
 	dst = jsonline.AppendString(dst, e.To.Ref, true)
 	dst = append(dst, `},"body":`...)
