@@ -316,6 +316,18 @@ func TestPerformanceBlock(t *testing.T) {
 	if !found {
 		t.Error("performance.md's block has no table header (a line starting with \"path\")")
 	}
+	// The goals' lines come after the table, under their own heading.
+	var withGoal strings.Builder
+	(&bench.Result{Runs: []bench.Run{{}}, Goals: []bench.GoalFigure{{Name: "a goal"}}}).Text(&withGoal)
+	heading := ""
+	for _, l := range strings.Split(withGoal.String(), "\n") {
+		if strings.HasPrefix(l, "goals ") {
+			heading = l
+		}
+	}
+	if heading == "" || !strings.Contains(block, "\n"+heading+"\n") {
+		t.Errorf("performance.md's block lacks bench's goals heading %q", heading)
+	}
 }
 
 // TestUnitDocumentation: every Documentation= of the systemd units, and every link the NixOS

@@ -18,7 +18,10 @@ sockets. Every latency comes with the same run's fsync and bbolt-commit baseline
 ratio to them; a latency path's baselines are taken between its own sends (in ten slices),
 since the disk's latency drifts within a run. Each path also shows the whole machine's busy CPU
 per operation (every process, from /proc/stat): with the CPU count it bounds the throughput the
-machine can give that path. A progress line is kept on stderr; the result goes to stdout.
+machine can give that path. After the table come the project's performance goals the run
+speaks to, each a figure of every run (a ratio to the same run's baselines or to another of its
+paths where it can be), its median and range, and whether it is met in every run, at the
+median, or not. A progress line is kept on stderr; the result goes to stdout.
 
 With --sock it measures a running daemon instead: the Claude paths need --sessions-dir (that
 daemon's session directory; the fake sessions remove their files when they end), the service

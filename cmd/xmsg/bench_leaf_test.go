@@ -15,7 +15,7 @@ import (
 // its own, each in its own process, and every leaf-path figure in the JSON. No timing is
 // asserted.
 func TestBenchLeafSmoke(t *testing.T) {
-	cmd := xmsgCmd(nil, "bench", "--leaf", "--count", "20", "--clients", "2", "--runs", "1", "--json")
+	cmd := xmsgCmd(nil, "bench", "--leaf", "--leaves", "2", "--count", "20", "--clients", "2", "--runs", "1", "--json")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -32,6 +32,7 @@ func TestBenchLeafSmoke(t *testing.T) {
 				P50    float64 `json:"p50_us"`
 			} `json:"figures"`
 		} `json:"runs"`
+		Goals []benchGoal `json:"goals"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil || len(res.Runs) != 1 {
 		t.Fatalf("not the result: %v\n%s", err, out)
@@ -44,7 +45,7 @@ func TestBenchLeafSmoke(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"1 client -> svc on the hub (http), one at a time", "1 client -> hub -> leaf -> svc, one at a time",
-		"1 consumer drains on the hub, 2 senders", "hub -> leaf -> svc, 1 consumer drains, 2 senders"} {
+		"1 consumer drains on the hub, 2 senders", "hub -> leaf -> svc, 1 consumer drains, 2 senders", "hub -> 2 leaves -> svc on each, 2 senders"} {
 		if !paths[want] {
 			t.Errorf("no figure for %q in %v", want, paths)
 		}
@@ -52,6 +53,9 @@ func TestBenchLeafSmoke(t *testing.T) {
 	if res.Runs[0].CommitP50 <= 0 {
 		t.Errorf("no baselines: %s", out)
 	}
+	// The leaf goals: the trip one at a time, one leaf's drain, and the hub's and the
+	// leaves' CPU through many leaves.
+	checkGoals(t, res.Goals, 4)
 }
 
 // TestBenchLeafState: --leaf-state DIR puts the leaves' stores in DIR (seen there while the

@@ -35,6 +35,7 @@ func TestBenchSmoke(t *testing.T) {
 			CommitP50 float64 `json:"commit_p50_us"`
 			Figures   []struct {
 				Path      string  `json:"path"`
+				Kind      string  `json:"kind"`
 				N         int     `json:"n"`
 				PerSec    float64 `json:"per_sec"`
 				P50       float64 `json:"p50_us"`
@@ -47,6 +48,7 @@ func TestBenchSmoke(t *testing.T) {
 				RawRatio float64 `json:"raw_ratio"`
 			} `json:"growth"`
 		} `json:"runs"`
+		Goals []benchGoal `json:"goals"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
@@ -63,12 +65,16 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("growth %q: ratio %v, raw %v", g.Name, g.Ratio, g.RawRatio)
 		}
 	}
-	paths := map[string]bool{}
+	paths, kinds := map[string]bool{}, map[string]bool{}
 	for _, f := range r.Figures {
 		paths[f.Path] = true
 		if f.N <= 0 || f.PerSec <= 0 {
 			t.Errorf("figure %q empty: %+v", f.Path, f)
 		}
+		if f.Kind == "" || kinds[f.Kind] {
+			t.Errorf("figure %q: kind %q (none, or another figure's)", f.Path, f.Kind)
+		}
+		kinds[f.Kind] = true
 		// A latency path's ratio is to the commits taken between its own sends.
 		if f.P50 > 0 && (f.CommitP50 <= 0 || math.Abs(f.XCommit-f.P50/f.CommitP50) > 1e-9) {
 			t.Errorf("figure %q: x commit %v, want p50 %v / its own commit p50 %v", f.Path, f.XCommit, f.P50, f.CommitP50)
@@ -82,6 +88,36 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "run 1/1: ") {
 		t.Errorf("no progress on stderr: %q", stderr.String())
+	}
+	// Every local goal has its figure: the one-client paths', the throughput paths', the
+	// drained message's ratio and the two growth ratios.
+	checkGoals(t, res.Goals, 10)
+}
+
+// benchGoal is a goal's figure in `xmsg bench --json`.
+type benchGoal struct {
+	Name    string  `json:"name"`
+	Limit   float64 `json:"limit"`
+	Median  float64 `json:"median"`
+	Min     float64 `json:"min"`
+	Max     float64 `json:"max"`
+	Runs    int     `json:"runs"`
+	Verdict string  `json:"verdict"`
+}
+
+// checkGoals: a result speaks to n goals, each with a figure of its one run and a verdict.
+func checkGoals(t *testing.T, goals []benchGoal, n int) {
+	t.Helper()
+	if len(goals) != n {
+		t.Errorf("%d goals, want %d: %+v", len(goals), n, goals)
+	}
+	for _, g := range goals {
+		if g.Runs != 1 || g.Median <= 0 || g.Min != g.Median || g.Max != g.Median || g.Limit <= 0 {
+			t.Errorf("goal %q: %+v", g.Name, g)
+		}
+		if v := g.Verdict; v != "met" && v != "not met" {
+			t.Errorf("goal %q: verdict %q of one run", g.Name, v)
+		}
 	}
 }
 

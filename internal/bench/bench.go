@@ -73,12 +73,13 @@ var ErrInterrupted = errors.New("bench: interrupted")
 
 // Figure is one measured path.
 type Figure struct {
-	Path   string  `json:"path"`
-	N      int     `json:"n"`
-	P50us  float64 `json:"p50_us,omitempty"`
-	P99us  float64 `json:"p99_us,omitempty"`
-	PerSec float64 `json:"per_sec"`
-	CPUus  float64 `json:"daemon_cpu_us_per_op,omitempty"` // daemon CPU per op (own daemon only; the leaf path's: the hub's)
+	Path   string   `json:"path"`
+	Kind   PathKind `json:"kind,omitempty"`
+	N      int      `json:"n"`
+	P50us  float64  `json:"p50_us,omitempty"`
+	P99us  float64  `json:"p99_us,omitempty"`
+	PerSec float64  `json:"per_sec"`
+	CPUus  float64  `json:"daemon_cpu_us_per_op,omitempty"` // daemon CPU per op (own daemon only; the leaf path's: the hub's)
 	// LeafCPUus is, on the leaf paths through leaves, the CPU of every leaf daemon together
 	// per op.
 	LeafCPUus float64 `json:"leaf_cpu_us_per_op,omitempty"`
@@ -113,9 +114,10 @@ type Run struct {
 
 // Growth compares a path's p50 with more state against less.
 type Growth struct {
-	Name  string  `json:"name"`
-	Small float64 `json:"small_p50_us"`
-	Large float64 `json:"large_p50_us"`
+	Name  string   `json:"name"`
+	Kind  PathKind `json:"kind,omitempty"` // the larger path's
+	Small float64  `json:"small_p50_us"`
+	Large float64  `json:"large_p50_us"`
 	// Ratio is Large/Small with Large's commit exchanged for Small's: (Large - its commit p50
 	// + Small's commit p50) / Small, each commit p50 the one taken between that path's own
 	// sends. A send's latency is its commit plus the rest; the two paths run a minute apart,
@@ -127,7 +129,7 @@ type Growth struct {
 
 // growth compares large against small, the disk's drift between them taken out (Ratio).
 func growth(name string, small, large Figure) Growth {
-	g := Growth{Name: name, Small: small.P50us, Large: large.P50us, RawRatio: large.P50us / small.P50us}
+	g := Growth{Name: name, Kind: large.Kind, Small: small.P50us, Large: large.P50us, RawRatio: large.P50us / small.P50us}
 	g.Ratio = g.RawRatio
 	if small.CommitP50us > 0 && large.CommitP50us > 0 {
 		// A send contains a commit, so its p50 exceeds the commits' unless their sample was
@@ -147,6 +149,8 @@ type Result struct {
 	Daemon    string `json:"daemon"` // "own process on temporary paths" or the socket
 	Size      int    `json:"size"`
 	Runs      []Run  `json:"runs"`
+	// Goals are the performance goals these runs speak to, each with its figure over them.
+	Goals []GoalFigure `json:"goals,omitempty"`
 }
 
 type env struct {
@@ -251,6 +255,7 @@ func (e *env) runAll() (*Result, error) {
 		}
 		res.Runs = append(res.Runs, *r)
 	}
+	res.Goals = goals(res.Runs)
 	return res, nil
 }
 
@@ -479,8 +484,9 @@ func (e *env) run() (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	add := func(f Figure, err error) error {
+	add := func(k PathKind, f Figure, err error) error {
 		if err == nil {
+			f.Kind = k
 			r.Figures = append(r.Figures, f)
 		}
 		return err
@@ -499,15 +505,16 @@ func (e *env) run() (*Run, error) {
 			if small, err = e.latency(name, "/v1/sessions/"+e.target.id+"/messages"); err != nil {
 				return nil, err
 			}
+			small.Kind = ClaudeOne
 			r.Figures = append(r.Figures, small)
 		}
 		if want("1 client -> claude (agent.sock)") {
-			if err := add(e.agentLatency()); err != nil {
+			if f, err := e.agentLatency(); add(AgentOne, f, err) != nil {
 				return nil, err
 			}
 		}
 		if want(fmt.Sprintf("%d clients -> claude (http)", e.o.Clients)) {
-			if err := add(e.concurrentClaude()); err != nil {
+			if f, err := e.concurrentClaude(); add(ClaudeMany, f, err) != nil {
 				return nil, err
 			}
 		}
@@ -519,6 +526,7 @@ func (e *env) run() (*Run, error) {
 			if err != nil {
 				return nil, err
 			}
+			large.Kind = ClaudeStale
 			r.Figures = append(r.Figures, large)
 			if small.P50us > 0 {
 				r.Growth = append(r.Growth, growth(fmt.Sprintf("%d vs %d stale session files", e.o.Stale, stale), small, large))
@@ -534,11 +542,16 @@ func (e *env) run() (*Run, error) {
 			if small, err = e.svcLatency(name); err != nil {
 				return nil, err
 			}
+			small.Kind = SvcOne
 			r.Figures = append(r.Figures, small)
 		}
-		for _, n := range []int{min(8, e.o.Clients), e.o.Clients} {
+		for i, n := range []int{min(8, e.o.Clients), e.o.Clients} {
 			if want(fmt.Sprintf("1 consumer drains, %d senders", n)) {
-				if err := add(e.drain(n)); err != nil {
+				k := DrainFew
+				if i > 0 {
+					k = DrainAll
+				}
+				if f, err := e.drain(n); add(k, f, err) != nil {
 					return nil, err
 				}
 			}
@@ -562,13 +575,14 @@ func (e *env) run() (*Run, error) {
 				if err != nil {
 					return nil, err
 				}
+				large.Kind = SvcRegistered
 				r.Figures = append(r.Figures, large)
 				if small.P50us > 0 {
 					r.Growth = append(r.Growth, growth(fmt.Sprintf("%d vs 1 registered services", e.o.Services), small, large))
 				}
 			}
 			if want(many) {
-				if err := add(e.manyServices()); err != nil {
+				if f, err := e.manyServices(); add(SvcMany, f, err) != nil {
 					return nil, err
 				}
 			}

@@ -333,22 +333,23 @@ func (l *leafEnv) run() (*Result, error) {
 		Daemon: fmt.Sprintf("a hub and %d leaf daemon(s), own processes on temporary paths%s (daemon CPU: the hub's; leaf CPU: the leaves' together)", len(l.leaves), l.storesNote())}
 	senders := l.senders()
 	type path struct {
+		kind        PathKind
 		name        string
 		socks, refs []string
 		senders, n  int
 	}
 	paths := []path{
-		{"1 client -> svc on the hub (http), one at a time", []string{l.hubRegister}, []string{"svc:bench"}, 0, l.o.Count},
-		{"1 client -> hub -> leaf -> svc, one at a time", l.leafRegs[:1], []string{"svc:bench@leaf"}, 0, l.o.Count},
-		{fmt.Sprintf("1 consumer drains on the hub, %d senders", senders), []string{l.hubRegister}, []string{"svc:bench"}, senders, 4 * l.o.Count},
-		{fmt.Sprintf("hub -> leaf -> svc, 1 consumer drains, %d senders", senders), l.leafRegs[:1], []string{"svc:bench@leaf"}, senders, 4 * l.o.Count},
+		{HubSvcOne, "1 client -> svc on the hub (http), one at a time", []string{l.hubRegister}, []string{"svc:bench"}, 0, l.o.Count},
+		{LeafOne, "1 client -> hub -> leaf -> svc, one at a time", l.leafRegs[:1], []string{"svc:bench@leaf"}, 0, l.o.Count},
+		{HubDrain, fmt.Sprintf("1 consumer drains on the hub, %d senders", senders), []string{l.hubRegister}, []string{"svc:bench"}, senders, 4 * l.o.Count},
+		{LeafDrain, fmt.Sprintf("hub -> leaf -> svc, 1 consumer drains, %d senders", senders), l.leafRegs[:1], []string{"svc:bench@leaf"}, senders, 4 * l.o.Count},
 	}
 	if n := len(l.leaves); n > 1 {
 		refs := make([]string, n)
 		for i := range refs {
 			refs[i] = "svc:bench@" + leafName(i)
 		}
-		paths = append(paths, path{fmt.Sprintf("hub -> %d leaves -> svc on each, %d senders", n, senders), l.leafRegs, refs, senders, 4 * l.o.Count})
+		paths = append(paths, path{LeavesDrain, fmt.Sprintf("hub -> %d leaves -> svc on each, %d senders", n, senders), l.leafRegs, refs, senders, 4 * l.o.Count})
 	}
 	for i := range l.o.Runs {
 		e.prog.run = fmt.Sprintf("run %d/%d", i+1, l.o.Runs)
@@ -371,6 +372,7 @@ func (l *leafEnv) run() (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
+			f.Kind = p.kind
 			if f.CommitP50us = r.CommitP50us; f.CommitP50us > 0 && p.senders == 0 {
 				f.XCommit, f.FsyncP50us, f.XFsync = f.P50us/f.CommitP50us, r.FsyncP50us, f.P50us/r.FsyncP50us
 			}
@@ -378,6 +380,7 @@ func (l *leafEnv) run() (*Result, error) {
 		}
 		res.Runs = append(res.Runs, r)
 	}
+	res.Goals = goals(res.Runs)
 	return res, nil
 }
 

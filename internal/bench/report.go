@@ -115,4 +115,5 @@ func (r *Result) Text(w io.Writer) {
 			fmt.Fprintf(w, "  %s: %s [%s]\n", g.Name, strings.TrimSpace(spread(v).fmt("x", 2)), strings.TrimSpace(spread(raw).fmt("x", 2)))
 		}
 	}
+	writeGoals(w, r.Goals)
 }
