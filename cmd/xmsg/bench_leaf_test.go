@@ -53,9 +53,9 @@ func TestBenchLeafSmoke(t *testing.T) {
 	if res.Runs[0].CommitP50 <= 0 {
 		t.Errorf("no baselines: %s", out)
 	}
-	// The leaf goals: the trip one at a time, one leaf's drain, and the hub's and the
-	// leaves' CPU through many leaves.
-	checkGoals(t, res.Goals, 4)
+	// The leaf goals: the trip one at a time, one leaf's drain, and (unless a CPU figure of
+	// these tiny paths read zero) the hub's and the leaves' CPU through many leaves.
+	checkGoals(t, res.Goals, 2, 4)
 }
 
 // TestBenchLeafState: --leaf-state DIR puts the leaves' stores in DIR (seen there while the

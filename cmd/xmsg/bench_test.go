@@ -89,9 +89,10 @@ func TestBenchSmoke(t *testing.T) {
 	if !strings.Contains(stderr.String(), "run 1/1: ") {
 		t.Errorf("no progress on stderr: %q", stderr.String())
 	}
-	// Every local goal has its figure: the one-client paths', the throughput paths', the
-	// drained message's ratio and the two growth ratios.
-	checkGoals(t, res.Goals, 10)
+	// Every local goal has its figure: the one-client paths', the throughput paths' and the
+	// two growth ratios; the two of daemon CPU too unless it read zero (a clock tick is 10 ms,
+	// longer than some of these tiny paths take).
+	checkGoals(t, res.Goals, 8, 10)
 }
 
 // benchGoal is a goal's figure in `xmsg bench --json`.
@@ -105,11 +106,12 @@ type benchGoal struct {
 	Verdict string  `json:"verdict"`
 }
 
-// checkGoals: a result speaks to n goals, each with a figure of its one run and a verdict.
-func checkGoals(t *testing.T, goals []benchGoal, n int) {
+// checkGoals: a result speaks to between least and most goals, each with a figure of its one run and
+// a verdict.
+func checkGoals(t *testing.T, goals []benchGoal, least, most int) {
 	t.Helper()
-	if len(goals) != n {
-		t.Errorf("%d goals, want %d: %+v", len(goals), n, goals)
+	if len(goals) < least || len(goals) > most {
+		t.Errorf("%d goals, want %d to %d: %+v", len(goals), least, most, goals)
 	}
 	for _, g := range goals {
 		if g.Runs != 1 || g.Median <= 0 || g.Min != g.Median || g.Max != g.Median || g.Limit <= 0 {
