@@ -27,9 +27,9 @@ const (
 	LeavesDrain   PathKind = "leaves-drain"   // hub -> N leaves -> svc on each
 )
 
-// Goal is one of the project's performance goals (docs/performance.md §2) as a figure of
+// goal is one of the project's performance goals (docs/performance.md §2) as a figure of
 // one run: a ratio to another figure of the same run, or to its baselines, where it can be.
-type Goal struct {
+type goal struct {
 	Name string
 	// Limit is the most the figure may be; with AtLeast, the least.
 	Limit   float64
@@ -39,9 +39,9 @@ type Goal struct {
 	of      func(Run) (float64, bool)
 }
 
-// Goals are the goals a bench result can speak to; a result speaks only to those whose
+// allGoals are the goals a bench result can speak to; a result speaks only to those whose
 // paths it ran.
-var Goals = []Goal{
+var allGoals = []goal{
 	{Name: "1 client -> claude (http): p50 ≤ 1.5x a commit", Limit: 1.5, Unit: "x", Prec: 2, of: xCommit(ClaudeOne)},
 	{Name: "1 client -> claude (agent.sock): p50 ≤ 1.5x a commit", Limit: 1.5, Unit: "x", Prec: 2, of: xCommit(AgentOne)},
 	{Name: "1 client -> svc, 1 registered: p50 ≤ 1.5x a commit", Limit: 1.5, Unit: "x", Prec: 2, of: xCommit(SvcOne)},
@@ -82,7 +82,7 @@ const (
 )
 
 // meets reports whether v is within the goal.
-func (g Goal) meets(v float64) bool {
+func (g goal) meets(v float64) bool {
 	if g.AtLeast {
 		return v >= g.Limit
 	}
@@ -92,7 +92,7 @@ func (g Goal) meets(v float64) bool {
 // goals returns the figure of every goal the runs speak to.
 func goals(runs []Run) []GoalFigure {
 	var out []GoalFigure
-	for _, g := range Goals {
+	for _, g := range allGoals {
 		var v []float64
 		for _, r := range runs {
 			if x, ok := g.of(r); ok {
