@@ -106,8 +106,8 @@ type benchGoal struct {
 	Verdict string  `json:"verdict"`
 }
 
-// checkGoals: a result speaks to between least and most goals, each with a figure of its one run and
-// a verdict.
+// checkGoals: a result speaks to between least and most goals, each with a figure of its one
+// run and a verdict.
 func checkGoals(t *testing.T, goals []benchGoal, least, most int) {
 	t.Helper()
 	if len(goals) < least || len(goals) > most {

@@ -143,24 +143,33 @@ func (r Run) figure(k PathKind) (Figure, bool) {
 	return Figure{}, false
 }
 
-// The goals' figures, each from one run; false when the run has no such figure (or it is
-// zero: not measured).
+// measured is one figure of path k in a run; false when the run has no such path, or the
+// figure is zero (not measured).
+func measured(k PathKind, get func(Figure) float64) func(Run) (float64, bool) {
+	return func(r Run) (float64, bool) {
+		f, ok := r.figure(k)
+		v := get(f)
+		return v, ok && v > 0
+	}
+}
+
 func xCommit(k PathKind) func(Run) (float64, bool) {
-	return func(r Run) (float64, bool) { f, ok := r.figure(k); return f.XCommit, ok && f.XCommit > 0 }
+	return measured(k, func(f Figure) float64 { return f.XCommit })
 }
 
 func daemonCPU(k PathKind) func(Run) (float64, bool) {
-	return func(r Run) (float64, bool) { f, ok := r.figure(k); return f.CPUus, ok && f.CPUus > 0 }
+	return measured(k, func(f Figure) float64 { return f.CPUus })
 }
 
 func leafCPU(k PathKind) func(Run) (float64, bool) {
-	return func(r Run) (float64, bool) { f, ok := r.figure(k); return f.LeafCPUus, ok && f.LeafCPUus > 0 }
+	return measured(k, func(f Figure) float64 { return f.LeafCPUus })
 }
 
 func perSec(k PathKind) func(Run) (float64, bool) {
-	return func(r Run) (float64, bool) { f, ok := r.figure(k); return f.PerSec, ok && f.PerSec > 0 }
+	return measured(k, func(f Figure) float64 { return f.PerSec })
 }
 
+// ratio is a's figure over b's, both of the same run.
 func ratio(a, b func(Run) (float64, bool)) func(Run) (float64, bool) {
 	return func(r Run) (float64, bool) {
 		x, ok1 := a(r)

@@ -62,6 +62,10 @@ func TestGoals(t *testing.T) {
 	if gs := goals(split); len(gs) != 0 {
 		t.Errorf("a ratio made of two runs' figures: %+v", gs)
 	}
+	// A figure that reads zero was not measured (daemon CPU of a daemon not our own).
+	if gs := goals([]Run{{Figures: []Figure{{Kind: ClaudeMany}, {Kind: SvcMany}}}}); len(gs) != 0 {
+		t.Errorf("goals of figures not measured: %+v", gs)
+	}
 	// A floor met in every run.
 	if gs := goals([]Run{run(1, 1, 1, 900, 1000)}); !hasVerdict(gs, "one leaf drains ≥ 0.8x the same service on the hub (msg/s)", Met) {
 		t.Errorf("a floor met in the one run: %+v", gs)
