@@ -35,6 +35,12 @@ const (
 	RegisterFirstFrameTimeout = 30 * time.Second
 	RegisterMaxFirstFrame     = 65536
 	RegisterMaxFrame          = 65536*6 + 4096
+	// RegisterMaxBatch is the most messages one poll hands out, and acks one poll carries,
+	// when the client asks for a batch (docs/protocol.md §4.2).
+	RegisterMaxBatch = 64
+	// RegisterMaxBatchBytes bounds a batch's texts and envelopes together; its first message
+	// is handed out whatever its size, so a large one cannot stop the queue.
+	RegisterMaxBatchBytes = 256 << 10
 	// RegisterMaxConns caps connections served at once. Each costs goroutines (a registered
 	// one also a long-poll waiter), so without a cap one client could exhaust the daemon.
 	RegisterMaxConns = 64

@@ -23,6 +23,8 @@ type Bus interface {
 	Unregister(r *bus.Registration)
 	Alive(r *bus.Registration) bool
 	Poll(ctx context.Context, r *bus.Registration, wait time.Duration) (*bus.Queued, error)
+	// Peek is a batch poll's messages (Poll found the first).
+	Peek(r *bus.Registration, limit, maxBytes int) (msgs []bus.Queued, more int, err error)
 	Ack(ctx context.Context, r *bus.Registration, messageID string) error
 	Reply(ctx context.Context, caller bus.Caller, messageID, text string) (bus.ReplyResult, error)
 }

@@ -27,6 +27,7 @@ func quickLoop(line []byte) (req loopReq, ok bool) {
 		ack                   string
 		hasID, hasID2, hasW2  bool
 		wait, wait2           = -1, -1
+		batch                 = 0
 		seen                  uint8 // fields seen, one bit each
 	)
 	ok = jsonline.EachField(line, func(key string, j int) (int, bool) {
@@ -63,10 +64,14 @@ func quickLoop(line []byte) (req loopReq, ok bool) {
 				return 0, false // refused by decodeLoop (errEmptyAck)
 			}
 			bit, ack = 64, str
+		case "max":
+			bit, batch = 128, max(1, min(num, maxBatch))
+		case "acks":
+			return 0, false // an array: decodeLoop's (never ignored, as an unknown field is)
 		}
 		// Other fields are ignored, as decodeLoop ignores them (repeated or not).
 		if bit != 0 {
-			if seen&bit != 0 || (bit == 16 || bit == 32) != isNum {
+			if seen&bit != 0 || (bit == 16 || bit == 32 || bit == 128) != isNum {
 				return 0, false // a repeated field, or one of the wrong type
 			}
 			seen |= bit
@@ -76,7 +81,7 @@ func quickLoop(line []byte) (req loopReq, ok bool) {
 	if !ok {
 		return loopReq{}, false
 	}
-	req = loopReq{Action: action, Text: text, WaitSecs: defaultWait, Ack: ack}
+	req = loopReq{Action: action, Text: text, WaitSecs: defaultWait, Ack: ack, Max: batch}
 	switch {
 	case hasID:
 		req.MessageID = id

@@ -3,6 +3,7 @@ package registersock
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/xmsg/xmsg/internal/answer"
@@ -22,6 +23,9 @@ func FuzzQuickLoop(f *testing.F) {
 		`{"action":"reply","messageId":"m","text":"héllo"}`,
 		`{"action":"poll","waitSecs":30,"ack":"0190a8d2-7b8e-7cc1-9a55-3d5f2f7f0e11"}`,
 		`{"ack":"m","action":"ack","messageId":"m"}`,
+		`{"action":"poll","waitSecs":30,"max":64,"ack":"m"}`,
+		`{"action":"poll","max":0}`,
+		`{"action":"poll","max":1000}`,
 		` {} `,
 	}
 	for _, s := range plain {
@@ -36,6 +40,7 @@ func FuzzQuickLoop(f *testing.F) {
 		`{"waitSecs":5,"wait_secs":7}`, `{"action":"poll"} x`, `{"action":"poll",}`, `{"x":[1]}`, `[]`, `{"action":"poll","waitSecs":05}`,
 		`{"action":5}`, `{"waitSecs":1e3}`, `{"text":"\u0041"}`, "{\"text\":\"\x01\"}", `{"x":1,"x":2}`,
 		`{"action":"poll","ack":""}`, `{"action":"poll","ack":5}`, `{"ack":"a","ack":"b"}`, `{"ack":null}`, `{"ack":"\u0041"}`,
+		`{"action":"poll","acks":["a","b"]}`, `{"acks":"a"}`, `{"acks":null}`, `{"acks":[""]}`, `{"max":2.5}`, `{"max":"2"}`, `{"max":-1}`, `{"max":1,"max":2}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -48,7 +53,7 @@ func FuzzQuickLoop(f *testing.F) {
 		if err != nil {
 			t.Fatalf("quickLoop(%q) = %+v, but decodeLoop refuses it: %v", line, got, err)
 		}
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("quickLoop(%q) = %+v, decodeLoop = %+v", line, got, want)
 		}
 	})
@@ -106,7 +111,7 @@ func TestLoopAckField(t *testing.T) {
 		if ok != tc.quick {
 			t.Errorf("quickLoop(%s): ok %v, want %v", tc.line, ok, tc.quick)
 		}
-		if ok && got != req {
+		if ok && !reflect.DeepEqual(got, req) {
 			t.Errorf("quickLoop(%s) = %+v, decodeLoop = %+v", tc.line, got, req)
 		}
 	}

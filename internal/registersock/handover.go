@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/xmsg/xmsg/internal/answer"
 )
 
 // A waiting poll is answered by the goroutine that queues its message (handOver), not by
@@ -105,7 +103,7 @@ func (s *Server) handOver(l *conn, w *waiting) {
 		outcome = pollGone
 		return
 	}
-	line := encodeDeliver(answer.DeliverOf(*p, s.origin(l.reg)))
+	line := s.answer(l.reg, *p, int(l.batch.Load()))
 	// The write deadline left by the last answer has passed on a connection idle longer
 	// than writeTimeout, and would refuse the write; this one never waits, so needs none.
 	l.c.SetWriteDeadline(time.Time{})

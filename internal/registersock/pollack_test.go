@@ -173,16 +173,16 @@ func handedOne(t *testing.T, e *daemontest.Env, text string) (*daemontest.Puppet
 
 // TestRegistrationAnnouncesPollAck: the answer to a registration that goes on to the poll
 // loop (a service, a uid-admitted session) says the daemon carries out an ack on a poll, so
-// that a client need not find out by a message coming again. Mutant tried: the field left
-// out (red).
+// that a client need not find out by a message coming again, and how large a batch a poll may
+// ask for. Mutant tried: the field left out (red).
 func TestRegistrationAnnouncesPollAck(t *testing.T) {
 	e := newEnv(t, daemontest.Options{})
 	bot := daemontest.Start(t, "")
-	if got := bot.Call(bot.Dial(e.RegPath), map[string]any{"harness": "svc", "name": "bot"}); got["status"] != "ok" || got["pollAck"] != true {
-		t.Errorf("service registration: got %v, want ok with pollAck true", got)
+	if got := bot.Call(bot.Dial(e.RegPath), map[string]any{"harness": "svc", "name": "bot"}); got["status"] != "ok" || got["pollAck"] != true || got["pollBatch"] != 64.0 {
+		t.Errorf("service registration: got %v, want ok with pollAck true and pollBatch 64", got)
 	}
 	pi := daemontest.Start(t, "")
-	if got := pi.Call(pi.Dial(e.RegPath), map[string]any{"harness": "pi", "sessionName": "one", "cwd": "/w"}); got["status"] != "ok" || got["pollAck"] != true {
-		t.Errorf("session registration: got %v, want ok with pollAck true", got)
+	if got := pi.Call(pi.Dial(e.RegPath), map[string]any{"harness": "pi", "sessionName": "one", "cwd": "/w"}); got["status"] != "ok" || got["pollAck"] != true || got["pollBatch"] != 64.0 {
+		t.Errorf("session registration: got %v, want ok with pollAck true and pollBatch 64", got)
 	}
 }

@@ -24,11 +24,13 @@ package registersock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -297,7 +299,7 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	s.cfg.Log.Info("registered", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID, "peer_pid", reg.PID)
 	// pollAck says that this daemon carries out an ack on a poll (frame): a client that sees
 	// it may send its acks that way; one that does not sends ack frames.
-	if !s.srv.Write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID, PollAck: true})) {
+	if !s.srv.Write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID, PollAck: true, PollBatch: maxBatch})) {
 		return
 	}
 	s.loop(c, r, reg)
@@ -404,6 +406,8 @@ type conn struct {
 	// (handover.go).
 	raw  syscall.RawConn
 	wait waiting
+	// batch is the waiting poll's Max (0: no batch), for the goroutine that answers it.
+	batch atomic.Int32
 }
 
 // alive reports whether the registered process is still the one that registered, and its
@@ -544,14 +548,15 @@ func (s *Server) frame(l *conn, line []byte) (resp []byte, audit func(), ok bool
 	// Liveness is checked where a frame acts: before anything but a plain poll (a poll that
 	// carries an ack acts before it polls), and for a poll when it is answered (below), which
 	// also covers a poll that waited.
-	if (derr != nil || req.Action != "poll" || req.Ack != "") && !s.alive(l, "frame") {
+	acks := req.acked()
+	if (derr != nil || req.Action != "poll" || len(acks) > 0) && !s.alive(l, "frame") {
 		return nil, nil, false
 	}
 	if derr != nil {
 		s.refuse(actor, "frame", "invalid json")
 		return errorLine(ledger.BadRequest, derr.Error()), nil, true
 	}
-	if req.Ack != "" && req.Action != "poll" {
+	if len(acks) > 0 && req.Action != "poll" {
 		// Refused rather than ignored: a client that put its ack on another frame must not
 		// believe it took effect.
 		s.refuse(actor, "frame", "ack is only for poll")
@@ -559,19 +564,27 @@ func (s *Server) frame(l *conn, line []byte) (resp []byte, audit func(), ok bool
 	}
 	switch {
 	case req.Action == "poll":
-		if req.Ack != "" {
-			// The ack first, as an ack frame would do it; the poll's answer is the only answer.
-			// An ack that could not be stored is answered instead, and nothing is polled: the
-			// client must not believe the ack took effect.
-			if resp := s.ack(ctx, l, req.Ack, &audit); resp != nil {
-				return resp, nil, true
+		// The acks first, in order, each as an ack frame would do it; the poll's answer is
+		// the only answer. An ack that could not be stored is answered instead, and nothing is
+		// polled: the client must not believe it (or any after it) took effect, and sends
+		// them again (acking a message again changes nothing). Those before it stand, and are
+		// audited.
+		var lines []func()
+		for _, id := range acks {
+			var line func()
+			if resp := s.ack(ctx, l, id, &line); resp != nil {
+				return resp, auditAll(lines), true
+			}
+			if line != nil {
+				lines = append(lines, line)
 			}
 		}
+		audit = auditAll(lines)
 		wait := time.Duration(req.WaitSecs) * time.Second
-		// checked: the process was checked in this frame, before its ack, with nothing waited
-		// for since; a poll answered at once needs no second look (the answer's write is as
-		// far from either check).
-		checked := req.Ack != ""
+		// checked: the process was checked in this frame, before its acks, with nothing
+		// waited for since; a poll answered at once needs no second look (the answer's write
+		// is as far from either check).
+		checked := len(acks) > 0
 		p, err := s.cfg.Bus.Poll(ctx, reg, 0)
 		if err == nil && p == nil && wait > 0 {
 			checked = false
@@ -581,6 +594,7 @@ func (s *Server) frame(l *conn, line []byte) (resp []byte, audit func(), ok bool
 				audit = nil
 			}
 			var answered bool
+			l.batch.Store(int32(req.Max)) // how the goroutine that queues a message answers
 			if p, answered, err, ok = s.waitPoll(l, wait); !ok {
 				return nil, nil, false
 			}
@@ -604,7 +618,7 @@ func (s *Server) frame(l *conn, line []byte) (resp []byte, audit func(), ok bool
 		if p == nil {
 			return encode(timeoutResp{Action: "timeout"}), audit, true
 		}
-		return encodeDeliver(answer.DeliverOf(*p, s.origin(reg))), audit, true
+		return s.answer(reg, *p, req.Max), audit, true
 	case req.Action == "ack":
 		if resp := s.ack(ctx, l, req.MessageID, &audit); resp != nil {
 			return resp, nil, true
@@ -661,6 +675,51 @@ func (s *Server) ack(ctx context.Context, l *conn, messageID string, audit *func
 	return nil
 }
 
+// answer is a poll's answer that hands out head, the oldest message of reg's queue: its
+// deliver frame, or with max (a batch asked for) a batch frame of up to max messages from
+// head on, together at most maxBatchBytes of text and envelope (head whatever its size).
+// Should the batch not start at head after all (the queue changed between the two looks,
+// which only a takeover does), or not be read, head goes alone.
+func (s *Server) answer(reg *bus.Registration, head bus.Queued, max int) []byte {
+	origin := s.origin(reg)
+	if max == 0 {
+		return encodeDeliver(answer.DeliverOf(head, origin))
+	}
+	msgs := []bus.Queued{head}
+	if max > 1 {
+		if more, _, err := s.cfg.Bus.Peek(reg, max, maxBatchBytes); err == nil && len(more) > 0 && more[0].ID == head.ID {
+			msgs = more
+		}
+	}
+	dst := append(make([]byte, 0, 64), `{"action":"batch","messages":[`...)
+	for i, m := range msgs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		line := encodeDeliver(answer.DeliverOf(m, origin))
+		dst = append(dst, line[:len(line)-1]...) // without its newline
+	}
+	return append(dst, "]}\n"...)
+}
+
+// maxBatchBytes bounds a batch's texts and envelopes together.
+const maxBatchBytes = limits.RegisterMaxBatchBytes
+
+// auditAll is the audit lines of a frame's acks, in order; nil for none.
+func auditAll(lines []func()) func() {
+	switch len(lines) {
+	case 0:
+		return nil
+	case 1:
+		return lines[0]
+	}
+	return func() {
+		for _, line := range lines {
+			line()
+		}
+	}
+}
+
 // origin reports whether reg's harness's queue entries carry their origin (services).
 func (s *Server) origin(reg *bus.Registration) bool {
 	h := s.cfg.Bus.Harnesses().Named(reg.Harness)
@@ -692,6 +751,7 @@ type (
 		Status    string `json:"status"`
 		SessionID string `json:"sessionId"`
 		PollAck   bool   `json:"pollAck,omitempty"`
+		PollBatch int    `json:"pollBatch,omitempty"` // the most messages a poll's max may ask for
 	}
 	timeoutResp struct {
 		Action string `json:"action"`
@@ -804,11 +864,23 @@ type loopReq struct {
 	// Ack is the message a poll acknowledges before it polls (docs/protocol.md §4.2); "" for
 	// none. Only a poll may carry one (frame refuses it elsewhere).
 	Ack string
+	// Acks are more messages a poll acknowledges, after Ack: those of the batch before.
+	Acks []string
+	// Max, when not 0, asks for a batch: up to Max messages in one answer (1..maxBatch).
+	Max int
 }
 
 // errEmptyAck refuses an ack field that names no message: a client that sends one meant to
 // acknowledge something, and an ack of nothing must not be taken for one that took effect.
 var errEmptyAck = errors.New("invalid json: field 'ack' must not be empty")
+
+// acked returns the messages req acknowledges: its ack, then its acks.
+func (req loopReq) acked() []string {
+	if req.Ack == "" {
+		return req.Acks
+	}
+	return append([]string{req.Ack}, req.Acks...)
+}
 
 // decodeLoop parses a poll/ack/reply frame. waitSecs defaults to 30 and is clamped to 0..60
 // (rounded up); messageId also accepts message_id, waitSecs wait_secs. ack, when present
@@ -847,5 +919,32 @@ func decodeLoop(line []byte) (loopReq, error) {
 	if present {
 		req.WaitSecs = int(math.Ceil(min(max(w, 0), float64(bus.MaxWait/time.Second))))
 	}
+	n, present, err := obj.Number("max")
+	if err != nil {
+		return loopReq{}, errors.New(decodeError(err))
+	}
+	if present {
+		req.Max = int(math.Ceil(min(max(n, 1), maxBatch)))
+	}
+	if raw, _, present := obj.Raw("acks"); present {
+		if json.Unmarshal(raw, &req.Acks) != nil {
+			return loopReq{}, errAcks
+		}
+		if len(req.Acks) > maxBatch {
+			return loopReq{}, errTooManyAcks
+		}
+		if slices.Contains(req.Acks, "") {
+			return loopReq{}, errEmptyAcks
+		}
+	}
 	return req, nil
 }
+
+// maxBatch is the most messages a poll hands out at once, and acks it carries.
+const maxBatch = limits.RegisterMaxBatch
+
+var (
+	errAcks        = errors.New("invalid json: field 'acks' must be an array of strings")
+	errTooManyAcks = fmt.Errorf("invalid json: field 'acks' holds more than %d ids", maxBatch)
+	errEmptyAcks   = errors.New("invalid json: field 'acks' must not hold an empty id")
+)
