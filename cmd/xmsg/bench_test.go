@@ -81,7 +81,7 @@ func TestBenchSmoke(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"1 client -> claude (http)", "1 client -> claude (agent.sock)", "2 clients -> claude (http)",
-		"1 client -> svc (http), 1 registered", "1 consumer drains, 2 senders", "1 client -> svc (http), 2 registered", "2 clients -> 2 services, 2 consumers"} {
+		"1 client -> svc (http), 1 registered", "1 consumer drains, 2 senders", "1 consumer drains in batches, 2 senders", "1 client -> svc (http), 2 registered", "2 clients -> 2 services, 2 consumers"} {
 		if !paths[want] {
 			t.Errorf("no figure for %q in %v", want, paths)
 		}

@@ -167,6 +167,7 @@ type env struct {
 	sender   *child // the Claude session that sends over agent.sock
 	targets  []*child
 	svcs     []*child
+	batch    *child // the consumer that takes batches (batchSvc)
 	echo     string // socket of the echo child (the process round-trip baseline)
 	prog     *progress
 	text     string
@@ -261,6 +262,9 @@ func (e *env) runAll() (*Result, error) {
 
 func (e *env) own() bool { return e.o.Sock == "" }
 
+// batchSvc is the service whose consumer takes its messages in batches (own daemon only).
+const batchSvc = "benchbatch"
+
 func (e *env) svcName(i int) string {
 	if !e.own() {
 		return e.o.Service
@@ -281,7 +285,7 @@ func (e *env) startDaemon() error {
 	if err != nil {
 		return err
 	}
-	var svcs []string
+	svcs := []string{batchSvc + "=" + self}
 	for i := range e.o.Services {
 		svcs = append(svcs, e.svcName(i)+"="+self)
 	}
@@ -291,7 +295,7 @@ func (e *env) startDaemon() error {
 		// The bench's clients are goroutines of one process: its share of each socket must
 		// hold them all (the defaults are sized for many processes with a few each).
 		"--http-max-conns", strconv.Itoa(2*e.o.Clients + 64), "--http-max-per-pid", strconv.Itoa(2*e.o.Clients + 8),
-		"--agent-max-conns", "128", "--register-max-conns", strconv.Itoa(e.o.Services + 16)}
+		"--agent-max-conns", "128", "--register-max-conns", strconv.Itoa(e.o.Services + 17)}
 	log, err := os.Create(filepath.Join(e.dir, "daemon.log"))
 	if err != nil {
 		return err
@@ -464,6 +468,14 @@ func (e *env) startChildren() error {
 		c.id = "svc:" + e.svcName(0)
 		e.svcs = append(e.svcs, c)
 	}
+	if e.own() {
+		c, err := e.spawn("svc", batchSvc, e.register, "batch")
+		if err != nil {
+			return err
+		}
+		c.id = "svc:" + batchSvc
+		e.batch = c
+	}
 	return nil
 }
 
@@ -551,7 +563,18 @@ func (e *env) run() (*Run, error) {
 				if i > 0 {
 					k = DrainAll
 				}
-				if f, err := e.drain(n); add(k, f, err) != nil {
+				if f, err := e.drain(e.svcs[0], fmt.Sprintf("1 consumer drains, %d senders", n), n); add(k, f, err) != nil {
+					return nil, err
+				}
+			}
+			// The same, its consumer taking batches: with few senders the queue is seldom
+			// deeper than a message, with all of them it is full (docs/performance.md §3).
+			if name := fmt.Sprintf("1 consumer drains in batches, %d senders", n); e.batch != nil && want(name) {
+				k := DrainBatch
+				if i > 0 {
+					k = DrainBatchAll
+				}
+				if f, err := e.drain(e.batch, name, n); add(k, f, err) != nil {
 					return nil, err
 				}
 			}
@@ -931,15 +954,14 @@ func (e *env) concurrentClaude() (Figure, error) {
 	})
 }
 
-// drain: senders keep the first service's queue supplied while its one consumer drains it;
+// drain: senders keep service s's queue supplied while its one consumer drains it;
 // the rate is messages received by the consumer per second, until it has them all. With few
 // senders the queue rarely fills; with all clients it is full most of the time and most
 // attempts are refused (a 503 storm), which the consumer has to drain through.
-func (e *env) drain(senders int) (Figure, error) {
-	s := e.svcs[0]
+func (e *env) drain(s *child, name string, senders int) (Figure, error) {
 	total := e.o.Count * 4
 	t0 := time.Now()
-	f, err := e.concurrentN(fmt.Sprintf("1 consumer drains, %d senders", senders), senders, total, func(int) string { return "/v1/sessions/" + s.id + "/messages" })
+	f, err := e.concurrentN(name, senders, total, func(int) string { return "/v1/sessions/" + s.id + "/messages" })
 	if err != nil {
 		return f, err
 	}

@@ -41,10 +41,13 @@ func Role(args []string) error {
 		}
 		return echoRole(args[1])
 	case "svc":
-		if len(args) != 3 {
-			return errors.New("bench: role svc NAME REGISTER_SOCK")
+		if len(args) == 4 && args[3] == "batch" {
+			return svcRole(args[1], args[2], true)
 		}
-		return svcRole(args[1], args[2])
+		if len(args) != 3 {
+			return errors.New("bench: role svc NAME REGISTER_SOCK [batch]")
+		}
+		return svcRole(args[1], args[2], false)
 	}
 	return fmt.Errorf("bench: unknown role %q", args[0])
 }
@@ -172,8 +175,9 @@ func echoRole(sock string) error {
 
 // svcRole is a service consumer: it registers NAME, then polls in a loop, each poll carrying
 // the ack of the message the one before received (docs/protocol.md §4.2), counting what it
-// receives. Command "wait N": answer "reached" once N messages were received in all.
-func svcRole(name, sock string) error {
+// receives; with batch, each poll asks for up to 64 messages and carries the acks of the
+// batch before. Command "wait N": answer "reached" once N messages were received in all.
+func svcRole(name, sock string, batch bool) error {
 	c, err := net.Dial("unix", sock)
 	if err != nil {
 		return err
@@ -199,11 +203,18 @@ func svcRole(name, sock string) error {
 	var mu sync.Mutex
 	cond := sync.NewCond(&mu)
 	go func() {
-		var ack string // the message received last, acked by the next poll
+		var ack string    // the message received last, acked by the next poll
+		var acks []string // with batch: the batch received last
 		for {
 			poll := map[string]any{"action": "poll", "waitSecs": 30}
 			if ack != "" {
 				poll["ack"] = ack
+			}
+			if batch {
+				poll["max"] = 64
+				if len(acks) > 0 {
+					poll["acks"] = acks
+				}
 			}
 			m, err := call(poll)
 			if err == nil && ack != "" && m["messageId"] == ack {
@@ -221,17 +232,27 @@ func svcRole(name, sock string) error {
 			}
 			// An error line is the ack's: it did not take effect and goes again with the next
 			// poll. A deliver or a timeout answers a poll whose ack was taken.
+			n := int64(1)
 			switch m["action"] {
 			case "timeout":
-				ack = ""
+				ack, acks = "", nil
 				continue
 			case "deliver":
 				ack, _ = m["messageId"].(string)
+			case "batch":
+				msgs, _ := m["messages"].([]any)
+				acks = acks[:0]
+				for _, d := range msgs {
+					dm, _ := d.(map[string]any)
+					id, _ := dm["messageId"].(string)
+					acks = append(acks, id)
+				}
+				n = int64(len(acks))
 			default:
 				continue
 			}
 			mu.Lock()
-			got.Add(1)
+			got.Add(n)
 			cond.Broadcast()
 			mu.Unlock()
 		}
