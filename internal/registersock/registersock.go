@@ -298,7 +298,8 @@ func (s *Server) serveConn(c net.Conn, p lineserver.Peer) {
 	defer s.cfg.Bus.Unregister(reg)
 	s.cfg.Log.Info("registered", "socket", "register", "actor", reg.Caller().Actor(), "session_id", reg.SessionID, "peer_pid", reg.PID)
 	// pollAck says that this daemon carries out an ack on a poll (frame): a client that sees
-	// it may send its acks that way; one that does not sends ack frames.
+	// it may send its acks that way; one that does not sends ack frames. pollBatch says how
+	// many messages a poll may ask for at once (max), and acks it may carry (acks).
 	if !s.srv.Write(c, encode(registeredResp{Status: "ok", SessionID: reg.SessionID, PollAck: true, PollBatch: maxBatch})) {
 		return
 	}
@@ -676,18 +677,18 @@ func (s *Server) ack(ctx context.Context, l *conn, messageID string, audit *func
 }
 
 // answer is a poll's answer that hands out head, the oldest message of reg's queue: its
-// deliver frame, or with max (a batch asked for) a batch frame of up to max messages from
+// deliver frame, or with limit (a batch asked for) a batch frame of up to limit messages from
 // head on, together at most maxBatchBytes of text and envelope (head whatever its size).
 // Should the batch not start at head after all (the queue changed between the two looks,
 // which only a takeover does), or not be read, head goes alone.
-func (s *Server) answer(reg *bus.Registration, head bus.Queued, max int) []byte {
+func (s *Server) answer(reg *bus.Registration, head bus.Queued, limit int) []byte {
 	origin := s.origin(reg)
-	if max == 0 {
+	if limit == 0 {
 		return encodeDeliver(answer.DeliverOf(head, origin))
 	}
 	msgs := []bus.Queued{head}
-	if max > 1 {
-		if more, _, err := s.cfg.Bus.Peek(reg, max, maxBatchBytes); err == nil && len(more) > 0 && more[0].ID == head.ID {
+	if limit > 1 {
+		if more, _, err := s.cfg.Bus.Peek(reg, limit, maxBatchBytes); err == nil && len(more) > 0 && more[0].ID == head.ID {
 			msgs = more
 		}
 	}
